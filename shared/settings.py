@@ -1,0 +1,78 @@
+"""One place for every setting. Environment variables use the ``SESSION_CORE_`` prefix,
+except the two infrastructure addresses that platforms set by their well-known names
+(``KAFKA_BOOTSTRAP_SERVERS`` and ``MONGODB_URI``). Defaults are documented in
+``docs/settings.md`` and mirrored in the Helm chart's values."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SESSION_CORE_", extra="ignore")
+
+    # --- infrastructure -------------------------------------------------------------
+    kafka_bootstrap_servers: str = Field(
+        default="127.0.0.1:9092",
+        validation_alias=AliasChoices("KAFKA_BOOTSTRAP_SERVERS", "SESSION_CORE_KAFKA_BOOTSTRAP_SERVERS"),
+    )
+    kafka_security_protocol: str = "PLAINTEXT"  # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
+    kafka_sasl_mechanism: str | None = None  # PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: str | None = None
+    kafka_ssl_cafile: str | None = None
+    mongodb_uri: str = Field(
+        default="mongodb://127.0.0.1:27017/",
+        validation_alias=AliasChoices("MONGODB_URI", "SESSION_CORE_MONGODB_URI"),
+    )
+    mongodb_database: str = "session_core"
+
+    # --- topics ----------------------------------------------------------------------
+    topic_prefix: str = ""  # prepended to every topic name (test isolation, multi-tenancy)
+    topic_partitions: int = 6
+    topic_replication_factor: int = 1
+    create_topics: bool = True
+
+    # --- logging ---------------------------------------------------------------------
+    log_level: str = "INFO"
+    log_format: str = "auto"  # auto (JSON unless a TTY) | json | console
+
+    # --- admission HTTP --------------------------------------------------------------
+    http_host: str = "0.0.0.0"
+    http_port: int = 8080
+    api_keys: str = ""  # comma-separated bearer keys; empty with auth_disabled=false refuses all
+    auth_disabled: bool = False
+    storage_reply_timeout_ms: int = 10_000  # the 504 budget while waiting for storage
+    max_concurrent_waits: int = 256  # ?wait=true requests in flight before 429
+
+    # --- content limits (docs/decisions.md explains each default) -------------------
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_image_bytes: int = 5 * 1024 * 1024  # decoded bytes per image
+    max_image_pixels: int = 40_000_000  # width × height per image
+    max_images_per_request: int = 20
+    max_parts_per_message: int = 1_000
+    max_messages_per_request: int = 100
+
+    # --- storage ---------------------------------------------------------------------
+    storage_batch_max: int = 500
+    inline_image_max_bytes: int = 256 * 1024  # larger data URIs go to the image chunk store
+    image_chunk_bytes: int = 1024 * 1024
+
+    # --- dispatcher ------------------------------------------------------------------
+    runtime_heartbeat_timeout_s: float = 15.0
+    binding_wait_timeout_s: float = 60.0
+    claude_max_user_messages_per_turn: int = 64
+
+    # --- receipt tracker --------------------------------------------------------------
+    receipt_window_s: float = 10.0
+
+    # --- health for the non-HTTP services -------------------------------------------
+    health_port: int = 0  # 0 = no health HTTP server; the chart sets one per service
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
