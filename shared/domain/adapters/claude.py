@@ -1,0 +1,287 @@
+"""Claude Code native encoding and per-Turn bookkeeping (bridge protocol 3).
+
+* Each public message becomes one native user message (``stream-json`` input) with a fresh
+  UUID; ``input_text`` → ``{"type": "text", "text"}``, ``input_image`` (an inline data URI) →
+  ``{"type": "image", "source": {"type": "base64", "media_type", "data"}}``, in order.
+* ``ClaudeTurn`` enforces the bridge's bound: at most ``MAX_USER_MESSAGES_PER_TURN`` (64) native
+  user messages per native Turn, the opening prompt included. A batch that would pass it is
+  rejected before any part of it is submitted (nothing of it is recorded) and the running Turn
+  ends. A public input counts as applied only after every native message of its batch is
+  consumed.
+* A function result becomes one ``tool_result`` block (``is_error = not success``) whose
+  content blocks follow the delivered content list in order.
+"""
+
+from __future__ import annotations
+
+import uuid as _uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shared.domain.adapters.errors import (
+    AdapterError,
+    TurnBoundExceeded,
+    TurnEnded,
+    UnsupportedContent,
+)
+from shared.domain.errors import join_path
+
+HARNESS = "claude_code"
+# Later: shared.domain.harness.PROFILES["claude_code"]
+# (the dispatcher passes Settings.claude_max_user_messages_per_turn to ClaudeTurn).
+MAX_USER_MESSAGES_PER_TURN = 64
+BRIDGE_PROTOCOL = 3
+
+NativeBlock = dict[str, Any]
+NativeMessage = dict[str, Any]
+
+_IMAGE_TYPES = ("image/png", "image/jpeg")
+
+
+def new_uuid() -> str:
+    return str(_uuid.uuid4())
+
+
+def _image_block(image_url: object, param: str) -> NativeBlock | AdapterError:
+    if isinstance(image_url, str) and image_url.startswith("data:"):
+        header, sep, data = image_url[len("data:") :].partition(",")
+        media_type, _, encoding = header.partition(";")
+        if sep and encoding == "base64" and media_type in _IMAGE_TYPES:
+            return {
+                "type": "image",
+                "source": {"type": "base64", "media_type": media_type, "data": data},
+            }
+    return UnsupportedContent(
+        message="Claude Code takes images only as inline PNG or JPEG base64 data URIs",
+        param=param,
+    )
+
+
+def content_blocks(
+    content: Iterable[Mapping[str, Any]], param: str = "content"
+) -> list[NativeBlock] | AdapterError:
+    blocks: list[NativeBlock] = []
+    for j, part in enumerate(content):
+        kind = part.get("type")
+        where = join_path(param, j)
+        if kind == "input_text":
+            blocks.append({"type": "text", "text": part["text"]})
+        elif kind == "input_image":
+            block = _image_block(part.get("image_url"), where)
+            if isinstance(block, AdapterError):
+                return block
+            blocks.append(block)
+        else:
+            return UnsupportedContent(message=f"unknown content part type {kind!r}", param=where)
+    return blocks
+
+
+def user_message(
+    blocks: list[NativeBlock], *, native_session_id: str | None, uuid: str
+) -> NativeMessage:
+    return {
+        "type": "user",
+        "message": {"role": "user", "content": blocks},
+        "parent_tool_use_id": None,
+        "session_id": native_session_id,
+        "uuid": uuid,
+    }
+
+
+def encode_messages(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    native_session_id: str | None = None,
+    uuid_factory: Callable[[], str] = new_uuid,
+) -> list[NativeMessage] | AdapterError:
+    """One native user message per public message, each with a fresh UUID. All or nothing: an
+    error in any message returns the error and no message."""
+    encoded: list[list[NativeBlock]] = []
+    for i, message in enumerate(messages):
+        blocks = content_blocks(message["content"], join_path(join_path("messages", i), "content"))
+        if isinstance(blocks, AdapterError):
+            return blocks
+        encoded.append(blocks)
+    return [
+        user_message(b, native_session_id=native_session_id, uuid=uuid_factory()) for b in encoded
+    ]
+
+
+def tool_result_block(
+    call_id: str, success: bool, content: Sequence[Mapping[str, Any]]
+) -> NativeBlock | AdapterError:
+    """A delivered function-result content list → one native ``tool_result`` block. Images are
+    allowed only in successful results (admission already refuses the rest)."""
+    if not success and any(p.get("type") == "input_image" for p in content):
+        return UnsupportedContent(
+            message="Claude Code takes images only in successful function results",
+            param="content",
+        )
+    blocks = content_blocks(content)
+    if isinstance(blocks, AdapterError):
+        return blocks
+    return {
+        "type": "tool_result",
+        "tool_use_id": call_id,
+        "is_error": not success,
+        "content": blocks,
+    }
+
+
+def tool_result_message(
+    call_id: str,
+    success: bool,
+    content: Sequence[Mapping[str, Any]],
+    *,
+    native_session_id: str | None = None,
+    uuid: str | None = None,
+) -> NativeMessage | AdapterError:
+    block = tool_result_block(call_id, success, content)
+    if isinstance(block, AdapterError):
+        return block
+    return user_message([block], native_session_id=native_session_id, uuid=uuid or new_uuid())
+
+
+@dataclass(frozen=True, slots=True)
+class ClaudeCall:
+    native_session_id: str
+    call_id: str
+    name: str
+    input: Any
+
+
+def tool_uses(native: Mapping[str, Any]) -> list[ClaudeCall]:
+    """The root function calls in a live ``assistant`` record (Subagent and replayed records
+    announce no public call)."""
+    if native.get("type") != "assistant" or native.get("parent_tool_use_id") is not None:
+        return []
+    if native.get("isReplay") not in (None, False):
+        return []
+    session_id = native.get("session_id")
+    message = native.get("message")
+    if not isinstance(session_id, str) or not isinstance(message, Mapping):
+        return []
+    blocks = message.get("content")
+    if not isinstance(blocks, list):
+        return []
+    calls = []
+    for block in blocks:
+        if (
+            isinstance(block, Mapping)
+            and block.get("type") == "tool_use"
+            and isinstance(block.get("id"), str)
+            and isinstance(block.get("name"), str)
+        ):
+            calls.append(ClaudeCall(session_id, block["id"], block["name"], block.get("input")))
+    return calls
+
+
+class ClaudeTurn:
+    """Bookkeeping for one native Claude Code Turn: the user-message bound and per-batch
+    consumption. Methods return the native messages to submit, or an error value; the
+    ``submitted`` list records every native message this Turn ever handed out."""
+
+    __slots__ = (
+        "_applied",
+        "_batch_of",
+        "_remaining",
+        "_uuid_factory",
+        "ended",
+        "max_user_messages",
+        "native_session_id",
+        "submitted",
+        "user_messages",
+    )
+
+    def __init__(
+        self,
+        *,
+        max_user_messages: int = MAX_USER_MESSAGES_PER_TURN,
+        native_session_id: str | None = None,
+        uuid_factory: Callable[[], str] = new_uuid,
+    ) -> None:
+        self.max_user_messages = max_user_messages
+        self.native_session_id = native_session_id
+        self._uuid_factory = uuid_factory
+        self.user_messages = 0
+        self.ended: AdapterError | None = None
+        self.submitted: list[NativeMessage] = []
+        self._batch_of: dict[str, str] = {}  # native uuid → batch id, until consumed
+        self._remaining: dict[str, int] = {}  # batch id → native messages not yet consumed
+        self._applied: set[str] = set()
+
+    @property
+    def running(self) -> bool:
+        return self.ended is None
+
+    def open(
+        self, batch_id: str, messages: Sequence[Mapping[str, Any]]
+    ) -> list[NativeMessage] | AdapterError:
+        """The opening prompt (counts toward the bound)."""
+        if self.user_messages or self.submitted:
+            return TurnEnded(message="the native Turn is already open", param=None)
+        return self._add(batch_id, messages, steering=False)
+
+    def steer(
+        self, batch_id: str, messages: Sequence[Mapping[str, Any]]
+    ) -> list[NativeMessage] | AdapterError:
+        """A steering batch joining the running Turn."""
+        return self._add(batch_id, messages, steering=True)
+
+    def _add(
+        self, batch_id: str, messages: Sequence[Mapping[str, Any]], *, steering: bool
+    ) -> list[NativeMessage] | AdapterError:
+        if self.ended is not None:
+            return TurnEnded(message=f"the native Turn has ended: {self.ended.message}")
+        if not messages:
+            return UnsupportedContent(
+                message="a batch needs at least one message", param="messages"
+            )
+        if batch_id in self._remaining or batch_id in self._applied:
+            return UnsupportedContent(message=f"batch {batch_id} was already submitted", param=None)
+        after = self.user_messages + len(messages)
+        if after > self.max_user_messages:
+            error = TurnBoundExceeded(
+                message=(
+                    f"the batch of {len(messages)} would bring the native Turn to {after} user "
+                    f"messages; the bound is {self.max_user_messages} including the opening prompt"
+                ),
+                param="messages",
+            )
+            # Checked before anything is encoded or recorded; the running Turn ends.
+            self.ended = error
+            return error
+        encoded = encode_messages(
+            messages, native_session_id=self.native_session_id, uuid_factory=self._uuid_factory
+        )
+        if isinstance(encoded, AdapterError):
+            return encoded  # nothing recorded; the Turn continues
+        self.user_messages = after
+        for native in encoded:
+            self._batch_of[native["uuid"]] = batch_id
+        self._remaining[batch_id] = len(encoded)
+        self.submitted.extend(encoded)
+        return encoded
+
+    def consumed(self, native_uuid: str) -> str | None:
+        """The harness consumed the native message ``native_uuid``. Returns the batch id when
+        this was the last unconsumed message of its batch (the public input is now applied),
+        else ``None``. Unknown or repeated UUIDs change nothing."""
+        batch_id = self._batch_of.pop(native_uuid, None)
+        if batch_id is None:
+            return None
+        self._remaining[batch_id] -= 1
+        if self._remaining[batch_id] == 0:
+            del self._remaining[batch_id]
+            self._applied.add(batch_id)
+            return batch_id
+        return None
+
+    def is_applied(self, batch_id: str) -> bool:
+        return batch_id in self._applied
+
+    def finish(self, reason: str) -> None:
+        """The native Turn ended (a ``result`` record); later input needs a new Turn."""
+        if self.ended is None:
+            self.ended = TurnEnded(message=reason)

@@ -1,0 +1,110 @@
+"""Codex native encoding (app-server protocol v2).
+
+Messages: a batch of public messages flattens into one native ``UserInput`` list. Every public
+part maps to exactly one native item, in order — ``input_text`` → ``{"type": "text", "text"}``,
+``input_image`` → ``{"type": "image", "url": <the data URI unchanged>}`` — and between two
+consecutive public messages one separator item ``{"type": "text", "text": "\\n\\n"}`` is
+inserted. Nothing is merged, trimmed or dropped: a whitespace-only or empty text part is
+delivered unchanged, and a message boundary next to an image is still marked. The native
+history does not keep public message boundaries; Core's storage does.
+
+Function results: ``contentItems`` — ``{"type": "inputText", "text"}`` /
+``{"type": "inputImage", "imageUrl"}`` in the delivered order; the same encoding is used by a
+Runtime to answer ``item/tool/call`` and by the receipt tracker to match ``item/completed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shared.domain.adapters.errors import AdapterError, UnsupportedContent
+from shared.domain.errors import join_path
+
+HARNESS = "codex"
+MESSAGE_SEPARATOR = "\n\n"
+
+NativeItem = dict[str, Any]
+
+
+def _native_input(part: Mapping[str, Any], param: str) -> NativeItem | AdapterError:
+    kind = part.get("type")
+    if kind == "input_text":
+        return {"type": "text", "text": part["text"]}
+    if kind == "input_image":
+        return {"type": "image", "url": part["image_url"]}
+    return UnsupportedContent(message=f"unknown content part type {kind!r}", param=param)
+
+
+def flatten_messages(messages: Sequence[Mapping[str, Any]]) -> list[NativeItem] | AdapterError:
+    """A batch of public messages → the Codex native input list (``turn/start`` /
+    ``turn/steer`` ``input``)."""
+    native: list[NativeItem] = []
+    for i, message in enumerate(messages):
+        if i > 0:
+            native.append({"type": "text", "text": MESSAGE_SEPARATOR})
+        for j, part in enumerate(message["content"]):
+            item = _native_input(part, join_path(join_path(join_path("messages", i), "content"), j))
+            if isinstance(item, AdapterError):
+                return item
+            native.append(item)
+    return native
+
+
+def content_items(content: Iterable[Mapping[str, Any]]) -> list[NativeItem] | AdapterError:
+    """A delivered function-result content list → Codex ``contentItems``."""
+    items: list[NativeItem] = []
+    for j, part in enumerate(content):
+        kind = part.get("type")
+        if kind == "input_text":
+            items.append({"type": "inputText", "text": part["text"]})
+        elif kind == "input_image":
+            items.append({"type": "inputImage", "imageUrl": part["image_url"]})
+        else:
+            return UnsupportedContent(
+                message=f"unknown content part type {kind!r}", param=join_path("content", j)
+            )
+    return items
+
+
+def function_result_response(
+    success: bool, content: Iterable[Mapping[str, Any]]
+) -> dict[str, Any] | AdapterError:
+    """The ``DynamicToolCallResponse`` a Runtime answers ``item/tool/call`` with."""
+    items = content_items(content)
+    if isinstance(items, AdapterError):
+        return items
+    return {"contentItems": items, "success": success}
+
+
+def expected_status(success: bool) -> str:
+    """The ``item/completed`` status Codex records: ``completed`` when the result succeeded,
+    ``failed`` otherwise (Codex app-server sets it from the response's ``success``)."""
+    return "completed" if success else "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class CodexCall:
+    thread_id: str
+    turn_id: str
+    call_id: str
+    name: str
+    arguments: Any
+
+
+def function_call(native: Mapping[str, Any]) -> CodexCall | None:
+    """The dynamic-tool call announced by an ``item/started`` observation, else ``None``."""
+    if native.get("method") != "item/started":
+        return None
+    params = native.get("params")
+    if not isinstance(params, Mapping):
+        return None
+    item = params.get("item")
+    if not isinstance(item, Mapping) or item.get("type") != "dynamicToolCall":
+        return None
+    thread_id, turn_id = params.get("threadId"), params.get("turnId")
+    call_id, name = item.get("id"), item.get("tool")
+    if not all(isinstance(v, str) for v in (thread_id, turn_id, call_id, name)):
+        return None
+    return CodexCall(str(thread_id), str(turn_id), str(call_id), str(name), item.get("arguments"))

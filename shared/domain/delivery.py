@@ -1,0 +1,139 @@
+"""What the Runtime receives: the Core–Runtime wire's content (CONTRACT §2 "Deliveries").
+
+Pure functions. Nothing here mutates its input: every part handed back is a new ``dict``, so a
+caller may serialise, encode or even edit the result without touching the stored submission.
+
+* ``result_content`` — a function result travels as one ordered content list: the ``output``
+  parts (a string output is one text part; a null or absent output contributes nothing), then
+  the ``error`` text as a final text part (when ``error`` is a string). Empty strings are
+  strings: ``output=""`` is one empty text part and ``error=""`` one empty final text part —
+  Core never trims and never drops (docs/runtime-boundary.md).
+* ``message_input`` / ``message_delivery`` / ``function_result_delivery`` — the
+  ``runtime.delivery/1`` records the dispatcher publishes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+# An InputContent part: {"type": "input_text", "text"} or {"type": "input_image", "image_url"}.
+InputContent = dict[str, Any]
+# A MessageInput on the wire: {"role": "user", "content": [InputContent…]}.
+MessageInput = dict[str, Any]
+
+DeliveryKind = Literal["start", "steer", "function_result"]
+DELIVERY_SCHEMA = "runtime.delivery/1"
+
+INPUT_TEXT = "input_text"
+INPUT_IMAGE = "input_image"
+
+
+def text_part(text: str) -> InputContent:
+    return {"type": INPUT_TEXT, "text": text}
+
+
+def copy_part(part: Mapping[str, Any]) -> InputContent:
+    """A new part with exactly the fields the wire carries for its type.
+
+    Unknown part types are copied whole (validation is admission's job, and this module must
+    never silently strip anything it does not understand)."""
+    kind = part.get("type")
+    if kind == INPUT_TEXT:
+        return {"type": INPUT_TEXT, "text": part["text"]}
+    if kind == INPUT_IMAGE:
+        return {"type": INPUT_IMAGE, "image_url": part["image_url"]}
+    return dict(part)
+
+
+def copy_content(content: Iterable[Mapping[str, Any]]) -> list[InputContent]:
+    return [copy_part(p) for p in content]
+
+
+def result_content(
+    output: str | Sequence[Mapping[str, Any]] | None,
+    error: str | None,
+    fields_present: Collection[str] | None = None,
+) -> list[InputContent]:
+    """The ordered content list a function result is delivered as.
+
+    ``fields_present`` is the stored submission's record of which of ``output`` / ``error``
+    were present; a field absent from it contributes nothing whatever value is passed. ``None``
+    means "infer from the values" (a non-null value is present)."""
+
+    def present(name: str, value: object) -> bool:
+        if value is None:
+            return False
+        return fields_present is None or name in fields_present
+
+    content: list[InputContent] = []
+    if present("output", output):
+        if isinstance(output, str):
+            content.append(text_part(output))
+        else:
+            assert output is not None
+            content.extend(copy_content(output))
+    if present("error", error):
+        assert error is not None
+        content.append(text_part(error))
+    return content
+
+
+def has_images(content: Iterable[Mapping[str, Any]]) -> bool:
+    return any(p.get("type") == INPUT_IMAGE for p in content)
+
+
+def messages_have_images(messages: Iterable[Mapping[str, Any]]) -> bool:
+    return any(has_images(m.get("content", ())) for m in messages)
+
+
+def message_input(message: Mapping[str, Any]) -> MessageInput:
+    """A stored public message as the wire's MessageInput: role and ordered parts, copied."""
+    return {"role": "user", "content": copy_content(message["content"])}
+
+
+def message_delivery(
+    *,
+    delivery_id: str,
+    runtime_id: str,
+    session_id: str,
+    turn_id: str,
+    kind: Literal["start", "steer"],
+    messages: Iterable[Mapping[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "schema": DELIVERY_SCHEMA,
+        "delivery_id": delivery_id,
+        "runtime_id": runtime_id,
+        "session_id": session_id,
+        "turn_id": turn_id,
+        "kind": kind,
+        "messages": [message_input(m) for m in messages],
+    }
+
+
+def function_result_delivery(
+    *,
+    delivery_id: str,
+    runtime_id: str,
+    session_id: str,
+    turn_id: str,
+    call_id: str,
+    name: str,
+    success: bool,
+    output: str | Sequence[Mapping[str, Any]] | None,
+    error: str | None,
+    fields_present: Collection[str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "schema": DELIVERY_SCHEMA,
+        "delivery_id": delivery_id,
+        "runtime_id": runtime_id,
+        "session_id": session_id,
+        "turn_id": turn_id,
+        "kind": "function_result",
+        "call_id": call_id,
+        "name": name,
+        "success": success,
+        "content": result_content(output, error, fields_present),
+    }
