@@ -34,6 +34,7 @@ class Settings(BaseSettings):
     topic_prefix: str = ""  # prepended to every topic name (test isolation, multi-tenancy)
     topic_partitions: int = 6
     topic_replication_factor: int = 1
+    topic_retention_ms: int = 7 * 24 * 3600 * 1000  # retention.ms of created topics; -1 = forever
     create_topics: bool = True
 
     # --- logging ---------------------------------------------------------------------
