@@ -1,0 +1,67 @@
+// Command ferretdb runs an embedded FerretDB v1.24 with its SQLite backend.
+//
+// We embed github.com/FerretDB/FerretDB/ferretdb instead of `go install`ing
+// cmd/ferretdb: a module-proxy build of the latter panics at start-up on a
+// missing build/version/version.txt (FerretDB issue 2982). The embeddable
+// package skips that check.
+//
+// Usage: ferretdb -listen 127.0.0.1:27017 -sqlite-dir /path/to/data [-log-level info]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/FerretDB/FerretDB/ferretdb"
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:27017", "TCP address to listen on")
+	dir := flag.String("sqlite-dir", "data", "directory holding the SQLite database files")
+	level := flag.String("log-level", "info", "debug, info, warn or error")
+	flag.Parse()
+
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		fmt.Fprintf(os.Stderr, "bad -log-level: %v\n", err)
+		os.Exit(2)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+
+	abs, err := filepath.Abs(*dir)
+	if err != nil {
+		logger.Error("resolve sqlite dir", "err", err)
+		os.Exit(1)
+	}
+	if err = os.MkdirAll(abs, 0o755); err != nil {
+		logger.Error("create sqlite dir", "err", err)
+		os.Exit(1)
+	}
+
+	f, err := ferretdb.New(&ferretdb.Config{
+		Listener:  ferretdb.ListenerConfig{TCP: *listen},
+		Logger:    logger,
+		Handler:   "sqlite",
+		SQLiteURL: "file:" + abs + "/",
+	})
+	if err != nil {
+		logger.Error("start", "err", err)
+		os.Exit(1)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	logger.Info("ferretdb (embedded, sqlite) listening", "addr", *listen, "dir", abs)
+	if err = f.Run(ctx); err != nil {
+		logger.Error("run", "err", err)
+		os.Exit(1)
+	}
+	logger.Info("ferretdb stopped")
+}
