@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Offline validation of the Helm chart (run by `make deploy-check` and CI).
+#
+#   1. builds Helm v3 and kubeconform with the machine's Go (cached outside the repo),
+#   2. takes the Kubernetes JSON schemas from the PyPI package kubernetes-validate and
+#      rewrites their relative $refs to absolute file:// URLs (cached),
+#   3. helm lint --strict + helm template | kubeconform -strict for the default values and
+#      for values-production.yaml,
+#   4. expects the deliberately broken values file(s) in testdata/ to FAIL, and a known-bad
+#      manifest to fail kubeconform (so the schemas really are consulted),
+#   5. prints the kinds and counts of the rendered objects.
+#
+# Nothing is fetched at validation time: kubeconform only sees file:// schemas.
+# Environment: SESSION_CORE_CACHE (default ~/.cache/session-core), PYTHON (default python3),
+# GO (default go).
+set -euo pipefail
+
+HELM_VERSION=v3.22.0
+KUBECONFORM_VERSION=v0.8.0
+K8S_VALIDATE_VERSION=1.37.0 # PyPI kubernetes-validate; ships schemas up to Kubernetes 1.37
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CHART="$HERE/session-core"
+CACHE="${SESSION_CORE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/session-core}"
+BIN="$CACHE/bin"
+PYTHON="${PYTHON:-python3}"
+GO="${GO:-go}"
+mkdir -p "$BIN"
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'deploy-check: FAIL: %s\n' "$*" >&2; exit 1; }
+
+# --- 1. tools ---------------------------------------------------------------------------
+modcache_dir() { # module@version -> its directory in the Go module cache (downloads it)
+  "$GO" mod download -json "$1" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'
+}
+
+k8s_version() { # Helm's Makefile: Kubernetes major = client-go major + 1, minor = client-go minor
+  local dir client_go major minor
+  dir=$(modcache_dir "helm.sh/helm/v3@$HELM_VERSION")
+  client_go=$(awk '$1 == "k8s.io/client-go" {print $2; exit}' "$dir/go.mod")
+  [[ -n "$client_go" ]] || die "cannot find k8s.io/client-go in $dir/go.mod"
+  IFS=. read -r major minor _ <<<"${client_go#v}"
+  K8S_VERSION="$((major + 1)).$minor.0"
+}
+
+build_helm() {
+  HELM="$BIN/helm-$HELM_VERSION"
+  [[ -x "$HELM" ]] && return 0
+  log "building helm $HELM_VERSION with $("$GO" version | cut -d' ' -f3)"
+  local major=${K8S_VERSION%%.*} minor tmp
+  minor=${K8S_VERSION#*.} && minor=${minor%%.*}
+  local pkg=helm.sh/helm/v3
+  # the same -X variables as Helm's Makefile (LDFLAGS) for a tagged release build
+  local ldflags="-w -s -X $pkg/internal/version.version=$HELM_VERSION"
+  ldflags+=" -X $pkg/internal/version.metadata= -X $pkg/internal/version.gitTreeState=clean"
+  ldflags+=" -X $pkg/pkg/lint/rules.k8sVersionMajor=$major -X $pkg/pkg/lint/rules.k8sVersionMinor=$minor"
+  ldflags+=" -X $pkg/pkg/chartutil.k8sVersionMajor=$major -X $pkg/pkg/chartutil.k8sVersionMinor=$minor"
+  tmp=$(mktemp -d)
+  GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice "$GO" install -trimpath \
+    -ldflags "$ldflags" "$pkg/cmd/helm@$HELM_VERSION"
+  mv "$tmp/helm" "$HELM" && rmdir "$tmp"
+}
+
+build_kubeconform() {
+  KUBECONFORM="$BIN/kubeconform-$KUBECONFORM_VERSION"
+  [[ -x "$KUBECONFORM" ]] && return 0
+  log "building kubeconform $KUBECONFORM_VERSION"
+  local tmp
+  tmp=$(mktemp -d)
+  GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice "$GO" install -trimpath \
+    -ldflags "-w -s -X main.version=$KUBECONFORM_VERSION" \
+    "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
+  mv "$tmp/kubeconform" "$KUBECONFORM" && rmdir "$tmp"
+}
+
+# --- 2. schemas -------------------------------------------------------------------------
+fetch_schemas() {
+  SCHEMAS="$CACHE/kubernetes-validate-$K8S_VALIDATE_VERSION/schemas"
+  [[ -f "$SCHEMAS/.rewritten-v$K8S_VERSION" ]] && return 0
+  log "fetching kubernetes-validate $K8S_VALIDATE_VERSION schemas (PyPI) and rewriting \$refs"
+  local root="$CACHE/kubernetes-validate-$K8S_VALIDATE_VERSION" whl
+  rm -rf "$root" && mkdir -p "$root/dl"
+  "$PYTHON" -m pip download --quiet --no-deps --disable-pip-version-check \
+    --dest "$root/dl" "kubernetes-validate==$K8S_VALIDATE_VERSION"
+  whl=$(ls "$root/dl"/kubernetes_validate-*.whl)
+  "$PYTHON" "$HERE/rewrite_schemas.py" "$whl" "$SCHEMAS" "v$K8S_VERSION"
+  touch "$SCHEMAS/.rewritten-v$K8S_VERSION"
+}
+
+# --- 3. lint, template, validate ---------------------------------------------------------
+KUBECONFORM_ARGS=()
+kubeconform_args() {
+  KUBECONFORM_ARGS=(-strict -summary -kubernetes-version "$K8S_VERSION"
+    -schema-location "$SCHEMAS/{{ .NormalizedKubernetesVersion }}-local{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json")
+}
+
+kind_counts() { # rendered YAML on stdin -> "Kind count" lines
+  "$PYTHON" -c '
+import collections, sys, yaml
+docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
+c = collections.Counter(d["kind"] for d in docs)
+for k in sorted(c): print(f"  {k:<26}{c[k]}")
+print("  " + "total".ljust(26) + str(sum(c.values())))
+'
+}
+
+# render NAME VALUES... -> validates and writes the rendered manifests to $OUT/NAME.yaml
+check_values() {
+  local name=$1 && shift
+  local args=()
+  for f in "$@"; do args+=(--values "$f"); done
+  log "[$name] helm lint --strict"
+  "$HELM" lint --strict "$CHART" "${args[@]}" >"$OUT/$name.lint" 2>&1 || {
+    cat "$OUT/$name.lint" >&2; die "helm lint failed for $name"; }
+  log "[$name] helm template | kubeconform -strict"
+  "$HELM" template session-core "$CHART" --namespace session-core "${args[@]}" \
+    >"$OUT/$name.yaml" 2>"$OUT/$name.err" || { cat "$OUT/$name.err" >&2; die "helm template failed for $name"; }
+  # ServiceMonitor is a CRD (Prometheus Operator) without an upstream schema in
+  # kubernetes-validate: skip exactly that kind, and only when the chart renders it.
+  local skip=() n_sm
+  n_sm=$(grep -c '^kind: ServiceMonitor$' "$OUT/$name.yaml" || true)
+  if ((n_sm > 0)); then skip=(-skip monitoring.coreos.com/v1/ServiceMonitor); fi
+  local summary
+  summary=$("$KUBECONFORM" "${KUBECONFORM_ARGS[@]}" "${skip[@]}" "$OUT/$name.yaml") || {
+    echo "$summary" >&2; die "kubeconform rejected the $name manifests"; }
+  echo "  kubeconform: $summary"
+  [[ "$summary" == *"Invalid: 0, Errors: 0, Skipped: $n_sm"* ]] ||
+    die "unexpected kubeconform summary for $name (expected exactly $n_sm skipped ServiceMonitor)"
+  echo "  rendered objects ($name):"
+  kind_counts <"$OUT/$name.yaml" || die "cannot summarise $name"
+}
+
+expect_failure() { # NAME VALUES -> lint, template or kubeconform must refuse these values
+  local name=$1 values=$2
+  log "[$name] expecting failure"
+  # errexit does not apply inside a condition, so check_values handles every error itself
+  if (check_values "$name" "$values") >"$OUT/$name.out" 2>&1; then
+    cat "$OUT/$name.out" >&2
+    die "$values was accepted (it must fail)"
+  fi
+  echo "  refused as expected: $(grep -m1 'FAIL' "$OUT/$name.out")"
+  grep -E "^- at |^Error|is invalid|additional properties" "$OUT/$name.out" | head -5 | sed 's/^/    /'
+}
+
+main() {
+  command -v "$GO" >/dev/null || die "go not found"
+  "$PYTHON" -c 'import yaml' 2>/dev/null || die "$PYTHON lacks PyYAML (pip install pyyaml)"
+  k8s_version
+  build_helm
+  build_kubeconform
+  fetch_schemas
+  OUT=$(mktemp -d)
+  trap 'rm -rf "$OUT"' EXIT
+
+  local hv kv
+  hv=$("$HELM" version --template '{{ .Version }}')
+  [[ "$hv" == "$HELM_VERSION" ]] || die "helm version reports $hv, expected $HELM_VERSION"
+  kv=$("$HELM" template probe "$HERE/testdata/capabilities-probe" | awk '/kubeVersion:/ {print $2}')
+  [[ "$kv" == "v$K8S_VERSION" ]] || die "helm's default Kubernetes version is $kv, expected v$K8S_VERSION"
+  echo "helm $hv (default Kubernetes $kv), kubeconform $("$KUBECONFORM" -v)," \
+    "schemas kubernetes-validate $K8S_VALIDATE_VERSION"
+  [[ -d "$SCHEMAS/v$K8S_VERSION-local-strict" ]] ||
+    die "kubernetes-validate $K8S_VALIDATE_VERSION has no schemas for Kubernetes $K8S_VERSION"
+  kubeconform_args
+
+  # the schemas must really be consulted: a misspelt field deep in a pod template fails
+  if "$KUBECONFORM" "${KUBECONFORM_ARGS[@]}" "$HERE/testdata/invalid-deployment.yaml" >"$OUT/self.txt" 2>&1; then
+    cat "$OUT/self.txt" >&2; die "kubeconform accepted testdata/invalid-deployment.yaml"
+  fi
+  grep -q "containers/0': additional properties 'imagePullPolicyy' not allowed" "$OUT/self.txt" || {
+    cat "$OUT/self.txt" >&2; die "kubeconform failed testdata/invalid-deployment.yaml for another reason"; }
+  echo "  kubeconform self-test: invalid-deployment.yaml rejected for its misspelt container field"
+
+  check_values default
+  check_values production "$HERE/values-production.yaml"
+  local broken
+  for broken in "$HERE"/testdata/broken-*.yaml; do
+    expect_failure "$(basename "$broken" .yaml)" "$broken"
+  done
+  echo "deploy-check: OK"
+}
+
+main "$@"

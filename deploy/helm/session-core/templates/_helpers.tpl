@@ -1,0 +1,114 @@
+{{/* Chart name, truncated to the 63 characters Kubernetes allows in a label. */}}
+{{- define "session-core.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name: release-chart unless the release name already contains the chart name. */}}
+{{- define "session-core.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "<fullname>-<component>", e.g. session-core-admission. */}}
+{{- define "session-core.componentName" -}}
+{{- printf "%s-%s" (include "session-core.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "session-core.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "session-core.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Labels of every object; takes dict "root" $ "component" name. */}}
+{{- define "session-core.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "session-core.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: session-core
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "session-core.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "session-core.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "session-core.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A setting's value as an environment string. Helm reads YAML numbers as float64, which would
+print 33554432 as 3.3554432e+07: whole numbers are printed as integers.
+*/}}
+{{- define "session-core.envValue" -}}
+{{- if and (kindIs "float64" .) (eq (floor .) .) -}}
+{{- int64 . | toString -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The ConfigMap's data: every non-null key of .Values.config. */}}
+{{- define "session-core.configData" -}}
+{{- range $name, $value := .Values.config }}
+{{- if not (kindIs "invalid" $value) }}
+{{ $name }}: {{ include "session-core.envValue" $value | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* env entries for the credentials (secretKeyRef) and the Kafka CA file. */}}
+{{- define "session-core.secretEnv" -}}
+{{- range $name, $ref := .Values.secretEnv }}
+{{- if $ref.name }}
+- name: {{ $name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $ref.name }}
+      key: {{ $ref.key }}
+{{- end }}
+{{- end }}
+{{- if .Values.kafkaTls.caSecret.name }}
+- name: SESSION_CORE_KAFKA_SSL_CAFILE
+  value: {{ printf "%s/%s" (trimSuffix "/" .Values.kafkaTls.mountPath) .Values.kafkaTls.caSecret.key | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "session-core.kafkaCaVolumeMount" -}}
+{{- if .Values.kafkaTls.caSecret.name }}
+- name: kafka-ca
+  mountPath: {{ .Values.kafkaTls.mountPath }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "session-core.kafkaCaVolume" -}}
+{{- if .Values.kafkaTls.caSecret.name }}
+- name: kafka-ca
+  secret:
+    secretName: {{ .Values.kafkaTls.caSecret.name }}
+    items:
+      - key: {{ .Values.kafkaTls.caSecret.key }}
+        path: {{ .Values.kafkaTls.caSecret.key }}
+{{- end }}
+{{- end -}}
