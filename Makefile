@@ -1,0 +1,80 @@
+# Session Core — the two set-up commands are `make run` and `make test`.
+# Everything downloaded or built is cached outside the repo in ~/.cache/session-core
+# (override with SESSION_CORE_CACHE); see docs/local-stack.md.
+
+SHELL        := /bin/bash
+.SHELLFLAGS  := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON3      ?= python3
+STACK        := $(PYTHON3) deploy/local/stack.py
+VENV         := .venv
+PY           := $(VENV)/bin/python
+STATE_DIR    ?= $(or $(SESSION_CORE_CACHE),$(HOME)/.cache/session-core)/state/default
+# extra arguments for stack.py up/run, e.g. STACK_ARGS="--kafka-port 19092 --http-port 8081"
+STACK_ARGS   ?=
+# `make up SERVICES=` starts only Kafka and FerretDB
+SERVICES     ?= --with-services
+PYTEST_ARGS  ?=
+
+.PHONY: help venv install run up down status env test test-unit test-integration test-e2e \
+        faults lint deploy-check bench clean-state
+
+help: ## show this help
+	@echo "Session Core — make targets:"
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo
+	@echo "Variables: STATE_DIR=$(STATE_DIR)"
+	@echo "           STACK_ARGS='$(STACK_ARGS)' SERVICES='$(SERVICES)' PYTEST_ARGS='$(PYTEST_ARGS)'"
+
+venv: ## create/reuse the venv (~/.cache/session-core/venv-<hash of pyproject.toml>, linked as .venv)
+	@$(STACK) venv
+
+install: venv ## venv + Kafka jars (Maven Central) + FerretDB build (Go module proxy), all cached
+	@$(STACK) install
+
+run: install ## start Kafka, FerretDB and the four services in the foreground; Ctrl-C stops all
+	@$(STACK) run $(SERVICES) --state-dir $(STATE_DIR) $(STACK_ARGS)
+
+up: install ## the same in the background; waits until everything is ready
+	@$(STACK) up $(SERVICES) --state-dir $(STATE_DIR) $(STACK_ARGS)
+
+down: ## stop everything `make up` started (SIGTERM, then SIGKILL; no orphans)
+	@$(STACK) down --state-dir $(STATE_DIR)
+
+status: ## what runs from the state dir, and whether it is ready
+	@$(STACK) status --state-dir $(STATE_DIR) $(STACK_ARGS)
+
+env: ## print KAFKA_BOOTSTRAP_SERVERS / MONGODB_URI for the running stack
+	@$(STACK) env --state-dir $(STATE_DIR) $(STACK_ARGS)
+
+# pytest exits 5 when it collected no test; make treats any non-zero exit as failure, and no
+# target here masks it, so "no tests" fails the build.
+test: install ## unit + integration + e2e (starts a private stack on free ports when needed)
+	$(PY) -m pytest -m "not faults" $(PYTEST_ARGS)
+
+test-unit: venv ## unit tests only (no infrastructure)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: install ## integration tests only (real Kafka + store)
+	$(PY) -m pytest tests/integration -m "not faults" $(PYTEST_ARGS)
+
+test-e2e: install ## end-to-end tests only
+	$(PY) -m pytest tests/e2e -m "not faults" $(PYTEST_ARGS)
+
+faults: install ## slow fault-injection tests (pytest -m faults)
+	$(PY) -m pytest -m faults $(PYTEST_ARGS)
+
+lint: venv ## ruff, and mypy --strict on services/ and shared/
+	$(PY) -m ruff check services shared tests
+	$(PY) -m mypy --strict services shared
+
+deploy-check: venv ## check the deployment files (deploy/helm/check.sh)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash deploy/helm/check.sh
+
+bench: install ## benchmarks (python -m bench)
+	$(PY) -m bench
+
+clean-state: ## stop the stack and delete its state dir (data and logs)
+	@$(STACK) down --state-dir $(STATE_DIR)
+	rm -rf -- "$(STATE_DIR)"
