@@ -315,4 +315,5 @@ def test_registry_claude() -> None:
     assert isinstance(got, list) and len(got) == 2
     assert len({m["uuid"] for m in got}) == 2
     res = a.encode_function_result("toolu_1", True, [t("ok")])
+    assert isinstance(res, dict)
     assert res["message"]["content"][0]["type"] == "tool_result"

@@ -150,7 +150,7 @@ def test_expected_status() -> None:
 
 
 def test_function_call_from_item_started() -> None:
-    native = {
+    native: dict[str, Any] = {
         "method": "item/started",
         "params": {
             "threadId": "th_1",

@@ -229,7 +229,7 @@ def test_choose_spreads_sessions() -> None:
 
 def test_choose_rendezvous_tie_break_is_deterministic_and_spreads() -> None:
     rts = [rt(runtime_id=f"rt_{i}") for i in range(4)]
-    picks = Counter()
+    picks: Counter[str] = Counter()
     for n in range(400):
         kw: dict[str, Any] = dict(
             harness="claude_code",

@@ -1,0 +1,68 @@
+"""Parsing a request body, strictly, for every entry point: valid UTF-8 JSON, no duplicate
+object keys (which value would be "as sent"?), no unpaired surrogates (they cannot be stored as
+UTF-8), no NaN/Infinity. Errors are values (400 invalid_request)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shared.domain.errors import ApiError, invalid, join_path
+
+
+class _Dup(ValueError):
+    pass
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Dup(k)
+        out[k] = v
+    return out
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def bad_unicode_path(value: Any, path: str = "") -> str | None:
+    """The JSON path of the first string (or key) holding an unpaired surrogate."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            p = bad_unicode_path(v, join_path(path, i))
+            if p is not None:
+                return p
+    if isinstance(value, dict):
+        for k, v in value.items():
+            sub = join_path(path, k) if isinstance(k, str) else path
+            if bad_unicode_path(k, sub) is not None:
+                return sub
+            p = bad_unicode_path(v, sub)
+            if p is not None:
+                return p
+    return None
+
+
+def parse_json(raw: bytes) -> Any | ApiError:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return invalid("the body is not valid UTF-8", None)
+    try:
+        value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constants)
+    except _Dup as exc:
+        return invalid(f"duplicate key {exc.args[0]!r} in a JSON object", None)
+    except ValueError as exc:
+        return invalid(f"malformed JSON: {exc}", None)
+    p = bad_unicode_path(value)
+    if p is not None:
+        return invalid("text must be valid Unicode (unpaired surrogate)", p or None)
+    return value

@@ -1,0 +1,70 @@
+"""Classify native observations (CONTRACT §2) into the facts storage turns into Items: a
+function call the harness made, and the end of a native Turn. Confirmation of function results
+is the receipt tracker's business (``shared.domain.receipts``), not this module's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CallOpened:
+    call_id: str
+    name: str
+    arguments: Any
+    native_ids: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TurnEnded:
+    state: str  # completed | failed
+    native_turn_id: str | None
+
+
+Classified = CallOpened | TurnEnded | None
+
+
+def classify(harness: str, native: Any) -> Classified:
+    if not isinstance(native, dict):
+        return None
+    if harness == "codex":
+        method = native.get("method")
+        params = native.get("params")
+        if not isinstance(params, dict):
+            return None
+        if method == "item/started":
+            item = params.get("item")
+            if isinstance(item, dict) and item.get("type") == "dynamicToolCall":
+                if isinstance(item.get("id"), str) and isinstance(item.get("tool"), str):
+                    return CallOpened(
+                        call_id=item["id"],
+                        name=item["tool"],
+                        arguments=item.get("arguments"),
+                        native_ids={"thread_id": params.get("threadId"),
+                                    "turn_id": params.get("turnId")},
+                    )
+        if method == "turn/completed":
+            status = params.get("status")
+            return TurnEnded("completed" if status == "completed" else "failed",
+                             params.get("turnId"))
+        return None
+    if harness == "claude_code":
+        kind = native.get("type")
+        if kind == "assistant" and native.get("parent_tool_use_id") is None:
+            msg = native.get("message")
+            content = msg.get("content") if isinstance(msg, dict) else None
+            if isinstance(content, list):
+                for block in content:
+                    if isinstance(block, dict) and block.get("type") == "tool_use":
+                        if isinstance(block.get("id"), str) and isinstance(block.get("name"), str):
+                            return CallOpened(
+                                call_id=block["id"],
+                                name=block["name"],
+                                arguments=block.get("input"),
+                                native_ids={"session_id": native.get("session_id")},
+                            )
+        if kind == "result":
+            sub = native.get("subtype")
+            return TurnEnded("completed" if sub == "success" else "failed", None)
+    return None

@@ -1,0 +1,393 @@
+"""The Session state machine that storage (the single Item writer) applies to each durable fact.
+
+Pure: given the Session's state and one record (admitted input or a fact from the dispatcher,
+the receipt tracker or a runtime observation), decide the Items to write, the new state, the
+answer to send back, and the input to hand to the dispatcher. Storage journals the decision
+before applying it, so a redelivered record replays the same decision instead of re-deciding.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+Delivery = Literal["started", "steered", "resumed", "duplicate"]
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SessionState:
+    session_id: str
+    harness: str
+    placement: str
+    created_at: str
+    version: int = 0
+    last_sequence: int = 0
+    turn_id: str | None = None
+    turn_running: bool = False
+    status: str = "waiting_for_runtime"
+    binding: Json | None = None
+    metadata: Json | None = None
+    open_calls: dict[str, str] = field(default_factory=dict)  # call_id → name
+
+    def to_doc(self) -> Json:
+        return {
+            "_id": self.session_id,
+            "harness": self.harness,
+            "placement": self.placement,
+            "created_at": self.created_at,
+            "version": self.version,
+            "last_sequence": self.last_sequence,
+            "turn_id": self.turn_id,
+            "turn_running": self.turn_running,
+            "status": self.status,
+            "binding": self.binding,
+            "metadata": self.metadata,
+            "open_calls": dict(self.open_calls),
+        }
+
+    @classmethod
+    def from_doc(cls, doc: Json) -> SessionState:
+        return cls(
+            session_id=doc["_id"],
+            harness=doc["harness"],
+            placement=doc["placement"],
+            created_at=doc["created_at"],
+            version=doc.get("version", 0),
+            last_sequence=doc.get("last_sequence", 0),
+            turn_id=doc.get("turn_id"),
+            turn_running=doc.get("turn_running", False),
+            status=doc.get("status", "waiting_for_runtime"),
+            binding=doc.get("binding"),
+            metadata=doc.get("metadata"),
+            open_calls=dict(doc.get("open_calls") or {}),
+        )
+
+
+@dataclass
+class Decision:
+    """Everything one record causes. ``state`` is None when the record changes nothing."""
+
+    source_key: str
+    session_id: str
+    state: SessionState | None = None
+    items: list[Json] = field(default_factory=list)
+    reply: Json | None = None  # {"request_id", "status", "body"} for admission
+    stored: Json | None = None  # the input the dispatcher must deliver
+    call_updates: list[Json] = field(default_factory=list)  # {"_id", "$set": {...}}
+    idempotency: list[Json] = field(default_factory=list)  # docs for the idempotency collection
+    log: list[str] = field(default_factory=list)
+
+
+def fingerprint(value: Any) -> str:
+    """Identity of a submission: canonical JSON (sorted keys) — which fields were present counts."""
+    raw = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class IdSource:
+    """Deterministic ids derived from the source record so a re-decision (never expected, but
+    possible after a lost journal write) mints the same ids."""
+
+    def __init__(self, source_key: str) -> None:
+        self._seed = source_key
+        self._n = 0
+
+    def next(self, prefix: str) -> str:
+        self._n += 1
+        digest = hashlib.sha256(f"{self._seed}#{self._n}".encode()).hexdigest()[:32]
+        return f"{prefix}_{digest}"
+
+
+def _item(state: SessionState, seq: int, ids: IdSource, now: str, kind: str, **body: Any) -> Json:
+    return {
+        "id": ids.next("item"),
+        "session_id": state.session_id,
+        "sequence": seq,
+        "type": kind,
+        "created_at": now,
+        **body,
+    }
+
+
+class _Builder:
+    def __init__(self, state: SessionState, ids: IdSource, now: str) -> None:
+        self.state = state
+        self.ids = ids
+        self.now = now
+        self.items: list[Json] = []
+
+    def add(self, kind: str, **body: Any) -> Json:
+        seq = self.state.last_sequence + 1
+        item = _item(self.state, seq, self.ids, self.now, kind, **body)
+        self.state = replace(self.state, last_sequence=seq)
+        self.items.append(item)
+        return item
+
+
+def _message_items(b: _Builder, messages: list[Json], event_id: str, turn_id: str,
+                   extra: Json) -> list[Json]:
+    out = []
+    for m in messages:
+        out.append(
+            b.add(
+                "message",
+                role="user",
+                content=copy.deepcopy(m["content"]),
+                event_id=event_id,
+                turn_id=turn_id,
+                **extra,
+            )
+        )
+    return out
+
+
+def _passthrough(record: Json) -> Json:
+    extra: Json = {}
+    for k in ("metadata", "tags", "external_actor"):
+        if record.get(k) is not None:
+            extra[k] = copy.deepcopy(record[k])
+    return extra
+
+
+def _has_images(parts: list[Json]) -> bool:
+    return any(p.get("type") == "input_image" for p in parts)
+
+
+def decide_create(record: Json, now: str) -> Decision:
+    sid = record["session_id"]
+    key = f"req:{record['request_id']}"
+    ids = IdSource(key)
+    state = SessionState(
+        session_id=sid,
+        harness=record["harness"],
+        placement=record["placement"],
+        created_at=now,
+        metadata=copy.deepcopy(record.get("metadata")),
+    )
+    turn_id = ids.next("turn")
+    b = _Builder(state, ids, now)
+    extra = _passthrough(record)
+    msgs = _message_items(b, record["messages"], record["event_id"], turn_id, extra)
+    b.add("turn", turn_id=turn_id, state="started", reason=None)
+    state = replace(b.state, version=1, turn_id=turn_id, turn_running=True)
+    d = Decision(source_key=key, session_id=sid, state=state, items=b.items)
+    body = {
+        "id": sid,
+        "harness": state.harness,
+        "placement": state.placement,
+        "status": state.status,
+        "items": b.items,
+    }
+    if record.get("metadata") is not None:
+        body["metadata"] = copy.deepcopy(record["metadata"])
+    d.reply = {"request_id": record["request_id"], "status": 201, "body": body}
+    d.stored = {
+        "session_id": sid,
+        "harness": state.harness,
+        "placement": state.placement,
+        "turn_id": turn_id,
+        "kind": "start",
+        "event_id": record["event_id"],
+        "messages": [{"role": "user", "content": m["content"]} for m in msgs],
+        "has_images": any(_has_images(m["content"]) for m in msgs),
+        "item_ids": [m["id"] for m in msgs],
+    }
+    if record.get("client_request_id"):
+        d.idempotency.append(
+            {
+                "_id": f"create:{record['client_request_id']}",
+                "request_id": record["request_id"],
+                "fingerprint": record["fingerprint"],
+                "status": 201,
+                "body": body,
+            }
+        )
+    return d
+
+
+def decide_message(state: SessionState, record: Json, now: str) -> Decision:
+    key = f"req:{record['request_id']}"
+    ids = IdSource(key)
+    b = _Builder(state, ids, now)
+    if state.turn_running and state.turn_id:
+        delivery: Delivery = "steered"
+        turn_id = state.turn_id
+        kind = "steer"
+    else:
+        delivery = "started"
+        turn_id = ids.next("turn")
+        kind = "start"
+    msgs = _message_items(b, record["messages"], record["event_id"], turn_id, _passthrough(record))
+    if delivery == "started":
+        b.add("turn", turn_id=turn_id, state="started", reason=None)
+    new = replace(b.state, version=state.version + 1, turn_id=turn_id, turn_running=True)
+    d = Decision(source_key=key, session_id=state.session_id, state=new, items=b.items)
+    body = {"event_id": record["event_id"], "delivery": delivery, "items": b.items}
+    d.reply = {"request_id": record["request_id"], "status": 202, "body": body}
+    d.stored = {
+        "session_id": state.session_id,
+        "harness": state.harness,
+        "placement": state.placement,
+        "turn_id": turn_id,
+        "kind": kind,
+        "event_id": record["event_id"],
+        "messages": [{"role": "user", "content": m["content"]} for m in msgs],
+        "has_images": any(_has_images(m["content"]) for m in msgs),
+        "item_ids": [m["id"] for m in msgs],
+    }
+    if record.get("client_event_id"):
+        d.idempotency.append(
+            {
+                "_id": f"event:{state.session_id}:{record['client_event_id']}",
+                "request_id": record["request_id"],
+                "fingerprint": record["fingerprint"],
+                "status": 202,
+                "body": body,
+            }
+        )
+    return d
+
+
+def decide_tool_result(state: SessionState, record: Json, now: str) -> Decision:
+    key = f"req:{record['request_id']}"
+    ids = IdSource(key)
+    b = _Builder(state, ids, now)
+    sub = record["submission"]
+    call_id = record["call_id"]
+    item = b.add(
+        "function_call_output",
+        call_id=call_id,
+        success=sub["success"],
+        output=copy.deepcopy(sub.get("output")),
+        error=sub.get("error"),
+        event_id=record["event_id"],
+        turn_id=state.turn_id,
+        **_passthrough(record),
+    )
+    open_calls = dict(state.open_calls)
+    name = open_calls.pop(call_id, record.get("name") or "")
+    new = replace(b.state, version=state.version + 1, open_calls=open_calls)
+    d = Decision(source_key=key, session_id=state.session_id, state=new, items=b.items)
+    body = {"event_id": record["event_id"], "delivery": "resumed", "items": b.items}
+    d.reply = {"request_id": record["request_id"], "status": 202, "body": body}
+    d.call_updates.append(
+        {
+            "_id": f"{state.session_id}/{call_id}",
+            "set": {
+                "submission": copy.deepcopy(sub),
+                "fields_present": list(record["fields_present"]),
+                "fingerprint": record["submission_fingerprint"],
+                "submitted_at": now,
+                "event_id": record["event_id"],
+                "output_item_id": item["id"],
+                "answer": body,
+                "application": {"state": "pending", "reason": None, "at": now},
+            },
+        }
+    )
+    d.stored = {
+        "session_id": state.session_id,
+        "harness": state.harness,
+        "placement": state.placement,
+        "turn_id": state.turn_id,
+        "kind": "function_result",
+        "event_id": record["event_id"],
+        "call_id": call_id,
+        "name": name,
+        "submission": copy.deepcopy(sub),
+        "fields_present": list(record["fields_present"]),
+        "item_ids": [item["id"]],
+    }
+    if record.get("client_event_id"):
+        d.idempotency.append(
+            {
+                "_id": f"event:{state.session_id}:{record['client_event_id']}",
+                "request_id": record["request_id"],
+                "fingerprint": record["fingerprint"],
+                "status": 202,
+                "body": body,
+            }
+        )
+    return d
+
+
+def decide_fact(state: SessionState, fact: Json, now: str) -> Decision:
+    """Facts from the dispatcher, the receipt tracker and runtime observations."""
+    key = f"fact:{fact['fact_id']}"
+    ids = IdSource(key)
+    b = _Builder(state, ids, now)
+    kind = fact["kind"]
+    d = Decision(source_key=key, session_id=state.session_id)
+    new = state
+    if kind == "function_call":
+        call_id = fact["call_id"]
+        if call_id in state.open_calls:
+            d.log.append("function_call.repeat")
+            return d
+        b.add(
+            "function_call",
+            call_id=call_id,
+            name=fact["name"],
+            arguments=copy.deepcopy(fact.get("arguments")),
+            turn_id=state.turn_id,
+        )
+        open_calls = {**state.open_calls, call_id: fact["name"]}
+        new = replace(b.state, open_calls=open_calls)
+        d.call_updates.append(
+            {
+                "_id": f"{state.session_id}/{call_id}",
+                "set_on_insert": {
+                    "session_id": state.session_id,
+                    "call_id": call_id,
+                    "name": fact["name"],
+                    "arguments": copy.deepcopy(fact.get("arguments")),
+                    "native": copy.deepcopy(fact.get("native_ids")),
+                    "opened_at": now,
+                    "submission": None,
+                    "application": None,
+                },
+            }
+        )
+    elif kind == "turn":
+        tid = fact["turn_id"] or state.turn_id
+        if fact["state"] in ("completed", "failed"):
+            if not state.turn_running or tid != state.turn_id:
+                d.log.append("turn.end_for_inactive_turn")
+                return d
+            b.add("turn", turn_id=tid, state=fact["state"], reason=fact.get("reason"))
+            new = replace(b.state, turn_running=False)
+        else:
+            return d
+    elif kind == "application":
+        call_id = fact["call_id"]
+        b.add(
+            "function_call_application",
+            call_id=call_id,
+            state=fact["state"],
+            reason=fact.get("reason"),
+        )
+        new = b.state
+        d.call_updates.append(
+            {
+                "_id": f"{state.session_id}/{call_id}",
+                "set": {"application": {"state": fact["state"], "reason": fact.get("reason"),
+                                        "at": now}},
+            }
+        )
+    elif kind == "binding":
+        new = replace(
+            state,
+            status=fact["status"],
+            binding={"runtime_id": fact.get("runtime_id"), "reason": fact.get("reason"),
+                     "at": now},
+        )
+    else:
+        d.log.append(f"fact.unknown_kind:{kind}")
+        return d
+    d.items = b.items
+    d.state = replace(new, version=state.version + 1)
+    return d
