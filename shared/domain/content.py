@@ -292,9 +292,7 @@ def check_message(
         first = next(j for j, p in enumerate(parts) if p["type"] == "input_image")
         walk.first_image_part[index] = join_path(cparam, first)
     elif not any(p["text"] for p in parts):
-        return invalid(
-            "a message needs an image or at least one non-empty text part", cparam
-        )
+        return invalid("a message needs an image or at least one non-empty text part", cparam)
     else:
         walk.whitespace_candidates.append(index)
     return {k: (parts if k == "content" else v) for k, v in raw.items()}

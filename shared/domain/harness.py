@@ -83,7 +83,7 @@ class HarnessProfile:
     max_user_messages_per_turn: int | None
 
     def images_allowed(self, placement: str) -> bool:
-        return bool(self.message_images.get(placement, False))  # type: ignore[call-overload]
+        return any(p == placement and ok for p, ok in self.message_images.items())
 
     @property
     def max_user_messages_per_batch(self) -> int | None:

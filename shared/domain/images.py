@@ -58,9 +58,9 @@ PILLOW_DEFAULT_MAX_IMAGE_PIXELS = 1024 * 1024 * 1024 // 4 // 3
 if Image.MAX_IMAGE_PIXELS is None:  # the guard must be on
     Image.MAX_IMAGE_PIXELS = PILLOW_DEFAULT_MAX_IMAGE_PIXELS
 
-_B64_INDEX = {c: i for i, c in enumerate(
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-)}
+_B64_INDEX = {
+    c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +75,7 @@ def split_data_uri(url: str, param: str) -> tuple[ImageFormat, str] | ApiError:
     """``data:image/png;base64,AAAA`` → (``"png"``, ``"AAAA"``) or the reason it is not one."""
     for fmt, prefix in _PREFIXES:
         if url.startswith(prefix):
-            return fmt, url[len(prefix):]
+            return fmt, url[len(prefix) :]
     lowered = url[:16].lower()
     if lowered.startswith(("http://", "https://")):
         return invalid(
@@ -90,8 +90,7 @@ def split_data_uri(url: str, param: str) -> tuple[ImageFormat, str] | ApiError:
             param,
         )
     return invalid(
-        "image_url must be an inline data URI: data:image/png;base64,… or "
-        "data:image/jpeg;base64,…",
+        "image_url must be an inline data URI: data:image/png;base64,… or data:image/jpeg;base64,…",
         param,
     )
 
@@ -134,16 +133,16 @@ def check_png_structure(data: bytes) -> str | None:
     while True:
         if pos + 12 > end:
             return "truncated PNG (no IEND chunk)"
-        length = int.from_bytes(view[pos:pos + 4], "big")
+        length = int.from_bytes(view[pos : pos + 4], "big")
         if length > 0x7FFFFFFF:
             return "corrupt PNG chunk length"
         data_end = pos + 8 + length
         if data_end + 4 > end:
             return "truncated PNG chunk"
-        crc = int.from_bytes(view[data_end:data_end + 4], "big")
-        if zlib.crc32(view[pos + 4:data_end]) != crc:
+        crc = int.from_bytes(view[data_end : data_end + 4], "big")
+        if zlib.crc32(view[pos + 4 : data_end]) != crc:
             return "corrupt PNG (chunk CRC mismatch)"
-        ctype = bytes(view[pos + 4:pos + 8])
+        ctype = bytes(view[pos + 4 : pos + 8])
         pos = data_end + 4
         if ctype == b"IEND":
             return None if pos == end else "bytes after the PNG IEND chunk"
@@ -193,8 +192,17 @@ def check_image_bytes(
         return too_large(f"image exceeds the decompression-bomb limit: {exc}", param)
     except UnidentifiedImageError:
         return invalid(f"image bytes are not a decodable {declared} file", param)
-    except (OSError, SyntaxError, ValueError, EOFError, MemoryError, IndexError, TypeError,
-            struct_error, zlib.error) as exc:
+    except (
+        OSError,
+        SyntaxError,
+        ValueError,
+        EOFError,
+        MemoryError,
+        IndexError,
+        TypeError,
+        struct_error,
+        zlib.error,
+    ) as exc:
         return invalid(f"image is truncated or corrupt ({type(exc).__name__})", param)
     return ImageInfo(fmt, width, height, len(data))
 
@@ -222,4 +230,3 @@ def check_image_url(
     if not data:
         return invalid("image data is empty", param)
     return check_image_bytes(data, fmt, max_pixels, param)
-
