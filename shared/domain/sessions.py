@@ -102,10 +102,10 @@ class IdSource:
         return f"{prefix}_{digest}"
 
 
-def _item(state: SessionState, seq: int, ids: IdSource, now: str, kind: str, **body: Any) -> Json:
+def _item(sess: SessionState, seq: int, ids: IdSource, now: str, kind: str, **body: Any) -> Json:
     return {
         "id": ids.next("item"),
-        "session_id": state.session_id,
+        "session_id": sess.session_id,
         "sequence": seq,
         "type": kind,
         "created_at": now,

@@ -1,0 +1,259 @@
+"""Admission's use cases, shared by the HTTP API and the ``session.input`` topic so both answer
+identically: validate (pure domain), check identities against the store (read only), hand the
+admitted input to storage over ``session.admitted`` (acks=all) and wait for the stored answer."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from faststream.kafka import KafkaBroker
+from pymongo.asynchronous.database import AsyncDatabase
+
+from services.admission.tails import ItemTail, ReplyTail
+from shared import records
+from shared.domain import admission as rules
+from shared.domain import errors
+from shared.domain.errors import ApiError
+from shared.domain.sessions import fingerprint
+from shared.ids import is_id, new_id
+from shared.kafka import now_rfc3339, publish
+from shared.logging import bound, get_logger
+from shared.settings import Settings
+from shared.store import Doc
+from shared.topics import Topics
+
+log = get_logger(__name__)
+Json = dict[str, Any]
+
+
+@dataclass
+class Answer:
+    status: int
+    body: Json
+    headers: dict[str, str] = field(default_factory=dict)
+    session_id: str | None = None
+    turn_id: str | None = None
+
+    @classmethod
+    def error(cls, err: ApiError) -> Answer:
+        return cls(err.status, err.body())
+
+
+def _public(doc: Doc) -> Doc:
+    return {k: v for k, v in doc.items() if k not in ("_id", "source_key")}
+
+
+class Admission:
+    def __init__(
+        self,
+        settings: Settings,
+        topics: Topics,
+        broker: KafkaBroker,
+        db: AsyncDatabase[Doc],
+        replies: ReplyTail,
+        items: ItemTail,
+    ) -> None:
+        self.settings = settings
+        self.topics = topics
+        self.broker = broker
+        self.db = db
+        self.replies = replies
+        self.items = items
+        self.limits = rules.Limits.from_settings(settings)
+
+    # ---- writes --------------------------------------------------------------------
+    async def create_session(self, body: Any) -> Answer:
+        admitted = rules.validate_create(body, self.limits)
+        if isinstance(admitted, ApiError):
+            return Answer.error(admitted)
+        rec = admitted.record()
+        fp = fingerprint({k: v for k, v in body.items() if k != "stream"})
+        crid = rec.get("client_request_id")
+        if crid:
+            prior = await self.db.idempotency.find_one({"_id": f"create:{crid}"})
+            if prior is not None:
+                return await self._repeat(prior, fp, 201, "client_request_id")
+        session_id = new_id("session")
+        record = {
+            "schema": records.ADMITTED,
+            "op": records.OP_CREATE,
+            "request_id": new_id("req"),
+            "session_id": session_id,
+            "event_id": new_id("evt"),
+            "admitted_at": now_rfc3339(),
+            "fingerprint": fp,
+            **rec,
+        }
+        return await self._hand_over(record)
+
+    async def add_event(self, session_id: str, body: Any) -> Answer:
+        if not is_id(session_id, "session"):
+            return Answer.error(errors.invalid("malformed session id", "session_id"))
+        session = await self.db.sessions.find_one({"_id": session_id})
+        if session is None:
+            return Answer.error(errors.not_found("no such Session", "session_id"))
+        admitted = rules.validate_event(
+            body, session["harness"], session["placement"], self.limits
+        )
+        if isinstance(admitted, ApiError):
+            return Answer.error(admitted)
+        rec = admitted.record()
+        fp = fingerprint(body)
+        ceid = rec.get("client_event_id")
+        if ceid:
+            prior = await self.db.idempotency.find_one({"_id": f"event:{session_id}:{ceid}"})
+            if prior is not None:
+                return await self._repeat(prior, fp, 202, "client_event_id")
+        record: Json = {
+            "schema": records.ADMITTED,
+            "op": records.OP_EVENT,
+            "request_id": new_id("req"),
+            "session_id": session_id,
+            "event_id": new_id("evt"),
+            "admitted_at": now_rfc3339(),
+            "fingerprint": fp,
+            **rec,
+        }
+        if rec["event_type"] == records.EV_TOOL_RESULT:
+            sub_fp = fingerprint(rec["submission"])
+            record["submission_fingerprint"] = sub_fp
+            call = await self.db.calls.find_one({"_id": f"{session_id}/{rec['call_id']}"})
+            if call is None:
+                return Answer.error(
+                    errors.not_found("the Session never issued this call", "call_id")
+                )
+            if call.get("submission") is not None:
+                if call.get("fingerprint") != sub_fp:
+                    return Answer.error(errors.conflict(
+                        "a different result for this call is already stored", "call_id"))
+                stored = copy.deepcopy(call["answer"])
+                stored["delivery"] = "duplicate"
+                stored["items"] = await self._items_by_id([call.get("output_item_id")])
+                return Answer(202, stored, session_id=session_id)
+        return await self._hand_over(record)
+
+    async def _repeat(self, prior: Doc, fp: str, status: int, param: str) -> Answer:
+        if prior.get("fingerprint") != fp:
+            return Answer.error(errors.conflict(
+                "a different request under this idempotency id is already stored", param))
+        body = copy.deepcopy(prior["body"])
+        body["items"] = await self._items_by_id(prior.get("item_ids", []))
+        headers = {"Idempotent-Replayed": "true"}
+        if status == 202:
+            body["delivery"] = "duplicate"
+        return Answer(status, body, headers, session_id=body.get("id"))
+
+    async def _items_by_id(self, ids: list[str | None]) -> list[Doc]:
+        wanted = [i for i in ids if i]
+        docs = [d async for d in self.db.items.find({"_id": {"$in": wanted}})]
+        docs.sort(key=lambda d: d["sequence"])
+        return await self._rehydrate([_public(d) for d in docs])
+
+    async def _rehydrate(self, items: list[Doc]) -> list[Doc]:
+        from services.storage import images  # the one module that knows the chunk layout
+
+        wanted = {r["sha256"] for it in items for r in images.refs(it)}
+        if not wanted:
+            return items
+        data: dict[str, list[bytes]] = {}
+        async for ch in self.db.image_chunks.find({"sha": {"$in": list(wanted)}}).sort("n", 1):
+            data.setdefault(ch["sha"], []).append(bytes(ch["data"]))
+        joined = {k: b"".join(v) for k, v in data.items()}
+        return [images.rehydrate(it, joined) for it in items]
+
+    async def _hand_over(self, record: Json) -> Answer:
+        """Publish to storage with acks=all, then wait for the stored answer. A timeout answers
+        504 and loses nothing: the record is in Kafka and storage will store it; a retry with the
+        same idempotency id returns the stored result."""
+        rid = record["request_id"]
+        with bound(session_id=record["session_id"], request_id=rid):
+            fut = self.replies.expect(rid)
+            try:
+                await publish(self.broker, self.topics.session_admitted, record,
+                              record["session_id"])
+                reply = await asyncio.wait_for(
+                    fut, self.settings.storage_reply_timeout_ms / 1000
+                )
+            except TimeoutError:
+                log.warning("admission.storage_timeout")
+                return Answer(504, {"error": {
+                    "type": "timeout",
+                    "message": "the input was admitted but storage did not answer in time; "
+                    "retry with the same idempotency id to read the stored result",
+                    "param": None}}, session_id=record["session_id"])
+            finally:
+                self.replies.forget(rid)
+            log.info("admission.stored", status=reply["status"])
+            body = reply["body"]
+            turn_id = None
+            for it in body.get("items", []) if isinstance(body, dict) else []:
+                turn_id = it.get("turn_id") or turn_id
+            return Answer(int(reply["status"]), body, session_id=record["session_id"],
+                          turn_id=turn_id)
+
+    # ---- reads ---------------------------------------------------------------------
+    async def get_session(self, session_id: str) -> Answer:
+        if not is_id(session_id, "session"):
+            return Answer.error(errors.invalid("malformed session id", "session_id"))
+        doc = await self.db.sessions.find_one({"_id": session_id})
+        if doc is None:
+            return Answer.error(errors.not_found("no such Session", "session_id"))
+        binding = await self.db.bindings.find_one({"_id": session_id})
+        body = {
+            "id": doc["_id"],
+            "harness": doc["harness"],
+            "placement": doc["placement"],
+            "status": doc.get("status"),
+            "binding": doc.get("binding"),
+            "runtime_id": (binding or {}).get("runtime_id"),
+            "turn": {"id": doc.get("turn_id"), "running": doc.get("turn_running", False)},
+            "last_sequence": doc.get("last_sequence", 0),
+            "created_at": doc.get("created_at"),
+            "metadata": doc.get("metadata"),
+        }
+        return Answer(200, body)
+
+    async def list_items(self, session_id: str, after: int, limit: int) -> Answer:
+        if not is_id(session_id, "session"):
+            return Answer.error(errors.invalid("malformed session id", "session_id"))
+        if await self.db.sessions.find_one({"_id": session_id}, {"_id": 1}) is None:
+            return Answer.error(errors.not_found("no such Session", "session_id"))
+        cursor = (
+            self.db.items.find({"session_id": session_id, "sequence": {"$gt": after}})
+            .sort("sequence", 1)
+            .limit(limit + 1)
+        )
+        docs = [_public(d) async for d in cursor]
+        more = len(docs) > limit
+        docs = await self._rehydrate(docs[:limit])
+        body = {
+            "items": docs,
+            "has_more": more,
+            "next_after": docs[-1]["sequence"] if docs else after,
+        }
+        return Answer(200, body)
+
+    async def get_tool_result(self, session_id: str, call_id: str) -> Answer:
+        if not is_id(session_id, "session"):
+            return Answer.error(errors.invalid("malformed session id", "session_id"))
+        call = await self.db.calls.find_one({"_id": f"{session_id}/{call_id}"})
+        if call is None:
+            return Answer.error(errors.not_found("no such call in this Session", "call_id"))
+        app = call.get("application") or None
+        body = {
+            "session_id": session_id,
+            "call_id": call_id,
+            "name": call.get("name"),
+            "arguments": call.get("arguments"),
+            "submitted": call.get("submission") is not None,
+            "submission": call.get("submission"),
+            "fields_present": call.get("fields_present"),
+            "submitted_at": call.get("submitted_at"),
+            "application": app,
+            "state": (app or {}).get("state") or ("open" if call.get("submission") is None
+                                                   else "pending"),
+        }
+        return Answer(200, body)

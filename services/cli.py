@@ -1,0 +1,97 @@
+"""``session-core <command>``: one entry point for every process of the project."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from shared.logging import configure_logging
+from shared.settings import get_settings
+
+SERVICES = ("admission", "storage", "dispatcher", "receipts")
+
+
+def _service(name: str) -> Any:
+    settings = get_settings()
+    if name == "admission":
+        from services.admission.app import AdmissionService
+
+        return AdmissionService(settings)
+    if name == "storage":
+        from services.storage.app import StorageService
+
+        return StorageService(settings)
+    if name == "dispatcher":
+        from services.dispatcher.app import DispatcherService
+
+        return DispatcherService(settings)
+    from services.receipts.app import ReceiptService
+
+    return ReceiptService(settings)
+
+
+async def _run_service(name: str) -> None:
+    from shared.health import serve_health
+    from shared.service import run_until_stopped
+
+    settings = get_settings()
+    svc = _service(name)
+    health = None
+
+    async def start() -> None:
+        nonlocal health
+        await svc.start()
+        if name != "admission":
+            health = await serve_health(settings.health_port, svc.ready)
+
+    async def stop() -> None:
+        if health is not None:
+            health.close()
+        await svc.stop()
+
+    await run_until_stopped(start, stop)
+
+
+async def _create_topics() -> None:
+    from shared.kafka import ensure_topics
+    from shared.topics import topics_for
+
+    s = get_settings().model_copy(update={"create_topics": True})
+    await ensure_topics(s, topics_for(s))
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="session-core", description=__doc__)
+    parser.add_argument(
+        "command",
+        choices=[*SERVICES, "topics", "runtime", "cli", "conformance"],
+        help="a service to run, 'topics' to create all topics, 'runtime' for the reference "
+        "runtime, 'cli' for the user CLI, 'conformance' for the runtime qualification kit",
+    )
+    args, rest = parser.parse_known_args(argv[:1])
+    rest = argv[1:]
+    settings = get_settings()
+    configure_logging(settings.log_level, settings.log_format, service=args.command)
+    if args.command in SERVICES:
+        asyncio.run(_run_service(args.command))
+    elif args.command == "topics":
+        asyncio.run(_create_topics())
+    elif args.command == "runtime":
+        from services.runtime.main import main as runtime_main
+
+        runtime_main(rest)
+    elif args.command == "cli":
+        from services.client.main import main as cli_main
+
+        cli_main(rest)
+    else:
+        from services.runtime.conformance import main as conf_main
+
+        conf_main(rest)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from services.cli import main
+
+main(["receipts"])

@@ -1,0 +1,132 @@
+"""storage — persists admitted input exactly as sent, assigns Item sequences, publishes Items.
+
+Consumes ``session.admitted``, ``core.facts`` and ``runtime.observations`` in one consumer group
+with the range assignor: the three topics are keyed by ``session_id`` with the same partition
+count, so one storage replica owns all records of a Session (one writer per Session). Offsets are
+committed after the batch is durable in the store and its Items are published (AckPolicy.ACK
+after the handler returns; an exception rewinds the batch — NACK_ON_ERROR)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from faststream import AckPolicy
+from faststream.kafka import KafkaBroker
+from faststream.kafka.annotations import KafkaMessage
+
+from pymongo.errors import AutoReconnect, ConnectionFailure, ServerSelectionTimeoutError
+
+from services.storage.handler import Outputs, StorageHandler, load_reply_items, record_to_input
+from services.storage.repository import StorageRepository
+from shared import records
+from shared.kafka import (
+    encode,
+    ensure_topics,
+    make_broker,
+    max_record_bytes,
+    now_rfc3339,
+    publish,
+    to_dlq,
+)
+from shared.logging import get_logger
+from shared.service import decode_batch, raw_decoder
+from shared.settings import Settings
+from shared.store import database, ensure_indexes, make_client, ping
+from shared.topics import Topics, topics_for
+
+log = get_logger(__name__)
+GROUP = "session-core-storage"
+INFRA_ERRORS = (ConnectionFailure, AutoReconnect, ServerSelectionTimeoutError, OSError)
+
+
+class StorageService:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.topics: Topics = topics_for(settings)
+        self.broker: KafkaBroker = make_broker(settings, "session-core-storage")
+        self.client = make_client(settings)
+        self.repo = StorageRepository(
+            database(self.client, settings),
+            settings.inline_image_max_bytes,
+            settings.image_chunk_bytes,
+        )
+        self.handler = StorageHandler(self.repo, now_rfc3339)
+        self.broker.subscriber(
+            self.topics.session_admitted,
+            self.topics.core_facts,
+            self.topics.runtime_observations,
+            group_id=GROUP,
+            batch=True,
+            max_records=settings.storage_batch_max,
+            batch_timeout_ms=20,
+            auto_offset_reset="earliest",
+            partition_assignment_strategy=(RangePartitionAssignor,),
+            max_partition_fetch_bytes=max_record_bytes(settings),
+            fetch_max_bytes=max_record_bytes(settings) * 2,
+            ack_policy=AckPolicy.NACK_ON_ERROR,
+            decoder=raw_decoder,
+        )(self.on_batch)
+
+    async def on_batch(self, body: Any, msg: KafkaMessage) -> None:
+        decoded = await decode_batch(self.broker, self.topics, msg.raw_message)
+        inputs = []
+        for raw, rec in decoded:
+            try:
+                inp = record_to_input(rec)
+                if inp is not None and not isinstance(inp.get("session_id"), str):
+                    raise ValueError("record has no session_id")
+            except (KeyError, TypeError, ValueError) as exc:
+                await to_dlq(self.broker, self.topics, raw.topic, raw.value or b"",
+                             f"unprocessable: {exc!r}", raw.key)
+                continue
+            if inp is not None:
+                inputs.append(inp)
+        try:
+            out = await self.handler.handle(inputs)
+        except INFRA_ERRORS:
+            raise  # the store or broker is away: rewind the batch and retry it
+        except Exception:
+            # A record this code cannot process must not stall its partition forever:
+            # process one by one and dead-letter the ones that fail.
+            log.exception("storage.batch_failed_isolating")
+            out = Outputs()
+            for inp in inputs:
+                try:
+                    one = await self.handler.handle([inp])
+                except INFRA_ERRORS:
+                    raise
+                except Exception as exc:
+                    await to_dlq(self.broker, self.topics, self.topics.session_admitted,
+                                 encode(inp), f"processing failed: {exc!r}",
+                                 str(inp.get("session_id")).encode())
+                    continue
+                out.items += one.items
+                out.stored += one.stored
+                out.replies += one.replies
+        # Durable now: publish Items (by id, in sequence order), inputs to deliver, answers.
+        for item in out.items:
+            await publish(self.broker, self.topics.session_items,
+                          {"schema": records.ITEM, **item}, item["session_id"])
+        for stored in out.stored:
+            await publish(self.broker, self.topics.session_stored,
+                          {"schema": records.STORED, **stored}, stored["session_id"])
+        for reply in out.replies:
+            reply = await load_reply_items(self.repo, reply)
+            await publish(self.broker, self.topics.storage_replies,
+                          {"schema": records.STORAGE_REPLY, **reply}, reply["request_id"])
+        if inputs:
+            log.debug("storage.batch", records=len(inputs), items=len(out.items))
+
+    async def ready(self) -> bool:
+        return await ping(self.client) and await self.broker.ping(timeout=2.0)
+
+    async def start(self) -> None:
+        await ensure_topics(self.settings, self.topics)
+        await ensure_indexes(self.repo.db)
+        await self.broker.start()
+        log.info("storage.started", group=GROUP)
+
+    async def stop(self) -> None:
+        await self.broker.stop()
+        await self.client.close()

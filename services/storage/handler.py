@@ -1,0 +1,245 @@
+"""Storage's handler: one batch of records (admitted input, facts, runtime observations) in,
+durable Items and answers out. Order per Session is the order of the partition; the journal makes
+every decision replayable, so redelivery never duplicates or re-numbers an Item."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.storage.repository import StorageRepository
+from shared import records
+from shared.domain import errors
+from shared.domain.observations import CallOpened, TurnEnded, classify
+from shared.domain.sessions import (
+    Decision,
+    SessionState,
+    decide_create,
+    decide_fact,
+    decide_message,
+    decide_tool_result,
+)
+from shared.logging import get_logger
+
+log = get_logger(__name__)
+Json = dict[str, Any]
+
+
+@dataclass
+class Outputs:
+    items: list[Json] = field(default_factory=list)  # to session.items, in order
+    stored: list[Json] = field(default_factory=list)  # to session.stored
+    replies: list[Json] = field(default_factory=list)  # to the admission reply topic
+
+
+def record_to_input(rec: Json) -> Json | None:
+    """Turn a decoded record into the storage input it stands for (None: not ours)."""
+    schema = rec.get("schema")
+    if schema in (records.ADMITTED, records.FACT):
+        return rec
+    if schema == records.OBSERVATION:
+        c = classify(rec.get("harness", ""), rec.get("native"))
+        sid = rec.get("session_id")
+        obs_id = rec.get("observation_id") or rec.get("native", {}).get("uuid")
+        if isinstance(c, CallOpened):
+            return {
+                "schema": records.FACT,
+                "fact_id": f"obs:{sid}:call:{c.call_id}",
+                "session_id": sid,
+                "kind": "function_call",
+                "call_id": c.call_id,
+                "name": c.name,
+                "arguments": c.arguments,
+                "native_ids": c.native_ids,
+            }
+        if isinstance(c, TurnEnded):
+            return {
+                "schema": records.FACT,
+                "fact_id": f"obs:{sid}:turn_end:{rec.get('turn_id') or obs_id}",
+                "session_id": sid,
+                "kind": "turn",
+                "turn_id": rec.get("turn_id"),
+                "state": c.state,
+                "reason": None if c.state == "completed" else "the harness ended the turn",
+            }
+    return None
+
+
+def source_key(rec: Json) -> str:
+    if rec["schema"] == records.ADMITTED:
+        return f"req:{rec['request_id']}"
+    return f"fact:{rec['fact_id']}"
+
+
+def _reply(request_id: str, err: errors.ApiError) -> Json:
+    return {"request_id": request_id, "status": err.status, "body": err.body()}
+
+
+class StorageHandler:
+    def __init__(self, repo: StorageRepository, now: Callable[[], str]) -> None:
+        self.repo = repo
+        self.now = now
+
+    async def handle(self, inputs: list[Json]) -> Outputs:
+        out = Outputs()
+        if not inputs:
+            return out
+        keys = [source_key(r) for r in inputs]
+        journal = await self.repo.journal(keys)
+        states = await self.repo.sessions(r["session_id"] for r in inputs)
+        idem_keys, call_keys = [], []
+        for r in inputs:
+            if r["schema"] != records.ADMITTED:
+                continue
+            if r.get("client_request_id"):
+                idem_keys.append(f"create:{r['client_request_id']}")
+            if r.get("client_event_id"):
+                idem_keys.append(f"event:{r['session_id']}:{r['client_event_id']}")
+            if r.get("event_type") == records.EV_TOOL_RESULT:
+                call_keys.append(f"{r['session_id']}/{r['call_id']}")
+        idem = await self.repo.idempotency(idem_keys)
+        calls = await self.repo.calls(call_keys)
+
+        replayed: list[Json] = []
+        fresh: list[Decision] = []
+        for r, key in zip(inputs, keys, strict=True):
+            if key in journal:
+                j = journal[key]
+                replayed.append(j)
+                if j["state"] is not None:
+                    states[j["session_id"]] = SessionState.from_doc(j["state"])
+                continue
+            d = self._decide(r, states, idem, calls, out)
+            if d is None:
+                continue
+            fresh.append(d)
+            if d.state is not None:
+                states[d.session_id] = d.state
+            for doc in d.idempotency:
+                idem[doc["_id"]] = {**doc, "item_ids": [i["id"] for i in d.items]}
+            for cu in d.call_updates:
+                calls[cu["_id"]] = {**calls.get(cu["_id"], {}), **cu.get("set", {}),
+                                    **cu.get("set_on_insert", {})}
+            for msg in d.log:
+                log.info(msg, session_id=d.session_id)
+
+        # Replays first (they precede fresh decisions in partition order).
+        if replayed:
+            await self.repo.apply(replayed)
+            for j in replayed:
+                await self._replay_outputs(j, out)
+        docs, chunks = [], []
+        for d in fresh:
+            doc, ch = self.repo.journal_doc(d)
+            docs.append(doc)
+            chunks.extend(ch)
+        await self.repo.write(docs, chunks)
+        for d in fresh:
+            out.items.extend(d.items)
+            if d.stored is not None:
+                out.stored.append(d.stored)
+            if d.reply is not None:
+                out.replies.append(d.reply)
+        return out
+
+    def _decide(
+        self,
+        r: Json,
+        states: dict[str, SessionState],
+        idem: dict[str, Json],
+        calls: dict[str, Json],
+        out: Outputs,
+    ) -> Decision | None:
+        now = self.now()
+        sid = r["session_id"]
+        state = states.get(sid)
+        if r["schema"] == records.FACT:
+            if state is None:
+                log.warning("fact.unknown_session", session_id=sid, kind=r.get("kind"))
+                return None
+            return decide_fact(state, r, now)
+        rid = r["request_id"]
+        if r["op"] == records.OP_CREATE:
+            crid = r.get("client_request_id")
+            if crid and f"create:{crid}" in idem:
+                self._duplicate(idem[f"create:{crid}"], r, out, 201)
+                return None
+            if state is not None:  # the same request already decided under this session id
+                return None
+            return decide_create(r, now)
+        if state is None:
+            out.replies.append(_reply(rid, errors.not_found("no such Session", "session_id")))
+            return None
+        ceid = r.get("client_event_id")
+        if ceid and f"event:{sid}:{ceid}" in idem:
+            self._duplicate(idem[f"event:{sid}:{ceid}"], r, out, 202)
+            return None
+        if r["event_type"] == records.EV_MESSAGE:
+            return decide_message(state, r, now)
+        call = calls.get(f"{sid}/{r['call_id']}")
+        if call is None:
+            out.replies.append(
+                _reply(rid, errors.not_found("the Session never issued this call", "call_id"))
+            )
+            return None
+        if call.get("submission") is not None:
+            if call.get("fingerprint") == r["submission_fingerprint"]:
+                body = copy.deepcopy(call["answer"])
+                body["delivery"] = "duplicate"
+                out.replies.append({"request_id": rid, "status": 202, "body": body,
+                                    "item_ids": [call.get("output_item_id")]})
+            else:
+                out.replies.append(_reply(rid, errors.conflict(
+                    "a different result for this call is already stored", "call_id")))
+            return None
+        return decide_tool_result(state, {**r, "name": call.get("name")}, now)
+
+    def _duplicate(self, stored: Json, r: Json, out: Outputs, status: int) -> None:
+        if stored.get("fingerprint") != r["fingerprint"]:
+            param = "client_request_id" if status == 201 else "client_event_id"
+            out.replies.append(_reply(r["request_id"], errors.conflict(
+                "a different request under this idempotency id is already stored", param)))
+            return
+        body = copy.deepcopy(stored["body"])
+        if status == 202:
+            body["delivery"] = "duplicate"
+        out.replies.append({"request_id": r["request_id"], "status": status, "body": body,
+                            "item_ids": stored.get("item_ids", []), "duplicate": True})
+
+    async def _replay_outputs(self, j: Json, out: Outputs) -> None:
+        items = await self.repo.rehydrate(copy.deepcopy(j["items"]))
+        out.items.extend(items)
+        if j.get("reply"):
+            reply = copy.deepcopy(j["reply"])
+            reply["body"]["items"] = items
+            out.replies.append(reply)
+        if j.get("stored"):
+            stored = copy.deepcopy(j["stored"])
+            if stored["kind"] in ("start", "steer"):
+                stored["messages"] = [
+                    {"role": "user", "content": it["content"]}
+                    for it in items if it["type"] == "message"
+                ]
+            else:
+                for cu in j["call_updates"]:
+                    if "set" in cu and "submission" in cu["set"]:
+                        stored["submission"] = cu["set"]["submission"]
+            out.stored.append(stored)
+
+
+async def load_reply_items(repo: StorageRepository, reply: Json) -> Json:
+    """Duplicate answers carry Item ids; fill in the stored Items."""
+    ids = reply.pop("item_ids", None)
+    reply.pop("duplicate", None)
+    if ids:
+        docs = [d async for d in repo.db.items.find({"_id": {"$in": [i for i in ids if i]}})]
+        docs.sort(key=lambda d: d["sequence"])
+        items = await repo.rehydrate([{k: v for k, v in d.items()
+                                       if k not in ("_id", "source_key")} for d in docs])
+        reply["body"]["items"] = items
+    return reply
+
+
+Publish = Callable[[str, Json, str | None], Awaitable[None]]

@@ -1,0 +1,168 @@
+"""Storage's MongoDB adapter: journal, Items, Sessions, calls, idempotency, image chunks.
+All writes are idempotent (unique ``_id`` / unique indexes), so replaying a journal entry after
+a crash is harmless; Session documents only move forward (version guard)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pymongo import DESCENDING, UpdateOne
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import BulkWriteError, DuplicateKeyError
+
+from services.storage import images
+from shared.domain.sessions import Decision, SessionState
+from shared.store import Doc
+
+DUPLICATE_KEY = 11000
+
+
+def _only_duplicates(exc: BulkWriteError) -> bool:
+    errors = exc.details.get("writeErrors", [])
+    return all(e.get("code") == DUPLICATE_KEY for e in errors)
+
+
+async def insert_ignoring_duplicates(coll: Any, docs: list[Doc]) -> None:
+    if not docs:
+        return
+    try:
+        await coll.insert_many(docs, ordered=False)
+    except BulkWriteError as exc:
+        if not _only_duplicates(exc):
+            raise
+
+
+class StorageRepository:
+    def __init__(self, db: AsyncDatabase[Doc], inline_image_max: int, chunk_bytes: int) -> None:
+        self.db = db
+        self.inline_max = inline_image_max
+        self.chunk_bytes = chunk_bytes
+
+    # ---- reads -------------------------------------------------------------------
+    async def sessions(self, ids: Iterable[str]) -> dict[str, SessionState]:
+        out: dict[str, SessionState] = {}
+        async for doc in self.db.sessions.find({"_id": {"$in": list(set(ids))}}):
+            out[doc["_id"]] = SessionState.from_doc(doc)
+        return out
+
+    async def journal(self, keys: Iterable[str]) -> dict[str, Doc]:
+        return {
+            d["_id"]: d async for d in self.db.journal.find({"_id": {"$in": list(set(keys))}})
+        }
+
+    async def idempotency(self, keys: Iterable[str]) -> dict[str, Doc]:
+        return {
+            d["_id"]: d
+            async for d in self.db.idempotency.find({"_id": {"$in": list(set(keys))}})
+        }
+
+    async def calls(self, keys: Iterable[str]) -> dict[str, Doc]:
+        return {d["_id"]: d async for d in self.db.calls.find({"_id": {"$in": list(set(keys))}})}
+
+    async def last_sequence(self, session_id: str) -> int:
+        doc = await self.db.items.find_one(
+            {"session_id": session_id}, sort=[("sequence", DESCENDING)], projection={"sequence": 1}
+        )
+        return int(doc["sequence"]) if doc else 0
+
+    # ---- the journal: one atomic document per decided record ----------------------
+    def journal_doc(self, d: Decision) -> tuple[Doc, list[Doc]]:
+        stored_items, chunks = [], []
+        for it in d.items:
+            ext, ch = images.externalize(it, self.inline_max, self.chunk_bytes)
+            stored_items.append(ext)
+            chunks.extend(ch)
+        stored = None
+        if d.stored is not None:
+            stored = dict(d.stored)
+        doc: Doc = {
+            "_id": d.source_key,
+            "session_id": d.session_id,
+            "state": d.state.to_doc() if d.state else None,
+            "items": stored_items,
+            "reply": _strip_items(d.reply),
+            "stored": _strip_stored(stored),
+            "call_updates": d.call_updates,
+            "idempotency": [_strip_idem(x) for x in d.idempotency],
+        }
+        return doc, chunks
+
+    async def write(self, journal_docs: list[Doc], chunks: list[Doc]) -> None:
+        """Apply decided records: chunks, journal, Items, calls, idempotency, Sessions."""
+        await insert_ignoring_duplicates(self.db.image_chunks, _dedupe(chunks))
+        await insert_ignoring_duplicates(self.db.journal, journal_docs)
+        await self.apply(journal_docs)
+
+    async def apply(self, journal_docs: list[Doc]) -> None:
+        items: list[Doc] = []
+        call_ops: list[UpdateOne] = []
+        idem: list[Doc] = []
+        latest: dict[str, Doc] = {}
+        for j in journal_docs:
+            for it in j["items"]:
+                items.append({"_id": it["id"], "source_key": f"{j['_id']}#{it['sequence']}", **it})
+            for cu in j["call_updates"]:
+                upd: Doc = {}
+                if "set" in cu:
+                    upd["$set"] = cu["set"]
+                if "set_on_insert" in cu:
+                    upd["$setOnInsert"] = cu["set_on_insert"]
+                call_ops.append(UpdateOne({"_id": cu["_id"]}, upd, upsert=True))
+            idem.extend(j["idempotency"])
+            if j["state"] is not None:
+                latest[j["session_id"]] = j["state"]
+        await insert_ignoring_duplicates(self.db.items, items)
+        if call_ops:
+            await self.db.calls.bulk_write(call_ops, ordered=True)
+        await insert_ignoring_duplicates(self.db.idempotency, idem)
+        for sid, state in latest.items():
+            await self._advance_session(sid, state)
+
+    async def _advance_session(self, sid: str, state: Doc) -> None:
+        version = state["version"]
+        body = {k: v for k, v in state.items() if k != "_id"}
+        try:
+            await self.db.sessions.update_one(
+                {"_id": sid, "version": {"$lt": version}}, {"$set": body}, upsert=True
+            )
+        except DuplicateKeyError:
+            pass  # the stored Session is already at this version or later
+
+    # ---- image rehydration for published / read Items ------------------------------
+    async def rehydrate(self, items: list[Doc]) -> list[Doc]:
+        wanted = {r["sha256"]: r for it in items for r in images.refs(it)}
+        if not wanted:
+            return items
+        data: dict[str, list[bytes]] = {}
+        async for ch in self.db.image_chunks.find({"sha": {"$in": list(wanted)}}).sort("n", 1):
+            data.setdefault(ch["sha"], []).append(bytes(ch["data"]))
+        joined = {sha: b"".join(parts) for sha, parts in data.items()}
+        return [images.rehydrate(it, joined) for it in items]
+
+
+def _dedupe(docs: list[Doc]) -> list[Doc]:
+    seen: dict[str, Doc] = {}
+    for d in docs:
+        seen.setdefault(d["_id"], d)
+    return list(seen.values())
+
+
+def _strip_items(reply: Doc | None) -> Doc | None:
+    """Replies are rebuilt from the journal's Items on replay; keep them small."""
+    if reply is None:
+        return None
+    body = {k: v for k, v in reply["body"].items() if k != "items"}
+    return {**reply, "body": body}
+
+
+def _strip_stored(stored: Doc | None) -> Doc | None:
+    if stored is None:
+        return None
+    return {k: v for k, v in stored.items() if k not in ("messages", "submission")}
+
+
+def _strip_idem(doc: Doc) -> Doc:
+    body = {k: v for k, v in doc["body"].items() if k != "items"}
+    item_ids = [it["id"] for it in doc["body"].get("items", [])]
+    return {**doc, "body": body, "item_ids": item_ids}

@@ -1,0 +1,158 @@
+"""Kafka plumbing, once: the FastStream broker factory, topic creation, record encoding and the
+dead-letter queue. Every producer is acks=all + idempotent; every consumer names its group and
+commits only after its work is durable (AckPolicy.ACK at the subscriber)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+from faststream.kafka import KafkaBroker
+from faststream.security import (
+    BaseSecurity,
+    SASLPlaintext,
+    SASLScram256,
+    SASLScram512,
+)
+
+from shared.logging import get_logger
+from shared.settings import Settings
+from shared.topics import Topics
+
+log = get_logger(__name__)
+
+# A record may carry a whole admitted request (images inline), so the size cap follows the body
+# limit. Topics are created with max.message.bytes set to this, producers and consumers agree.
+def max_record_bytes(settings: Settings) -> int:
+    return settings.max_body_bytes * 2 + 1024 * 1024
+
+
+def security(settings: Settings) -> BaseSecurity | None:
+    proto = settings.kafka_security_protocol.upper()
+    if proto == "PLAINTEXT":
+        return None
+    ctx: ssl.SSLContext | None = None
+    if proto in ("SSL", "SASL_SSL"):
+        ctx = ssl.create_default_context(cafile=settings.kafka_ssl_cafile)
+    if proto == "SSL":
+        return BaseSecurity(ssl_context=ctx, use_ssl=True)
+    user, password = settings.kafka_sasl_username or "", settings.kafka_sasl_password or ""
+    mech = (settings.kafka_sasl_mechanism or "PLAIN").upper()
+    cls = {"PLAIN": SASLPlaintext, "SCRAM-SHA-256": SASLScram256, "SCRAM-SHA-512": SASLScram512}[
+        mech
+    ]
+    return cls(username=user, password=password, ssl_context=ctx)
+
+
+def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
+    return KafkaBroker(
+        settings.kafka_bootstrap_servers,
+        client_id=client_id,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=2,
+        max_request_size=max_record_bytes(settings),
+        security=security(settings),
+        graceful_timeout=15.0,
+        # FastStream's per-message "Received/Processed" lines go to DEBUG; errors stay visible.
+        log_level=logging.DEBUG,
+    )
+
+
+async def ensure_topics(settings: Settings, topics: Topics) -> None:
+    """Create every topic the services use (idempotent). Skipped when create_topics=false,
+    where the platform provisions topics (the Helm chart's Job)."""
+    if not settings.create_topics:
+        return
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.kafka_bootstrap_servers,
+        **_admin_security(settings),
+    )
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        wanted = [t for t in topics.all() if t not in existing]
+        if not wanted:
+            return
+        new = []
+        for name in wanted:
+            cfg = {"max.message.bytes": str(max_record_bytes(settings))}
+            if name in topics.compacted:
+                cfg["cleanup.policy"] = "compact"
+            new.append(
+                NewTopic(
+                    name,
+                    num_partitions=settings.topic_partitions,
+                    replication_factor=settings.topic_replication_factor,
+                    topic_configs=cfg,
+                )
+            )
+        try:
+            await admin.create_topics(new)
+        except TopicAlreadyExistsError:
+            pass
+        log.info("topics.created", topics=wanted)
+    finally:
+        await admin.close()
+
+
+def _admin_security(settings: Settings) -> dict[str, Any]:
+    proto = settings.kafka_security_protocol.upper()
+    if proto == "PLAINTEXT":
+        return {}
+    out: dict[str, Any] = {"security_protocol": proto}
+    if proto in ("SSL", "SASL_SSL"):
+        out["ssl_context"] = ssl.create_default_context(cafile=settings.kafka_ssl_cafile)
+    if proto.startswith("SASL"):
+        out["sasl_mechanism"] = (settings.kafka_sasl_mechanism or "PLAIN").upper()
+        out["sasl_plain_username"] = settings.kafka_sasl_username
+        out["sasl_plain_password"] = settings.kafka_sasl_password
+    return out
+
+
+def encode(record: Mapping[str, Any]) -> bytes:
+    """JSON, UTF-8, no escaping of non-ASCII: text travels exactly as admitted."""
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def decode(raw: bytes) -> Any:
+    return json.loads(raw)
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+async def publish(
+    broker: KafkaBroker, topic: str, record: Mapping[str, Any], key: str | None
+) -> None:
+    await broker.publish(
+        encode(record),
+        topic=topic,
+        key=key.encode() if key is not None else None,
+        headers={"content-type": "application/json"},
+    )
+
+
+async def to_dlq(
+    broker: KafkaBroker, topics: Topics, source_topic: str, raw: bytes, reason: str,
+    key: bytes | None = None,
+) -> None:
+    """An undecodable or unprocessable record goes to ``<topic>.dlq`` with the reason; the
+    consumer then moves on (a service never crash-loops on one record)."""
+    envelope = {
+        "schema": "dlq.record/1",
+        "source_topic": source_topic,
+        "reason": reason,
+        "failed_at": now_rfc3339(),
+        "key": key.decode("utf-8", "replace") if key else None,
+        "value": raw.decode("utf-8", "replace"),
+    }
+    log.warning("dlq.record", source_topic=source_topic, reason=reason)
+    await broker.publish(encode(envelope), topic=topics.dlq(source_topic), key=key)

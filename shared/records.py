@@ -1,0 +1,20 @@
+"""Internal record schemas (the public ones are in CONTRACT §2). Every record is JSON with a
+``schema`` field; builders live here so producers and consumers agree on one shape."""
+
+from __future__ import annotations
+
+ADMITTED = "session.admitted/1"  # admission → storage
+STORAGE_REPLY = "storage.reply/1"  # storage → admission, by request_id
+STORED = "session.stored/1"  # storage → dispatcher: durable input to deliver
+FACT = "core.fact/1"  # dispatcher / receipt tracker → storage
+ITEM = "session.item/1"  # storage → consumers (public)
+INPUT_RESULT = "session.input.result/1"  # admission → event producers (public)
+REGISTRATION = "runtime.registration/1"
+DELIVERY = "runtime.delivery/1"
+OBSERVATION = "runtime.observation/1"
+CONTROL = "runtime.control/1"  # test/ops control record for the reference runtime
+
+OP_CREATE = "sessions.create"
+OP_EVENT = "events.create"
+EV_MESSAGE = "agent.session.input.message"
+EV_TOOL_RESULT = "agent.session.input.tool_result"
