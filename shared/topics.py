@@ -59,6 +59,11 @@ class Topics:
         """dispatcher / receipt tracker → storage: turns, bindings, applications."""
         return self._t("core.facts")
 
+    @property
+    def runtime_control(self) -> str:
+        """operators/tests → reference runtimes: misbehaviour switches (keyed by runtime_id)."""
+        return self._t("runtime.control")
+
     def dlq(self, topic: str) -> str:
         return f"{topic}.dlq"
 
@@ -74,6 +79,7 @@ class Topics:
             self.storage_replies,
             self.session_stored,
             self.core_facts,
+            self.runtime_control,
         ]
         return base + [self.dlq(t) for t in base]
 

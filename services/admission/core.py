@@ -70,6 +70,7 @@ class Admission:
         if isinstance(admitted, ApiError):
             return Answer.error(admitted)
         rec = admitted.record()
+        rec["messages"] = rec.pop("input")
         fp = fingerprint({k: v for k, v in body.items() if k != "stream"})
         crid = rec.get("client_request_id")
         if crid:
@@ -101,6 +102,13 @@ class Admission:
         if isinstance(admitted, ApiError):
             return Answer.error(admitted)
         rec = admitted.record()
+        rec["event_type"] = rec.pop("type")
+        if isinstance(admitted, rules.AdmittedToolResult):
+            rec["submission"] = admitted.submission()
+            for k in ("output", "error", "success"):
+                rec.pop(k, None)
+        else:
+            rec["messages"] = rec.pop("input")
         fp = fingerprint(body)
         ceid = rec.get("client_event_id")
         if ceid:
