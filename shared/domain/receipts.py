@@ -21,24 +21,26 @@ function name, whose ``status`` is ``completed`` when the result succeeded else 
 ``success`` is the result's flag, and whose ``contentItems`` equal the delivered content's
 Codex encoding item for item (text equal, ``imageUrl`` equal).
 
+The tracker keeps only a digest of each delivered part (``part_keys``), never the content: text
+and image references are still compared exactly (equal 128-bit BLAKE2b digests), and a pending
+call stays a few hundred bytes whatever its result carries.
+
 States: ``pending → applied | uncertain | failed``; terminal states never change.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from shared.domain.adapters import codex
-from shared.domain.adapters.errors import AdapterError
 
 OBSERVATION_SCHEMA = "runtime.observation/1"
 # Later: shared.domain.harness.PROFILES[harness] / Settings.receipt_window_s.
 RECEIPT_WINDOW_S = 10.0
-
-InputContent = dict[str, Any]
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -66,19 +68,70 @@ CONFIRMED = Confirmed()
 RELEASED = Released()
 
 
+# A delivered part, as the tracker keeps it: its kind and a 128-bit BLAKE2b digest of its text
+# (text parts) or image reference (image parts). Exact equality of the text / URL is checked
+# through the digest, so a pending call costs a few hundred bytes even when its result carries
+# megabytes of images.
+PartKind = Literal["text", "image"]
+PartKey = tuple[PartKind, bytes]
+
+
+def digest(value: str) -> bytes:
+    return hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def part_keys(content: Sequence[Mapping[str, Any]]) -> tuple[PartKey, ...]:
+    """The delivered content list → what matching needs of it. An ``input_image`` part keys on
+    its ``image_url``; every other part is a text position keyed on its ``text``."""
+    keys: list[PartKey] = []
+    for part in content:
+        if part.get("type") == "input_image":
+            keys.append(("image", digest(str(part.get("image_url")))))
+        else:
+            keys.append(("text", digest(str(part.get("text")))))
+    return tuple(keys)
+
+
 @dataclass(frozen=True, slots=True)
 class Expected:
-    """What a receipt must show. ``content`` is the content list exactly as delivered."""
+    """What a receipt must show. ``content`` holds the delivered content list's part keys
+    (build with ``expect`` or ``part_keys``), in the delivered order."""
 
     harness: str
     session_id: str  # Core's session id (the observation envelope's ``session_id``)
     call_id: str
     name: str
     success: bool
-    content: Sequence[Mapping[str, Any]]
+    content: tuple[PartKey, ...]
     native_session_id: str | None = None  # Claude Code: the assistant record's session_id
     thread_id: str | None = None  # Codex: the call's item/started threadId
     turn_id: str | None = None  # Codex: the call's item/started turnId
+
+
+def expect(
+    *,
+    harness: str,
+    session_id: str,
+    call_id: str,
+    name: str,
+    success: bool,
+    content: Sequence[Mapping[str, Any]],
+    native_session_id: str | None = None,
+    thread_id: str | None = None,
+    turn_id: str | None = None,
+) -> Expected:
+    """An ``Expected`` from the content list exactly as delivered (``delivery.result_content``)."""
+    return Expected(
+        harness=harness,
+        session_id=session_id,
+        call_id=call_id,
+        name=name,
+        success=success,
+        content=part_keys(content),
+        native_session_id=native_session_id,
+        thread_id=thread_id,
+        turn_id=turn_id,
+    )
 
 
 def _differs(field: str, expected: object, got: object) -> NotAMatch:
@@ -155,22 +208,25 @@ def match_claude(expected: Expected, native: Mapping[str, Any]) -> Verdict:
     return _match_claude_blocks(expected.content, block.get("content"))
 
 
-def _match_claude_blocks(want: Sequence[Mapping[str, Any]], got: object) -> Verdict:
+def _match_claude_blocks(want: tuple[PartKey, ...], got: object) -> Verdict:
     if not isinstance(got, list):
         return NotAMatch("content", "content: not a list of blocks")
     if len(got) != len(want):
         return _differs("content.count", len(want), len(got))
-    for i, (part, block) in enumerate(zip(want, got, strict=True)):
+    for i, ((kind, key), block) in enumerate(zip(want, got, strict=True)):
         btype = block.get("type") if isinstance(block, Mapping) else None
-        if part.get("type") == "input_image":
+        if kind == "image":
             if btype != "image":
                 return _differs(f"content[{i}].type", "image", btype)
         else:
             if btype != "text":
                 return _differs(f"content[{i}].type", "text", btype)
             assert isinstance(block, Mapping)
-            if block.get("text") != part.get("text"):
-                return _differs(f"content[{i}].text", part.get("text"), block.get("text"))
+            text = block.get("text")
+            if not isinstance(text, str) or digest(text) != key:
+                return NotAMatch(
+                    f"content[{i}].text", f"content[{i}].text: differs, got {text!r:.80}"
+                )
     return CONFIRMED
 
 
@@ -210,22 +266,23 @@ def match_codex(expected: Expected, native: Mapping[str, Any]) -> Verdict:
         return _differs("item.status", status, item.get("status"))
     if not _is_bool(item.get("success"), expected.success):
         return _differs("item.success", expected.success, item.get("success"))
-    want = codex.content_items(expected.content)
-    if isinstance(want, AdapterError):
-        return NotAMatch("contentItems", f"contentItems: delivered content: {want.message}")
     got = item.get("contentItems")
     if not isinstance(got, list):
         return NotAMatch("contentItems", "contentItems: not a list")
-    if len(got) != len(want):
-        return _differs("contentItems.count", len(want), len(got))
-    for i, (w, g) in enumerate(zip(want, got, strict=True)):
+    if len(got) != len(expected.content):
+        return _differs("contentItems.count", len(expected.content), len(got))
+    for i, ((kind, key), g) in enumerate(zip(expected.content, got, strict=True)):
+        wtype, field = ("inputImage", "imageUrl") if kind == "image" else ("inputText", "text")
         gtype = g.get("type") if isinstance(g, Mapping) else None
-        if gtype != w["type"]:
-            return _differs(f"contentItems[{i}].type", w["type"], gtype)
+        if gtype != wtype:
+            return _differs(f"contentItems[{i}].type", wtype, gtype)
         assert isinstance(g, Mapping)
-        key = "text" if w["type"] == "inputText" else "imageUrl"
-        if g.get(key) != w[key]:
-            return _differs(f"contentItems[{i}].{key}", w[key], g.get(key))
+        value = g.get(field)
+        if not isinstance(value, str) or digest(value) != key:
+            return NotAMatch(
+                f"contentItems[{i}].{field}",
+                f"contentItems[{i}].{field}: differs, got {value!r:.80}",
+            )
     return CONFIRMED
 
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shared.domain.deadlines import DeadlineQueue
-from shared.domain.receipts import CallRecord, Expected
+from shared.domain.receipts import CallRecord, expect
 
 
 def test_pop_due_in_deadline_order() -> None:
@@ -106,7 +106,7 @@ def test_memory_per_pending_call_under_2kb() -> None:
     for k in range(10_000):
         key = f"session_{k:032x}/call_{k:032x}"
         rec = CallRecord(
-            Expected(
+            expect(
                 harness="codex",
                 session_id=f"session_{k:032x}",
                 call_id=f"call_{k:032x}",

@@ -11,9 +11,9 @@ import pytest
 
 from shared.domain.receipts import (
     Confirmed,
-    Expected,
     NotAMatch,
     Released,
+    expect,
     match_native,
     match_observation,
 )
@@ -35,7 +35,7 @@ def i(u: str) -> dict[str, str]:
 
 # ============================================================================ Claude Code
 
-CLAUDE = Expected(
+CLAUDE = expect(
     harness="claude_code",
     session_id=CORE_SESSION,
     call_id="toolu_1",
@@ -208,7 +208,7 @@ def test_claude_confirms(mutate: Mut) -> None:
 
 
 def test_claude_failed_result() -> None:
-    expected = Expected(
+    expected = expect(
         harness="claude_code",
         session_id=CORE_SESSION,
         call_id="toolu_1",
@@ -227,13 +227,13 @@ def test_claude_failed_result() -> None:
 
 
 def test_claude_without_recorded_native_session_never_confirms() -> None:
-    expected = Expected(
+    expected = expect(
         harness="claude_code",
         session_id=CORE_SESSION,
         call_id="toolu_1",
         name="lookup",
         success=True,
-        content=CLAUDE.content,
+        content=[t("a"), i(PNG), t("b")],
     )
     record = claude_record()
     record["session_id"] = None
@@ -261,7 +261,7 @@ def test_claude_function_call_record_never_confirms() -> None:
 
 # ============================================================================ Codex
 
-CODEX = Expected(
+CODEX = expect(
     harness="codex",
     session_id=CORE_SESSION,
     call_id="call_1",
@@ -394,7 +394,7 @@ def test_codex_one_field_differs(mutate: Mut, field: str) -> None:
 
 
 def test_codex_failed_result() -> None:
-    expected = Expected(
+    expected = expect(
         harness="codex",
         session_id=CORE_SESSION,
         call_id="call_1",
@@ -430,13 +430,13 @@ def test_codex_release() -> None:
 
 
 def test_codex_without_recorded_thread_never_confirms() -> None:
-    expected = Expected(
+    expected = expect(
         harness="codex",
         session_id=CORE_SESSION,
         call_id="call_1",
         name="lookup",
         success=True,
-        content=CODEX.content,
+        content=[t("a"), i(PNG), t("err")],
     )
     record = codex_record()
     record["params"]["threadId"] = None
@@ -480,7 +480,7 @@ def test_envelope_claude() -> None:
 
 
 def test_unknown_harness_never_confirms() -> None:
-    expected = Expected(
+    expected = expect(
         harness="minimax_code",
         session_id=CORE_SESSION,
         call_id="c",
@@ -494,6 +494,35 @@ def test_unknown_harness_never_confirms() -> None:
 def test_matching_does_not_mutate() -> None:
     record = claude_record()
     before = copy.deepcopy(record)
-    content = copy.deepcopy(list(CLAUDE.content))
     match_native(CLAUDE, record)
-    assert record == before and list(CLAUDE.content) == content
+    assert record == before
+
+
+def test_large_image_kept_as_digest_and_compared_exactly() -> None:
+    big = "data:image/png;base64," + "A" * 5_000_000
+    expected = expect(
+        harness="codex",
+        session_id=CORE_SESSION,
+        call_id="call_1",
+        name="lookup",
+        success=True,
+        content=[i(big)],
+        thread_id="th_1",
+        turn_id="tu_1",
+    )
+    assert all(len(key) == 16 for _, key in expected.content)  # no image bytes held
+    record = codex_record()
+    item(record)["contentItems"] = [{"type": "inputImage", "imageUrl": big}]
+    assert match_native(expected, record) == Confirmed()
+    item(record)["contentItems"] = [{"type": "inputImage", "imageUrl": big[:-1] + "B"}]
+    v = match_native(expected, record)
+    assert isinstance(v, NotAMatch) and v.field == "contentItems[0].imageUrl"
+    item(record)["contentItems"] = [{"type": "inputImage", "imageUrl": None}]
+    assert isinstance(match_native(expected, record), NotAMatch)
+
+
+def test_non_string_text_never_confirms() -> None:
+    record = claude_record()
+    blocks(record)[0]["text"] = None
+    v = match_native(CLAUDE, record)
+    assert isinstance(v, NotAMatch) and v.field == "content[0].text"

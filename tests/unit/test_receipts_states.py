@@ -14,11 +14,11 @@ from shared.domain.receipts import (
     RECEIPT_WINDOW_S,
     RELEASED,
     CallRecord,
-    Expected,
     Log,
     NotAMatch,
     Publish,
     State,
+    expect,
 )
 
 T0 = 1_700_000_000.0
@@ -26,7 +26,7 @@ T0 = 1_700_000_000.0
 
 def record() -> CallRecord:
     return CallRecord(
-        Expected(
+        expect(
             harness="codex",
             session_id="session_1",
             call_id="call_1",
