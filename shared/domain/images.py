@@ -106,6 +106,8 @@ def decode_canonical_base64(b64: str) -> bytes | None:
     n = len(b64)
     if n % 4 or not b64.isascii():
         return None
+    if n == 0:
+        return b""
     eq = b64.find("=")
     if eq != -1 and eq < n - 2:
         return None  # padding anywhere but the last two places (strict mode allows "abcd====")
@@ -149,8 +151,10 @@ def check_png_structure(data: bytes) -> str | None:
 
 
 def _pixel_guard(limit: int) -> int:
+    """The effective pixel bound: the configured limit, never above Pillow's bomb threshold
+    (its default if something set ``MAX_IMAGE_PIXELS = None`` after import)."""
     pillow = Image.MAX_IMAGE_PIXELS
-    return limit if pillow is None else min(limit, int(pillow))
+    return min(limit, PILLOW_DEFAULT_MAX_IMAGE_PIXELS if pillow is None else int(pillow))
 
 
 def check_image_bytes(
