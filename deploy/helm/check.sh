@@ -8,7 +8,10 @@
 #      for values-production.yaml,
 #   4. expects the deliberately broken values file(s) in testdata/ to FAIL, and a known-bad
 #      manifest to fail kubeconform (so the schemas really are consulted),
-#   5. prints the kinds and counts of the rendered objects.
+#   5. prints the kinds and counts of the rendered objects,
+#   6. validates deploy/compose.yaml with compose-go (the library behind `docker compose
+#      config`, built with Go, since this machine has no docker compose plugin), and expects a
+#      broken override to fail.
 #
 # Nothing is fetched at validation time: kubeconform only sees file:// schemas.
 # Environment: SESSION_CORE_CACHE (default ~/.cache/session-core), PYTHON (default python3),
@@ -17,6 +20,7 @@ set -euo pipefail
 
 HELM_VERSION=v3.22.0
 KUBECONFORM_VERSION=v0.8.0
+COMPOSE_GO_VERSION=v2.16.2 # compose-spec/compose-go: the loader and schema docker compose v2 uses
 K8S_VALIDATE_VERSION=1.37.0 # PyPI kubernetes-validate; ships schemas up to Kubernetes 1.37
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -72,6 +76,32 @@ build_kubeconform() {
     -ldflags "-w -s -X main.version=$KUBECONFORM_VERSION" \
     "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
   mv "$tmp/kubeconform" "$KUBECONFORM" && rmdir "$tmp"
+}
+
+build_compose_validator() {
+  COMPOSE_SPEC="$BIN/compose-spec-$COMPOSE_GO_VERSION"
+  [[ -x "$COMPOSE_SPEC" ]] && return 0
+  log "building the compose-spec validator (compose-go $COMPOSE_GO_VERSION)"
+  local tmp
+  tmp=$(mktemp -d)
+  GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice "$GO" install -trimpath -ldflags "-w -s" \
+    "github.com/compose-spec/compose-go/v2/cmd@$COMPOSE_GO_VERSION"
+  mv "$tmp/cmd" "$COMPOSE_SPEC" && rmdir "$tmp"
+}
+
+# deploy/compose.yaml must load under the Compose Specification (schema, interpolation,
+# consistency: depends_on targets, anchors), and a broken override must not
+check_compose() {
+  local compose="$HERE/../compose.yaml" bad="$HERE/testdata/broken-compose.override.yaml"
+  log "[compose] compose-spec validation of deploy/compose.yaml"
+  # a clean environment, so nothing in the caller's shell changes the result
+  env -i PATH=/usr/bin:/bin "$COMPOSE_SPEC" --format json "$compose" >"$OUT/compose.json" 2>"$OUT/compose.err" || {
+    cat "$OUT/compose.err" >&2; die "deploy/compose.yaml is not a valid compose file"; }
+  echo "  compose.yaml: valid; services: $("$PYTHON" -c 'import json,sys; print(" ".join(sorted(json.load(sys.stdin)["services"])))' <"$OUT/compose.json")"
+  if env -i PATH=/usr/bin:/bin "$COMPOSE_SPEC" "$compose" "$bad" >/dev/null 2>"$OUT/compose-bad.err"; then
+    die "testdata/broken-compose.override.yaml was accepted (it must fail)"
+  fi
+  echo "  refused as expected: $(head -c 300 "$OUT/compose-bad.err")"
 }
 
 # --- 2. schemas -------------------------------------------------------------------------
@@ -149,6 +179,7 @@ main() {
   k8s_version
   build_helm
   build_kubeconform
+  build_compose_validator
   fetch_schemas
   OUT=$(mktemp -d)
   trap 'rm -rf "$OUT"' EXIT
@@ -178,6 +209,7 @@ main() {
   for broken in "$HERE"/testdata/broken-*.yaml; do
     expect_failure "$(basename "$broken" .yaml)" "$broken"
   done
+  check_compose
   echo "deploy-check: OK"
 }
 
