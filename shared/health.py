@@ -21,7 +21,8 @@ async def serve_health(port: int, ready: Check) -> asyncio.AbstractServer | None
                 status, body = 200, b'{"status":"ok"}'
             elif path == "/readyz":
                 ok = await ready()
-                status, body = (200, b'{"status":"ready"}') if ok else (503, b'{"status":"not ready"}')
+                status = 200 if ok else 503
+                body = b'{"status":"ready"}' if ok else b'{"status":"not ready"}'
             else:
                 status, body = 404, b'{"status":"not found"}'
             reason = {200: "OK", 503: "Service Unavailable", 404: "Not Found"}[status]
@@ -30,7 +31,7 @@ async def serve_health(port: int, ready: Check) -> asyncio.AbstractServer | None
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
             )
             await writer.drain()
-        except Exception:  # noqa: BLE001 — a bad probe must not hurt the service
+        except Exception:
             pass
         finally:
             writer.close()

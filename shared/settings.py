@@ -17,7 +17,9 @@ class Settings(BaseSettings):
     # --- infrastructure -------------------------------------------------------------
     kafka_bootstrap_servers: str = Field(
         default="127.0.0.1:9092",
-        validation_alias=AliasChoices("KAFKA_BOOTSTRAP_SERVERS", "SESSION_CORE_KAFKA_BOOTSTRAP_SERVERS"),
+        validation_alias=AliasChoices(
+            "KAFKA_BOOTSTRAP_SERVERS", "SESSION_CORE_KAFKA_BOOTSTRAP_SERVERS"
+        ),
     )
     kafka_security_protocol: str = "PLAINTEXT"  # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
     kafka_sasl_mechanism: str | None = None  # PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512

@@ -43,7 +43,7 @@ class Tail:
             parts = c.partitions_for_topic(self.topic)
             if parts:
                 break
-            await c._client.force_metadata_update()  # noqa: SLF001 — topic just created
+            await c._client.force_metadata_update()
             await asyncio.sleep(0.1)
         tps = [TopicPartition(self.topic, p) for p in sorted(parts or [])]
         c.assign(tps)

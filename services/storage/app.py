@@ -14,7 +14,6 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
-
 from pymongo.errors import AutoReconnect, ConnectionFailure, ServerSelectionTimeoutError
 
 from services.storage.handler import Outputs, StorageHandler, load_reply_items, record_to_input

@@ -1,0 +1,315 @@
+"""dispatcher — binds Sessions to Runtimes by reported capability and delivers their input over
+the Core–Runtime wire (``runtime.deliveries``). A Runtime that cannot take an input fails the
+Turn (a ``turn`` Item with the reason, through storage); content is never dropped or stripped.
+
+State lives in the store so it survives restarts: ``bindings`` (one per Session: the Runtime,
+whether its input needs message images, the Turn's user-message count) and
+``pending_deliveries`` (input waiting for an eligible Runtime, in arrival order)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from faststream import AckPolicy
+from faststream.kafka import KafkaBroker
+from faststream.kafka.annotations import KafkaMessage
+from pymongo import ASCENDING
+
+from services.dispatcher.registry import RegistryTail, drain_rejected
+from shared import records
+from shared.domain import delivery as wire
+from shared.domain.binding import RuntimeInfo, check_delivery, choose, is_alive
+from shared.domain.harness import PROFILES
+from shared.ids import new_id
+from shared.kafka import encode, ensure_topics, make_broker, max_record_bytes, publish, to_dlq
+from shared.logging import bound, get_logger
+from shared.service import decode_batch, raw_decoder
+from shared.settings import Settings
+from shared.store import Doc, database, make_client, ping
+from shared.topics import topics_for
+
+log = get_logger(__name__)
+GROUP = "session-core-dispatcher"
+LEASE = "dispatcher-sweeper"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class DispatcherService:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.topics = topics_for(settings)
+        self.broker: KafkaBroker = make_broker(settings, "session-core-dispatcher")
+        self.client = make_client(settings)
+        self.db = database(self.client, settings)
+        self.instance = new_id("rt").replace("rt_", "dsp_")
+        self.registry = RegistryTail(settings, self.topics.runtime_registrations, self._changed)
+        self.lock = asyncio.Lock()  # one decision at a time per replica
+        self.wake = asyncio.Event()
+        self.sweeper: asyncio.Task[None] | None = None
+        self.heartbeat_timeout = timedelta(seconds=settings.runtime_heartbeat_timeout_s)
+        self.broker.subscriber(
+            self.topics.session_stored,
+            group_id=GROUP,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=max_record_bytes(settings),
+            ack_policy=AckPolicy.NACK_ON_ERROR,
+            decoder=raw_decoder,
+        )(self.on_stored)
+        self.broker.subscriber(
+            self.topics.runtime_observations,
+            group_id=f"{GROUP}-observations",
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=max_record_bytes(settings),
+            ack_policy=AckPolicy.NACK_ON_ERROR,
+            decoder=raw_decoder,
+        )(self.on_observation)
+
+    # ---- lifecycle --------------------------------------------------------------------
+    async def start(self) -> None:
+        await ensure_topics(self.settings, self.topics)
+        await self.db.pending_deliveries.create_index(
+            [("session_id", ASCENDING), ("n", ASCENDING)], name="pending_session_n")
+        await self.registry.start()
+        await self.broker.start()
+        self.sweeper = asyncio.create_task(self._sweep_loop(), name="dispatcher-sweeper")
+        log.info("dispatcher.started", group=GROUP)
+
+    async def stop(self) -> None:
+        if self.sweeper:
+            self.sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.sweeper
+        await self.broker.stop()
+        await self.registry.stop()
+        await self.client.close()
+
+    async def ready(self) -> bool:
+        return (self.registry.ready.is_set() and await ping(self.client)
+                and await self.broker.ping(timeout=2.0))
+
+    def _changed(self, rt: RuntimeInfo) -> None:
+        self.wake.set()
+
+    # ---- consumers --------------------------------------------------------------------
+    async def on_stored(self, body: Any, msg: KafkaMessage) -> None:
+        for raw, rec in await decode_batch(self.broker, self.topics, msg.raw_message):
+            if rec.get("schema") != records.STORED:
+                await to_dlq(self.broker, self.topics, raw.topic, raw.value or b"",
+                             f"unexpected schema {rec.get('schema')!r}", raw.key)
+                continue
+            with bound(session_id=rec.get("session_id"), turn_id=rec.get("turn_id")):
+                async with self.lock:
+                    await self.accept(rec)
+
+    async def on_observation(self, body: Any, msg: KafkaMessage) -> None:
+        for _raw, rec in await decode_batch(self.broker, self.topics, msg.raw_message):
+            refusal = rec.get("refusal")
+            sid = rec.get("session_id")
+            if isinstance(refusal, dict) and isinstance(sid, str):
+                reason = f"the runtime refused the input: {refusal.get('reason')}"
+                await self.fact(sid, f"refusal:{refusal.get('delivery_id')}:turn", kind="turn",
+                                turn_id=rec.get("turn_id"), state="failed", reason=reason)
+
+    # ---- facts to storage (the single Item writer) --------------------------------------
+    async def fact(self, session_id: str, fact_id: str, **body: Any) -> None:
+        await publish(self.broker, self.topics.core_facts,
+                      {"schema": records.FACT, "fact_id": f"dsp:{fact_id}",
+                       "session_id": session_id, **body}, session_id)
+
+    # ---- binding and delivery -----------------------------------------------------------
+    async def accept(self, rec: Doc) -> None:
+        sid = rec["session_id"]
+        b = await self.db.bindings.find_one({"_id": sid})
+        if b is None:
+            b = {
+                "_id": sid,
+                "harness": rec["harness"],
+                "placement": rec["placement"],
+                "needs_images": bool(rec.get("has_images")),
+                "runtime_id": None,
+                "status": "waiting_for_runtime",
+                "waiting_since": time.time(),
+                "turn_id": None,
+                "turn_user_messages": 0,
+            }
+            await self.db.bindings.insert_one(b)
+        pending = await self.db.pending_deliveries.count_documents({"session_id": sid})
+        rt = self._live(b.get("runtime_id"))
+        if pending == 0 and rt is not None:
+            await self.deliver(b, rt, rec)
+            return
+        await self.db.pending_deliveries.insert_one(
+            {"_id": f"{sid}:{rec['event_id']}", "session_id": sid, "n": time.time_ns(),
+             "queued_at": time.time(), "record": rec})
+        if b.get("status") != "waiting_for_runtime":
+            await self._unbind(b, "the bound runtime is gone")
+        await self.try_bind(sid)
+
+    def _live(self, runtime_id: str | None) -> RuntimeInfo | None:
+        if runtime_id is None:
+            return None
+        rt = self.registry.runtimes.get(runtime_id)
+        if rt is None or not is_alive(rt, _now(), self.heartbeat_timeout):
+            return None
+        return rt
+
+    async def _load(self) -> dict[str, int]:
+        load: dict[str, int] = {}
+        async for b in self.db.bindings.find({"runtime_id": {"$ne": None}}, {"runtime_id": 1}):
+            load[b["runtime_id"]] = load.get(b["runtime_id"], 0) + 1
+        return load
+
+    async def try_bind(self, sid: str) -> bool:
+        b = await self.db.bindings.find_one({"_id": sid})
+        if b is None:
+            return False
+        rt = self._live(b.get("runtime_id"))
+        if rt is None:
+            rt = choose(
+                self.registry.runtimes.values(), await self._load(),
+                harness=b["harness"], placement=b["placement"],
+                needs_message_images=b["needs_images"], now=_now(),
+                heartbeat_timeout=self.heartbeat_timeout, session_id=sid,
+            )
+            if rt is None:
+                if b.get("status") != "waiting_for_runtime" or not b.get("announced_wait"):
+                    await self.db.bindings.update_one(
+                        {"_id": sid}, {"$set": {"status": "waiting_for_runtime",
+                                                "announced_wait": True}})
+                    await self.fact(sid, f"wait:{sid}:{b.get('waiting_since')}", kind="binding",
+                                    status="waiting_for_runtime", runtime_id=None,
+                                    reason=self._why_waiting(b))
+                return False
+            await self.db.bindings.update_one(
+                {"_id": sid}, {"$set": {"runtime_id": rt.runtime_id, "status": "bound",
+                                        "bound_at": time.time(), "announced_wait": False}})
+            b = {**b, "runtime_id": rt.runtime_id, "status": "bound"}
+            log.info("dispatcher.bound", session_id=sid, runtime_id=rt.runtime_id)
+            await self.fact(sid, f"bind:{sid}:{rt.runtime_id}:{time.time_ns()}", kind="binding",
+                            status="bound", runtime_id=rt.runtime_id, reason=None)
+        async for p in self.db.pending_deliveries.find({"session_id": sid}).sort("n", 1):
+            b = await self.db.bindings.find_one({"_id": sid}) or b
+            await self.deliver(b, rt, p["record"])
+            await self.db.pending_deliveries.delete_one({"_id": p["_id"]})
+        return True
+
+    def _why_waiting(self, b: Doc) -> str:
+        need = " with message image support" if b["needs_images"] else ""
+        return (f"waiting for a ready {b['harness']} Runtime on placement {b['placement']}"
+                f"{need}")
+
+    async def _unbind(self, b: Doc, reason: str) -> None:
+        sid = b["_id"]
+        await self.db.bindings.update_one(
+            {"_id": sid}, {"$set": {"runtime_id": None, "status": "waiting_for_runtime",
+                                    "waiting_since": time.time(), "announced_wait": False}})
+        if b.get("turn_id"):
+            await self.fact(sid, f"gone:{b['turn_id']}:{b.get('runtime_id')}", kind="turn",
+                            turn_id=b["turn_id"], state="failed", reason=reason)
+
+    async def fail_input(self, rec: Doc, reason: str) -> None:
+        sid = rec["session_id"]
+        log.warning("dispatcher.turn_failed", session_id=sid, reason=reason)
+        if rec["kind"] == "function_result":
+            await self.fact(sid, f"refuse:{rec['event_id']}:app", kind="application",
+                            call_id=rec["call_id"], state="failed", reason=reason)
+        await self.fact(sid, f"refuse:{rec['event_id']}:turn", kind="turn",
+                        turn_id=rec.get("turn_id"), state="failed", reason=reason)
+
+    async def deliver(self, b: Doc, rt: RuntimeInfo, rec: Doc) -> None:
+        sid, kind = rec["session_id"], rec["kind"]
+        did = f"dlv_{rec['event_id'].removeprefix('evt_')}"
+        if kind == "function_result":
+            sub = rec["submission"]
+            msg = wire.function_result_delivery(
+                delivery_id=did, runtime_id=rt.runtime_id, session_id=sid,
+                turn_id=rec.get("turn_id") or "", call_id=rec["call_id"], name=rec.get("name", ""),
+                success=sub["success"], output=sub.get("output"), error=sub.get("error"),
+                fields_present=rec.get("fields_present"),
+            )
+            images = wire.has_images(msg["content"])
+        else:
+            msg = wire.message_delivery(
+                delivery_id=did, runtime_id=rt.runtime_id, session_id=sid,
+                turn_id=rec["turn_id"], kind=kind, messages=rec["messages"],
+            )
+            images = wire.messages_have_images(rec["messages"])
+            limit = PROFILES[b["harness"]].max_user_messages_per_turn
+            if kind == "start" or rec["turn_id"] != b.get("turn_id"):
+                count = len(rec["messages"])
+            else:
+                count = b.get("turn_user_messages", 0) + len(rec["messages"])
+            if limit is not None and count > limit:
+                await self.fail_input(rec, (
+                    f"the steering batch of {len(rec['messages'])} message(s) would exceed "
+                    f"{limit} user messages in one native Turn (opening prompt included); "
+                    "nothing of it was submitted and the Turn ends"))
+                return
+            await self.db.bindings.update_one(
+                {"_id": sid}, {"$set": {"turn_id": rec["turn_id"], "turn_user_messages": count}})
+        refusal = check_delivery(rt, kind, images)
+        if refusal is not None:
+            await self.fail_input(rec, refusal)
+            return
+        await publish(self.broker, self.topics.runtime_deliveries, msg, rt.runtime_id)
+        log.info("dispatcher.delivered", session_id=sid, runtime_id=rt.runtime_id, kind=kind,
+                 delivery_id=did)
+
+    # ---- the sweeper: bind waiting Sessions, rebind from gone Runtimes, time out waits ---
+    async def _sweep_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), 1.0)
+            self.wake.clear()
+            try:
+                await drain_rejected(self.registry, self._dlq_registration)
+                if await self._hold_lease():
+                    async with self.lock:
+                        await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("dispatcher.sweep_failed")
+
+    async def _dlq_registration(self, value: Doc, reason: str) -> None:
+        await to_dlq(self.broker, self.topics, self.topics.runtime_registrations, encode(value),
+                     reason)
+
+    async def _hold_lease(self) -> bool:
+        now = time.time()
+        ttl = max(5.0, self.settings.runtime_heartbeat_timeout_s)
+        try:
+            res = await self.db.leases.update_one(
+                {"_id": LEASE, "$or": [{"holder": self.instance}, {"expires": {"$lt": now}}]},
+                {"$set": {"holder": self.instance, "expires": now + ttl}}, upsert=True)
+        except Exception:  # duplicate key: another replica holds it
+            return False
+        return res.matched_count + (1 if res.upserted_id is not None else 0) > 0
+
+    async def sweep(self) -> None:
+        now = time.time()
+        async for b in self.db.bindings.find({"runtime_id": {"$ne": None}}):
+            if self._live(b["runtime_id"]) is None:
+                log.info("dispatcher.runtime_gone", session_id=b["_id"],
+                         runtime_id=b["runtime_id"])
+                await self._unbind(b, f"runtime {b['runtime_id']} is gone")
+                await self.try_bind(b["_id"])
+        waiting = {p["session_id"] async for p in self.db.pending_deliveries.find(
+            {}, {"session_id": 1})}
+        for sid in waiting:
+            if await self.try_bind(sid):
+                continue
+            async for p in self.db.pending_deliveries.find({"session_id": sid}).sort("n", 1):
+                if now - p["queued_at"] > self.settings.binding_wait_timeout_s:
+                    b = await self.db.bindings.find_one({"_id": sid}) or {}
+                    await self.fail_input(p["record"], (
+                        f"no eligible Runtime within {self.settings.binding_wait_timeout_s:g} s: "
+                        f"{self._why_waiting(b) if b else 'no binding'}"))
+                    await self.db.pending_deliveries.delete_one({"_id": p["_id"]})

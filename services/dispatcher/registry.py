@@ -1,0 +1,54 @@
+"""The Runtime registry: every dispatcher replica reads the whole compacted
+``runtime.registrations`` topic from the beginning (no consumer group) and keeps the latest
+registration per Runtime in memory. Malformed registrations go to the DLQ."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from services.admission.tails import Tail
+from shared.domain.binding import RuntimeInfo, from_registration
+from shared.logging import get_logger
+
+log = get_logger(__name__)
+
+
+class RegistryTail(Tail):
+    def __init__(self, settings: Any, topic: str, on_change: Callable[[RuntimeInfo], None]) -> None:
+        super().__init__(settings, topic)
+        self.runtimes: dict[str, RuntimeInfo] = {}
+        self.on_change = on_change
+        self.rejected: list[tuple[dict[str, Any], str]] = []
+
+    async def start(self) -> None:
+        await super().start()
+        assert self.consumer is not None
+        tps = [TopicPartition(self.topic, p)
+               for p in sorted(self.consumer.partitions_for_topic(self.topic) or [])]
+        await self.consumer.seek_to_beginning(*tps)
+
+    def dispatch(self, value: dict[str, Any]) -> None:
+        try:
+            rt = from_registration(value)
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("registry.bad_registration", reason=repr(exc))
+            self.rejected.append((value, repr(exc)))
+            return
+        prev = self.runtimes.get(rt.runtime_id)
+        self.runtimes[rt.runtime_id] = rt
+        if prev is None or prev.status != rt.status:
+            log.info("registry.runtime", runtime_id=rt.runtime_id, harness=rt.harness,
+                     status=rt.status, message_images=rt.message_images,
+                     function_result_images=rt.function_result_images)
+        self.on_change(rt)
+
+
+async def drain_rejected(tail: RegistryTail, dlq: Callable[[dict[str, Any], str], Any]) -> None:
+    while tail.rejected:
+        value, reason = tail.rejected.pop(0)
+        await dlq(value, reason)
+    await asyncio.sleep(0)

@@ -1,0 +1,298 @@
+"""receipt-tracker — decides from native observations whether a function result was applied.
+
+From the moment a ``function_result`` delivery is handed to the Runtime (the delivery record's
+Kafka timestamp) it waits at most the receipt window (10 s) for the exact native receipt
+(``shared.domain.receipts``). Verdicts go to storage as ``application`` facts; each is claimed in
+the store first (``receipt_verdicts``, unique ``_id``), so two replicas never both publish one.
+Pending calls are persisted (``pending_receipts``): after a restart overdue calls turn
+``uncertain`` at once and the rest keep their original deadline. One heap holds every deadline.
+Core never replays a result."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import defaultdict, deque
+from typing import Any
+
+from faststream import AckPolicy
+from faststream.kafka import KafkaBroker
+from faststream.kafka.annotations import KafkaMessage
+from pymongo import ASCENDING
+from pymongo.errors import DuplicateKeyError
+
+from shared import records
+from shared.domain.deadlines import DeadlineQueue
+from shared.domain.receipts import (
+    CallRecord,
+    Expected,
+    Log,
+    NotAMatch,
+    Publish,
+    match_observation,
+    part_keys,
+)
+from shared.kafka import ensure_topics, make_broker, max_record_bytes, publish
+from shared.logging import bound, get_logger
+from shared.service import decode_batch, raw_decoder
+from shared.settings import Settings
+from shared.store import Doc, database, make_client, ping
+from shared.topics import topics_for
+
+log = get_logger(__name__)
+GROUP = "session-core-receipts"
+DONE_KEPT = 10_000  # terminal calls remembered to log late receipts
+EARLY_OBSERVATIONS = 64  # per Session, kept for observations that overtake their delivery
+
+Key = tuple[str, str]  # (session_id, call_id)
+
+
+def _expected_doc(e: Expected) -> Doc:
+    return {
+        "harness": e.harness, "session_id": e.session_id, "call_id": e.call_id, "name": e.name,
+        "success": e.success, "content": [[k, d] for k, d in e.content],
+        "native_session_id": e.native_session_id, "thread_id": e.thread_id,
+        "turn_id": e.turn_id,
+    }
+
+
+def _expected_from(doc: Doc) -> Expected:
+    return Expected(
+        harness=doc["harness"], session_id=doc["session_id"], call_id=doc["call_id"],
+        name=doc["name"], success=doc["success"],
+        content=tuple((k, bytes(d)) for k, d in doc["content"]),
+        native_session_id=doc.get("native_session_id"), thread_id=doc.get("thread_id"),
+        turn_id=doc.get("turn_id"),
+    )
+
+
+class ReceiptService:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.window = settings.receipt_window_s
+        self.topics = topics_for(settings)
+        self.broker: KafkaBroker = make_broker(settings, "session-core-receipts")
+        self.client = make_client(settings)
+        self.db = database(self.client, settings)
+        self.calls: dict[Key, CallRecord] = {}
+        self.by_session: dict[str, set[str]] = defaultdict(set)
+        self.deadlines: DeadlineQueue[Key] = DeadlineQueue()
+        self.early: dict[str, deque[tuple[float, Doc]]] = defaultdict(
+            lambda: deque(maxlen=EARLY_OBSERVATIONS))
+        self.wake = asyncio.Event()
+        self.timer: asyncio.Task[None] | None = None
+        self.lateness: list[float] = []
+        self.done: dict[str, dict[str, CallRecord]] = defaultdict(dict)
+        self.done_order: deque[Key] = deque()  # seconds past the deadline at which verdicts fired
+        self.broker.subscriber(
+            self.topics.runtime_deliveries,
+            group_id=GROUP,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=max_record_bytes(settings),
+            ack_policy=AckPolicy.NACK_ON_ERROR,
+            decoder=raw_decoder,
+            batch=True,
+            max_records=500,
+            batch_timeout_ms=10,
+        )(self.on_deliveries)
+        self.broker.subscriber(
+            self.topics.runtime_observations,
+            group_id=f"{GROUP}-observations",
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=max_record_bytes(settings),
+            ack_policy=AckPolicy.NACK_ON_ERROR,
+            decoder=raw_decoder,
+            batch=True,
+            max_records=500,
+            batch_timeout_ms=10,
+        )(self.on_observations)
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        await ensure_topics(self.settings, self.topics)
+        await self.db.pending_receipts.create_index([("session_id", ASCENDING)],
+                                                    name="pending_session")
+        await self.recover()
+        await self.broker.start()
+        self.timer = asyncio.create_task(self._timer_loop(), name="receipt-deadlines")
+        log.info("receipts.started", pending=len(self.calls), window_s=self.window)
+
+    async def stop(self) -> None:
+        if self.timer:
+            self.timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.timer
+        await self.broker.stop()
+        await self.client.close()
+
+    async def ready(self) -> bool:
+        return await ping(self.client) and await self.broker.ping(timeout=2.0)
+
+    async def recover(self) -> None:
+        """Reload pending calls: overdue ones turn ``uncertain`` now, the rest keep their
+        original deadline."""
+        async for doc in self.db.pending_receipts.find({}):
+            self._track(_expected_from(doc["expected"]), doc["deadline"])
+        await self.fire_due(time.time())
+
+    def _track(self, expected: Expected, deadline: float) -> CallRecord:
+        key = (expected.session_id, expected.call_id)
+        rec = CallRecord(expected=expected, window=self.window)
+        rec.deadline = deadline
+        self.calls[key] = rec
+        self.by_session[expected.session_id].add(expected.call_id)
+        self.deadlines.add(key, deadline)
+        self.wake.set()
+        return rec
+
+    def _forget(self, key: Key) -> None:
+        self.calls.pop(key, None)
+        self.deadlines.cancel(key)
+        ids = self.by_session.get(key[0])
+        if ids is not None:
+            ids.discard(key[1])
+            if not ids:
+                self.by_session.pop(key[0], None)
+
+    # ---- deliveries open the window ---------------------------------------------------------
+    async def on_deliveries(self, body: Any, msg: KafkaMessage) -> None:
+        for raw, rec in await decode_batch(self.broker, self.topics, msg.raw_message):
+            if rec.get("kind") != "function_result":
+                continue
+            handed_at = raw.timestamp / 1000.0
+            await self.open_call(rec, handed_at)
+
+    async def open_call(self, rec: Doc, handed_at: float) -> None:
+        sid, cid = rec["session_id"], rec["call_id"]
+        key = (sid, cid)
+        if key in self.calls or await self.db.receipt_verdicts.find_one({"_id": f"{sid}/{cid}"}):
+            return  # redelivered: a window is never extended, a verdict never repeated
+        call = await self.db.calls.find_one({"_id": f"{sid}/{cid}"}) or {}
+        session = await self.db.sessions.find_one({"_id": sid}, {"harness": 1}) or {}
+        native = call.get("native") or {}
+        expected = Expected(
+            harness=session.get("harness", ""), session_id=sid, call_id=cid,
+            name=rec.get("name") or call.get("name") or "", success=bool(rec["success"]),
+            content=part_keys(rec["content"]),
+            native_session_id=native.get("session_id"), thread_id=native.get("thread_id"),
+            turn_id=native.get("turn_id"),
+        )
+        deadline = handed_at + self.window
+        await self.db.pending_receipts.update_one(
+            {"_id": f"{sid}/{cid}"},
+            {"$setOnInsert": {"session_id": sid, "expected": _expected_doc(expected),
+                              "deadline": deadline, "handed_at": handed_at}},
+            upsert=True,
+        )
+        stored = await self.db.pending_receipts.find_one({"_id": f"{sid}/{cid}"})
+        self._track(expected, stored["deadline"] if stored else deadline)
+        with bound(session_id=sid, call_id=cid):
+            log.info("receipts.pending", deadline_in_s=round(deadline - time.time(), 3))
+        # Observations that overtook their delivery.
+        for seen_at, obs in list(self.early.get(sid, ())):
+            await self.observe(obs, seen_at)
+
+    # ---- observations decide -------------------------------------------------------------
+    async def on_observations(self, body: Any, msg: KafkaMessage) -> None:
+        for raw, rec in await decode_batch(self.broker, self.topics, msg.raw_message):
+            await self.observe(rec, time.time(), observed_ts=raw.timestamp / 1000.0)
+
+    async def observe(self, obs: Doc, now: float, observed_ts: float | None = None) -> None:
+        sid = obs.get("session_id")
+        if not isinstance(sid, str):
+            return
+        # When the observation was produced counts, not when we read it (a lagging consumer
+        # must not turn a timely receipt into a late one).
+        at = min(now, observed_ts) if observed_ts else now
+        refusal = obs.get("refusal")
+        for cid, done in list(self.done.get(sid, {}).items()):
+            late = match_observation(done.expected, obs) if refusal is None else None
+            if late is not None and not isinstance(late, NotAMatch):
+                with bound(session_id=sid, call_id=cid):
+                    await self._step((sid, cid), done.observe(late, at))
+        call_ids = list(self.by_session.get(sid, ()))
+        if not call_ids:
+            self.early[sid].append((at, obs))
+            return
+        for cid in call_ids:
+            key = (sid, cid)
+            rec = self.calls.get(key)
+            if rec is None:
+                continue
+            with bound(session_id=sid, call_id=cid):
+                if isinstance(refusal, dict):
+                    if refusal.get("call_id") == cid:
+                        await self._step(key, rec.refused(str(refusal.get("reason"))))
+                    continue
+                verdict = match_observation(rec.expected, obs)
+                if isinstance(verdict, NotAMatch):
+                    log.debug("receipts.not_a_match", field=verdict.field, reason=verdict.reason)
+                    continue
+                await self._step(key, rec.observe(verdict, at))
+
+    async def _step(self, key: Key, step: Publish | Log | None) -> None:
+        if step is None:
+            return
+        if isinstance(step, Log):
+            log.warning(f"receipts.{step.event}", state=str(step.state))
+            return
+        await self.publish_verdict(key, step)
+
+    async def publish_verdict(self, key: Key, step: Publish) -> None:
+        sid, cid = key
+        try:
+            await self.db.receipt_verdicts.insert_one(
+                {"_id": f"{sid}/{cid}", "state": str(step.state), "reason": step.reason,
+                 "by": id(self), "at": time.time()})
+        except DuplicateKeyError:
+            log.info("receipts.verdict_already_claimed", session_id=sid, call_id=cid)
+            self._forget(key)
+            return
+        await publish(self.broker, self.topics.core_facts, {
+            "schema": records.FACT, "fact_id": f"rcpt:{sid}/{cid}", "session_id": sid,
+            "kind": "application", "call_id": cid, "state": str(step.state),
+            "reason": step.reason}, sid)
+        await self.db.pending_receipts.delete_one({"_id": f"{sid}/{cid}"})
+        log.info("receipts.verdict", session_id=sid, call_id=cid, state=str(step.state),
+                 reason=step.reason)
+        # Terminal: keep the record a while so a late receipt is logged, never acted on.
+        rec = self.calls.get(key)
+        self._forget(key)
+        if rec is not None:
+            self.done[sid][cid] = rec
+            self.done_order.append(key)
+            while len(self.done_order) > DONE_KEPT:
+                osid, ocid = self.done_order.popleft()
+                self.done.get(osid, {}).pop(ocid, None)
+                if not self.done.get(osid):
+                    self.done.pop(osid, None)
+
+    # ---- the one timer ----------------------------------------------------------------------
+    async def fire_due(self, now: float) -> int:
+        due = self.deadlines.pop_due(now)
+        for key in due:
+            rec = self.calls.get(key)
+            if rec is None:
+                continue
+            step = rec.expire(now)
+            if isinstance(step, Publish) and rec.deadline is not None:
+                self.lateness.append(now - rec.deadline)
+            with bound(session_id=key[0], call_id=key[1]):
+                await self._step(key, step)
+        return len(due)
+
+    async def _timer_loop(self) -> None:
+        while True:
+            nxt = self.deadlines.next_deadline()
+            delay = 1.0 if nxt is None else max(0.0, min(1.0, nxt - time.time()))
+            self.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), delay)
+            try:
+                await self.fire_due(time.time())
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("receipts.timer_failed")
+                await asyncio.sleep(0.5)
