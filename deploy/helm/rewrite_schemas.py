@@ -60,7 +60,9 @@ def main(argv: list[str]) -> int:
             target.write_text(json.dumps(rewrite(doc, dir_url, target.as_uri())))
             written += 1
     if written == 0:
-        print(f"no schemas found in {wheel} for {sorted(versions) or 'any version'}", file=sys.stderr)
+        print(
+            f"no schemas found in {wheel} for {sorted(versions) or 'any version'}", file=sys.stderr
+        )
         return 1
     # no server-relative reference may survive
     leftovers = [
