@@ -10,7 +10,12 @@ import pytest
 
 from shared.domain.adapters import adapter_for, claude, is_terminal
 from shared.domain.adapters.claude import MAX_USER_MESSAGES_PER_TURN, ClaudeTurn
-from shared.domain.adapters.errors import TurnBoundExceeded, TurnEnded, UnsupportedContent
+from shared.domain.adapters.errors import (
+    AdapterError,
+    TurnBoundExceeded,
+    TurnEnded,
+    UnsupportedContent,
+)
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
 JPG = "data:image/jpeg;base64,/9j/4AAQ"
@@ -246,7 +251,15 @@ def test_public_input_applied_only_after_every_message_consumed() -> None:
 def test_same_batch_id_twice_refused() -> None:
     turn = turn_at(1)
     assert isinstance(turn.steer("x", batch(1)), list)
-    assert isinstance(turn.steer("x", batch(1)), UnsupportedContent)
+    again = turn.steer("x", batch(1))
+    assert isinstance(again, AdapterError) and again.code == "invalid_batch"
+    assert turn.user_messages == 2
+
+
+def test_empty_batch_refused() -> None:
+    turn = turn_at(1)
+    empty = turn.steer("e", [])
+    assert isinstance(empty, AdapterError) and empty.code == "invalid_batch"
 
 
 # ---------------------------------------------------------------------------- function results

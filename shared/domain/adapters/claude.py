@@ -235,11 +235,13 @@ class ClaudeTurn:
         if self.ended is not None:
             return TurnEnded(message=f"the native Turn has ended: {self.ended.message}")
         if not messages:
-            return UnsupportedContent(
-                message="a batch needs at least one message", param="messages"
+            return AdapterError(
+                code="invalid_batch", message="a batch needs at least one message", param="messages"
             )
         if batch_id in self._remaining or batch_id in self._applied:
-            return UnsupportedContent(message=f"batch {batch_id} was already submitted", param=None)
+            return AdapterError(
+                code="invalid_batch", message=f"batch {batch_id} was already submitted"
+            )
         after = self.user_messages + len(messages)
         if after > self.max_user_messages:
             error = TurnBoundExceeded(
