@@ -68,7 +68,7 @@ def image(url: str = PNG_URI) -> dict[str, Any]:
     return {"type": "input_image", "image_url": url}
 
 
-def msg(*parts: dict[str, Any], **extra: Any) -> dict[str, Any]:
+def msg(*parts: Any, **extra: Any) -> dict[str, Any]:
     return {"role": "user", **extra, "content": list(parts)}
 
 
