@@ -92,14 +92,14 @@ build_compose_validator() {
 # deploy/compose.yaml must load under the Compose Specification (schema, interpolation,
 # consistency: depends_on targets, anchors), and a broken override must not
 check_compose() {
-  local compose="$HERE/../compose.yaml" bad="$HERE/testdata/broken-compose.override.yaml"
+  local compose="$HERE/../compose.yaml" bad="$HERE/testdata/compose-broken.override.yaml"
   log "[compose] compose-spec validation of deploy/compose.yaml"
   # a clean environment, so nothing in the caller's shell changes the result
   env -i PATH=/usr/bin:/bin "$COMPOSE_SPEC" --format json "$compose" >"$OUT/compose.json" 2>"$OUT/compose.err" || {
     cat "$OUT/compose.err" >&2; die "deploy/compose.yaml is not a valid compose file"; }
   echo "  compose.yaml: valid; services: $("$PYTHON" -c 'import json,sys; print(" ".join(sorted(json.load(sys.stdin)["services"])))' <"$OUT/compose.json")"
   if env -i PATH=/usr/bin:/bin "$COMPOSE_SPEC" "$compose" "$bad" >/dev/null 2>"$OUT/compose-bad.err"; then
-    die "testdata/broken-compose.override.yaml was accepted (it must fail)"
+    die "testdata/compose-broken.override.yaml was accepted (it must fail)"
   fi
   echo "  refused as expected: $(head -c 300 "$OUT/compose-bad.err")"
 }
