@@ -1,0 +1,335 @@
+"""The reference Runtime process: Kafka in and out around the pure ``SimulatedHarness``.
+
+* registers on ``runtime.registrations`` (compacted, keyed by ``runtime_id``) at start, every
+  ``heartbeat_s`` and whenever its switches or status change; ``status: "gone"`` on a clean stop;
+* consumes ``runtime.deliveries`` in its own consumer group ``session-core-runtime-<runtime_id>``
+  (``auto_offset_reset=earliest``: a fresh group reads what was sent before it joined, a
+  restarted one resumes at its committed offset), keeps only records for its ``runtime_id`` and
+  commits a batch after the observations it caused are published (at least once);
+* publishes ``runtime.observation/1`` records keyed by Core ``session_id``, through one ordered
+  queue so a Turn's records leave in the order the harness made them;
+* reads ``runtime.control`` from the beginning without a group (the switch state is the fold
+  of every control record for this runtime, applied before the first delivery).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from services.runtime.harness import Emit, SimulatedHarness
+from services.runtime.switches import Switches
+from shared import records
+from shared.kafka import (
+    _admin_security,
+    decode,
+    ensure_topics,
+    make_broker,
+    max_record_bytes,
+    now_rfc3339,
+    publish,
+)
+from shared.logging import bound, get_logger
+from shared.settings import Settings
+from shared.topics import topics_for
+
+log = get_logger(__name__)
+
+STATUSES = ("ready", "draining", "gone")
+
+
+@dataclass
+class RuntimeConfig:
+    runtime_id: str
+    harness: str
+    placements: list[str] = field(default_factory=lambda: ["none", "self_hosted"])
+    bridge_protocol: int = 3
+    message_images: bool = True
+    function_result_images: bool = True
+    status: str = "ready"
+    heartbeat_s: float = 3.0
+    turn_idle_s: float = 1.5
+    switches: Switches = field(default_factory=Switches)
+
+
+def registration(config: RuntimeConfig, harness: SimulatedHarness, status: str) -> dict[str, Any]:
+    """The ``runtime.registration/1`` record (CONTRACT §2) plus two informative extras:
+    ``switches`` (the misbehaviour switches in force) and ``turn_idle_ms``."""
+    return {
+        "schema": records.REGISTRATION,
+        "runtime_id": config.runtime_id,
+        "harness": config.harness,
+        "bridge_protocol": config.bridge_protocol,
+        "placements": list(config.placements),
+        "capabilities": {
+            "message_images": harness.message_images,
+            "function_result_images": harness.function_result_images,
+        },
+        "status": status,
+        "heartbeat_at": now_rfc3339(),
+        "switches": harness.switches.active(),
+        "turn_idle_ms": int(config.turn_idle_s * 1000),
+    }
+
+
+def consumer_group(runtime_id: str) -> str:
+    return f"session-core-runtime-{runtime_id}"
+
+
+class RuntimeService:
+    def __init__(self, settings: Settings, config: RuntimeConfig,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self.config = config
+        self.topics = topics_for(settings)
+        self.clock = clock
+        self.harness = SimulatedHarness(
+            runtime_id=config.runtime_id,
+            harness=config.harness,
+            switches=config.switches,
+            turn_idle_s=config.turn_idle_s,
+            message_images=config.message_images,
+            function_result_images=config.function_result_images,
+        )
+        self.status = config.status
+        self.broker = make_broker(settings, client_id=f"runtime-{config.runtime_id}")
+        self._out: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._consumers: list[AIOKafkaConsumer] = []
+        self._timers: list[asyncio.TimerHandle] = []
+        self.ready = asyncio.Event()
+        self.published = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        await ensure_topics(self.settings, self.topics)
+        await self.broker.start()
+        self._tasks.append(asyncio.create_task(self._publisher(), name="runtime:publisher"))
+        control = await self._assigned_consumer(self.topics.runtime_control)
+        await self._catch_up_control(control)
+        self._tasks.append(asyncio.create_task(self._control(control), name="runtime:control"))
+        deliveries = AIOKafkaConsumer(
+            self.topics.runtime_deliveries,
+            group_id=consumer_group(self.config.runtime_id),
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            max_partition_fetch_bytes=max_record_bytes(self.settings),
+            fetch_max_bytes=max_record_bytes(self.settings) * 2,
+            fetch_max_wait_ms=50,
+            **_admin_security(self.settings),
+        )
+        await deliveries.start()
+        self._consumers.append(deliveries)
+        await self.register()
+        self._tasks.append(asyncio.create_task(self._deliveries(deliveries), name="runtime:in"))
+        self._tasks.append(asyncio.create_task(self._heartbeat(), name="runtime:heartbeat"))
+        self._tasks.append(asyncio.create_task(self._ticker(), name="runtime:idle"))
+        log.info("runtime.started", runtime_id=self.config.runtime_id,
+                 harness=self.config.harness, switches=self.harness.switches.active())
+
+    async def stop(self) -> None:
+        for h in self._timers:
+            h.cancel()
+        for t in self._tasks:
+            if t.get_name() != "runtime:publisher":
+                t.cancel()
+        for t in self._tasks:
+            if t.get_name() != "runtime:publisher":
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._out.join(), 5)
+        with contextlib.suppress(Exception):
+            await self._publish_registration("gone")
+        for t in self._tasks:
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        for c in self._consumers:
+            await c.stop()
+        await self.broker.stop()
+        log.info("runtime.stopped", runtime_id=self.config.runtime_id)
+
+    async def register(self) -> None:
+        await self._publish_registration(self.status)
+
+    async def _publish_registration(self, status: str) -> None:
+        rec = registration(self.config, self.harness, status)
+        await publish(self.broker, self.topics.runtime_registrations, rec,
+                      key=self.config.runtime_id)
+
+    # ------------------------------------------------------------------ loops
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_s)
+            try:
+                await self.register()
+            except Exception:
+                log.exception("runtime.heartbeat_failed")
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(0.05)
+            self.enqueue(self.harness.tick(self.clock()))
+
+    async def _deliveries(self, consumer: AIOKafkaConsumer) -> None:
+        while True:
+            try:
+                batches = await consumer.getmany(timeout_ms=250)
+                if not self.ready.is_set() and consumer.assignment():
+                    self.ready.set()
+                handled = 0
+                for recs in batches.values():
+                    for r in recs:
+                        handled += self._handle_raw(r.value or b"")
+                if batches:
+                    await self._out.join()  # observations out before the offsets move on
+                    await consumer.commit()
+                if handled:
+                    log.debug("deliveries.handled", count=handled)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("runtime.deliveries_error")
+                await asyncio.sleep(0.5)
+
+    def _handle_raw(self, raw: bytes) -> int:
+        try:
+            value = decode(raw)
+        except ValueError:
+            log.warning("delivery.undecodable")
+            return 0
+        if not isinstance(value, dict) or value.get("schema") != records.DELIVERY:
+            return 0
+        if value.get("runtime_id") != self.config.runtime_id:
+            return 0
+        with bound(session_id=value.get("session_id"), delivery_id=value.get("delivery_id"),
+                   call_id=value.get("call_id")):
+            log.info("delivery.received", kind=value.get("kind"), turn_id=value.get("turn_id"))
+            self.enqueue(self.harness.handle(value, self.clock()))
+        return 1
+
+    def enqueue(self, emits: list[Emit]) -> None:
+        """Queue records in order; consecutive records with the same delay leave together."""
+        i = 0
+        while i < len(emits):
+            delay = emits[i].delay_s
+            j = i
+            while j < len(emits) and emits[j].delay_s == delay:
+                j += 1
+            group = [e.record for e in emits[i:j]]
+            if delay <= 0:
+                for rec in group:
+                    self._out.put_nowait(rec)
+            else:
+                loop = asyncio.get_running_loop()
+                self._timers.append(loop.call_later(delay, self._put_all, group))
+            i = j
+
+    def _put_all(self, group: list[dict[str, Any]]) -> None:
+        for rec in group:
+            self._out.put_nowait(rec)
+
+    async def _publisher(self) -> None:
+        while True:
+            rec = await self._out.get()
+            try:
+                rec["observed_at"] = now_rfc3339()
+                await publish(self.broker, self.topics.runtime_observations, rec,
+                              key=str(rec["session_id"]))
+                self.published += 1
+            except Exception:
+                log.exception("observation.publish_failed", session_id=rec.get("session_id"))
+            finally:
+                self._out.task_done()
+
+    # ------------------------------------------------------------------ control
+
+    async def _assigned_consumer(self, topic: str) -> AIOKafkaConsumer:
+        c = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap_servers,
+            group_id=None,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=50,
+            **_admin_security(self.settings),
+        )
+        await c.start()
+        self._consumers.append(c)
+        parts: set[int] | None = None
+        for _ in range(100):
+            parts = c.partitions_for_topic(topic)
+            if parts:
+                break
+            await c._client.force_metadata_update()  # topic just created
+            await asyncio.sleep(0.1)
+        tps = [TopicPartition(topic, p) for p in sorted(parts or [])]
+        c.assign(tps)
+        await c.seek_to_beginning(*tps)
+        return c
+
+    async def _catch_up_control(self, c: AIOKafkaConsumer) -> None:
+        ends = await c.end_offsets(list(c.assignment()))
+        while True:
+            behind = [tp for tp, end in ends.items() if await c.position(tp) < end]
+            if not behind:
+                return
+            batches = await c.getmany(timeout_ms=200)
+            for recs in batches.values():
+                for r in recs:
+                    self._apply_control(r.value or b"")
+
+    async def _control(self, c: AIOKafkaConsumer) -> None:
+        while True:
+            try:
+                batches = await c.getmany(timeout_ms=250)
+                changed = False
+                for recs in batches.values():
+                    for r in recs:
+                        changed |= self._apply_control(r.value or b"")
+                if changed:
+                    await self.register()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("runtime.control_error")
+                await asyncio.sleep(0.5)
+
+    def _apply_control(self, raw: bytes) -> bool:
+        try:
+            value = decode(raw)
+        except ValueError:
+            return False
+        if not isinstance(value, dict) or value.get("schema") != records.CONTROL:
+            return False
+        if value.get("runtime_id") != self.config.runtime_id:
+            return False
+        changes = value.get("set")
+        if not isinstance(changes, dict):
+            log.warning("control.ignored", reason="no 'set' object")
+            return False
+        changes = dict(changes)
+        status = changes.pop("status", None)
+        try:
+            switches = self.harness.switches.updated(changes)
+            if status is not None and status not in STATUSES[:2]:
+                raise ValueError(f"status must be ready or draining, got {status!r}")
+        except ValueError as exc:
+            log.warning("control.ignored", reason=str(exc))
+            return False
+        self.harness.set_switches(switches)
+        if status is not None:
+            self.status = str(status)
+        log.info("control.applied", switches=switches.active(), status=self.status)
+        return True
+
+
+def control_record(runtime_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+    return {"schema": records.CONTROL, "runtime_id": runtime_id, "set": changes}

@@ -1,0 +1,579 @@
+"""The simulated harness behind the reference Runtime: pure, deterministic, no I/O.
+
+``SimulatedHarness.handle(delivery, now)`` takes one ``runtime.delivery/1`` record and returns
+the ``runtime.observation/1`` records the harness would produce (each with a delay, for the
+``receipt_delay_s`` switch); ``tick(now)`` ends the Turns that went idle. The Runtime service
+publishes what comes out; tests call these two methods directly.
+
+The echo model, per Core Session (one native thread / session id) and per Core Turn (one native
+turn id):
+
+* ``start`` / ``steer``: the messages are encoded by the project's adapter for the harness
+  (Codex flattens the batch; Claude Code makes one native user message per public message, with a
+  UUID, counted toward the 64-message bound; MiniMax Code is text-only). The harness records the
+  input it received (Codex ``item/completed`` ``userMessage``; Claude Code the user message
+  echoed back as ``isReplay: true``, as ``--replay-user-messages`` does) and answers with an
+  assistant text ``echo: …``.
+* A text part containing ``call <name> <json-object>`` makes the harness call that function
+  (Codex ``item/started`` ``dynamicToolCall``; Claude Code assistant ``tool_use``); the Turn then
+  stays open until the result arrives.
+* ``function_result``: the result is applied and recorded natively (Codex ``item/completed``;
+  Claude Code a user record with one ``tool_result`` block), then the Turn ends once no call is
+  pending.
+* A Turn with nothing pending ends ``turn_idle_s`` after its last input, so steering can join it.
+* What the harness cannot take it refuses with a terminal refusal record (``native: null``):
+  images for a text-only harness or a Runtime that does not report the capability, a Claude Code
+  batch over the per-Turn bound (which also ends the Turn), a result for a call that is not
+  pending, and every result under ``refuse_results``.
+* A Turn that ends while calls are pending (a new ``start`` supersedes it, or it fails) releases
+  those calls natively first.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.runtime.switches import Switches
+from shared.domain.adapters import AdapterError, claude, codex, text_only
+from shared.domain.adapters.claude import ClaudeTurn
+from shared.domain.adapters.errors import TurnBoundExceeded
+from shared.logging import get_logger
+
+log = get_logger(__name__)
+
+OBSERVATION_SCHEMA = "runtime.observation/1"
+HARNESSES = (codex.HARNESS, claude.HARNESS, text_only.HARNESS)
+ALTERED_SUFFIX = " [altered]"
+SYNTHETIC_TEXT = "the harness aborted this call (synthetic record)"
+
+_CALL_RE = re.compile(r"\bcall\s+([A-Za-z_][A-Za-z0-9_.\-]*)\s*(?=\{)")
+_SEEN_DELIVERIES = 10_000
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """One observation envelope to publish ``delay_s`` seconds after the call that made it.
+    ``observed_at`` is left out: the publisher stamps it when the record leaves."""
+
+    record: Json
+    delay_s: float = 0.0
+
+
+def parse_calls(text: str) -> list[tuple[str, Any]]:
+    """Every ``call <name> <json-object>`` in ``text``, in order. A name not followed by a
+    valid JSON object is not a call."""
+    out: list[tuple[str, Any]] = []
+    decoder = json.JSONDecoder()
+    for m in _CALL_RE.finditer(text):
+        try:
+            args, _ = decoder.raw_decode(text, m.end())
+        except ValueError:
+            continue
+        if isinstance(args, dict):
+            out.append((m.group(1), args))
+    return out
+
+
+def _uuid_from_hex(hex32: str) -> str:
+    return str(uuid.UUID(hex=hex32))
+
+
+@dataclass
+class _Call:
+    call_id: str
+    name: str
+    arguments: Any
+
+
+@dataclass
+class _Turn:
+    core_turn_id: str
+    native_turn_id: str
+    last_input: float
+    claude: ClaudeTurn | None = None
+    pending: dict[str, _Call] = field(default_factory=dict)
+
+
+@dataclass
+class _Session:
+    core_session_id: str
+    native_id: str  # Codex threadId / Claude Code session_id / MiniMax session id
+    turn: _Turn | None = None
+    ended_turns: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    turns_started: int = 0
+
+
+class SimulatedHarness:
+    def __init__(
+        self,
+        *,
+        runtime_id: str,
+        harness: str,
+        switches: Switches | None = None,
+        turn_idle_s: float = 1.5,
+        message_images: bool = True,
+        function_result_images: bool = True,
+        max_user_messages: int = claude.MAX_USER_MESSAGES_PER_TURN,
+        new_hex: Callable[[], str] | None = None,
+    ) -> None:
+        if harness not in HARNESSES:
+            raise ValueError(f"unknown harness {harness!r}; one of {', '.join(HARNESSES)}")
+        self.runtime_id = runtime_id
+        self.harness = harness
+        self.switches = switches or Switches()
+        self.turn_idle_s = turn_idle_s
+        self.message_images = message_images and harness != text_only.HARNESS
+        self.function_result_images = function_result_images and harness != text_only.HARNESS
+        self.max_user_messages = max_user_messages
+        self._new_hex = new_hex or (lambda: uuid.uuid4().hex)
+        self.sessions: dict[str, _Session] = {}
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    # ------------------------------------------------------------------ public
+
+    def handle(self, delivery: Mapping[str, Any], now: float) -> list[Emit]:
+        if delivery.get("runtime_id") != self.runtime_id:
+            return []
+        delivery_id = str(delivery.get("delivery_id"))
+        if delivery_id in self._seen:
+            log.info("delivery.duplicate", delivery_id=delivery_id)
+            return []
+        self._seen[delivery_id] = None
+        while len(self._seen) > _SEEN_DELIVERIES:
+            self._seen.popitem(last=False)
+        sid = str(delivery.get("session_id"))
+        session = self.sessions.get(sid)
+        if session is None:
+            session = _Session(sid, self._native_session_id())
+            self.sessions[sid] = session
+        kind = delivery.get("kind")
+        if kind in ("start", "steer"):
+            return self._messages(session, delivery, now)
+        if kind == "function_result":
+            return self._function_result(session, delivery, now)
+        return [self._refusal(session, delivery, f"unknown delivery kind {kind!r}")]
+
+    def tick(self, now: float) -> list[Emit]:
+        """End every Turn with nothing pending whose last input is ``turn_idle_s`` old."""
+        out: list[Emit] = []
+        for session in self.sessions.values():
+            turn = session.turn
+            if turn is not None and not turn.pending and now - turn.last_input >= self.turn_idle_s:
+                out += self._end_turn(session, failed=False)
+        return out
+
+    def next_deadline(self) -> float | None:
+        deadlines = [
+            s.turn.last_input + self.turn_idle_s
+            for s in self.sessions.values()
+            if s.turn is not None and not s.turn.pending
+        ]
+        return min(deadlines) if deadlines else None
+
+    def set_switches(self, switches: Switches) -> None:
+        self.switches = switches
+
+    # ------------------------------------------------------------------ ids and envelopes
+
+    def _native_session_id(self) -> str:
+        if self.harness == codex.HARNESS:
+            return f"thr_{self._new_hex()}"
+        return _uuid_from_hex(self._new_hex())
+
+    def _call_id(self) -> str:
+        if self.harness == claude.HARNESS:
+            return f"toolu_{self._new_hex()}"
+        return f"call_{self._new_hex()}"
+
+    def _envelope(self, session: _Session, turn_id: str | None, native: Json | None) -> Json:
+        return {
+            "schema": OBSERVATION_SCHEMA,
+            "runtime_id": self.runtime_id,
+            "session_id": session.core_session_id,
+            "harness": self.harness,
+            "native": native,
+            "turn_id": turn_id,
+            "observation_id": f"obs_{self._new_hex()}",
+        }
+
+    def _emit(self, session: _Session, turn: _Turn | None, native: Json, delay: float = 0.0
+              ) -> Emit:
+        return Emit(self._envelope(session, turn.core_turn_id if turn else None, native), delay)
+
+    def _refusal(
+        self,
+        session: _Session,
+        delivery: Mapping[str, Any],
+        reason: str,
+        call_id: str | None = None,
+    ) -> Emit:
+        refusal: Json = {
+            "delivery_id": delivery.get("delivery_id"),
+            "kind": delivery.get("kind"),
+            "reason": reason,
+            "terminal": True,
+        }
+        if call_id is not None:
+            refusal["call_id"] = call_id
+        record = self._envelope(session, _str_or_none(delivery.get("turn_id")), None)
+        record["refusal"] = refusal
+        log.warning(
+            "delivery.refused",
+            session_id=session.core_session_id,
+            call_id=call_id,
+            kind=delivery.get("kind"),
+            reason=reason,
+        )
+        return Emit(record)
+
+    # ------------------------------------------------------------------ turns
+
+    def _open_turn(self, session: _Session, core_turn_id: str, now: float) -> tuple[_Turn, Emit]:
+        session.turns_started += 1
+        native_turn_id = (
+            f"turn_{self._new_hex()}" if self.harness == codex.HARNESS
+            else f"{session.native_id}#{session.turns_started}"
+        )
+        turn = _Turn(core_turn_id, native_turn_id, now)
+        if self.harness == claude.HARNESS:
+            turn.claude = ClaudeTurn(
+                max_user_messages=self.max_user_messages,
+                native_session_id=session.native_id,
+                uuid_factory=lambda: _uuid_from_hex(self._new_hex()),
+            )
+        session.turn = turn
+        if self.harness == codex.HARNESS:
+            started: Json = {
+                "method": "turn/started",
+                "params": {"threadId": session.native_id, "turn": {"id": native_turn_id,
+                                                                    "status": "inProgress"}},
+            }
+        else:
+            started = {
+                "type": "system", "subtype": "init", "session_id": session.native_id,
+            }
+        log.info("turn.started", session_id=session.core_session_id, turn_id=core_turn_id)
+        return turn, self._emit(session, turn, started)
+
+    def _end_turn(self, session: _Session, *, failed: bool, delay: float = 0.0) -> list[Emit]:
+        turn = session.turn
+        if turn is None:
+            return []
+        out: list[Emit] = []
+        for call in list(turn.pending.values()):
+            out.append(self._emit(session, turn, self._release(session, turn, call), delay))
+            log.info("call.released", session_id=session.core_session_id, call_id=call.call_id,
+                     why="the turn ended with the call pending")
+        turn.pending.clear()
+        failed = failed or self.switches.fail_turns
+        if self.harness == codex.HARNESS:
+            end: Json = {
+                "method": "turn/completed",
+                "params": {
+                    "threadId": session.native_id,
+                    "turnId": turn.native_turn_id,
+                    "status": "failed" if failed else "completed",
+                },
+            }
+        else:
+            end = {
+                "type": "result",
+                "session_id": session.native_id,
+                "subtype": "error" if failed else "success",
+                "is_error": failed,
+            }
+        out.append(self._emit(session, turn, end, delay))
+        if turn.claude is not None:
+            turn.claude.finish("failed" if failed else "completed")
+        session.ended_turns[turn.core_turn_id] = None
+        while len(session.ended_turns) > 1000:
+            session.ended_turns.popitem(last=False)
+        session.turn = None
+        log.info("turn.ended", session_id=session.core_session_id, turn_id=turn.core_turn_id,
+                 state="failed" if failed else "completed")
+        return out
+
+    def _release(self, session: _Session, turn: _Turn, call: _Call) -> Json:
+        if self.harness == codex.HARNESS:
+            return {
+                "method": "item/released",
+                "params": {"threadId": session.native_id, "turnId": turn.native_turn_id,
+                           "callId": call.call_id},
+            }
+        return {"type": "tool_release", "session_id": session.native_id,
+                "tool_use_id": call.call_id}
+
+    # ------------------------------------------------------------------ messages
+
+    def _messages(self, session: _Session, delivery: Mapping[str, Any], now: float
+                  ) -> list[Emit]:
+        turn_id = str(delivery.get("turn_id"))
+        messages = delivery.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return [self._refusal(session, delivery, "a message delivery needs messages")]
+        out: list[Emit] = []
+        turn = session.turn
+        if turn is not None and turn.core_turn_id == turn_id and delivery.get("kind") == "steer":
+            opening = False
+        elif turn_id in session.ended_turns:
+            return [self._refusal(session, delivery, f"the native turn of {turn_id} has ended")]
+        else:
+            # A start (or a steer for a Turn this harness never saw) opens a new native Turn; a
+            # Turn still running is superseded (its pending calls are released).
+            if turn is not None:
+                out += self._end_turn(session, failed=False)
+            turn, started = self._open_turn(session, turn_id, now)
+            out.append(started)
+            opening = True
+
+        # A text-only harness's adapter refuses images itself (below); a harness that could take
+        # them refuses here when the Runtime does not report the capability.
+        if (
+            self.harness != text_only.HARNESS
+            and not self.message_images
+            and any(p.get("type") == "input_image" for m in messages for p in m.get("content", ()))
+        ):
+            reason = "unsupported_content: this runtime does not report message image support"
+            out.append(self._refusal(session, delivery, reason))
+            if opening:
+                out += self._end_turn(session, failed=True)
+            return out
+
+        received = self._encode(session, turn, delivery, messages, opening)
+        if isinstance(received, AdapterError):
+            out.append(self._refusal(session, delivery, f"{received.code}: {received.message}"))
+            if opening or isinstance(received, TurnBoundExceeded):
+                out += self._end_turn(session, failed=True)
+            return out
+        out += [self._emit(session, turn, native) for native in received]
+        turn.last_input = now
+
+        texts = [p["text"] for m in messages for p in m.get("content", ())
+                 if p.get("type") == "input_text"]
+        images = sum(1 for m in messages for p in m.get("content", ())
+                     if p.get("type") == "input_image")
+        echo = "echo: " + " | ".join(texts)
+        if images:
+            echo += f" [+{images} image{'s' if images != 1 else ''}]"
+        out.append(self._emit(session, turn, self._assistant_text(session, turn, echo)))
+        if self.harness != text_only.HARNESS:  # MiniMax Code has no public functions
+            for text in texts:
+                for name, args in parse_calls(text):
+                    out.append(self._emit(session, turn, self._call(session, turn, name, args)))
+        return out
+
+    def _encode(
+        self,
+        session: _Session,
+        turn: _Turn,
+        delivery: Mapping[str, Any],
+        messages: Sequence[Mapping[str, Any]],
+        opening: bool,
+    ) -> list[Json] | AdapterError:
+        """Encode with the adapter; the native records of what the harness received."""
+        if self.harness == claude.HARNESS:
+            assert turn.claude is not None
+            batch_id = str(delivery.get("delivery_id"))
+            encoded = (turn.claude.open if opening else turn.claude.steer)(batch_id, messages)
+            if isinstance(encoded, AdapterError):
+                return encoded
+            for native in encoded:
+                turn.claude.consumed(native["uuid"])
+            return [{**native, "isReplay": True} for native in encoded]
+        if self.harness == codex.HARNESS:
+            items = codex.flatten_messages(messages)
+            if isinstance(items, AdapterError):
+                return items
+            return [{
+                "method": "item/completed",
+                "params": {
+                    "threadId": session.native_id,
+                    "turnId": turn.native_turn_id,
+                    "item": {"type": "userMessage", "id": f"msg_{self._new_hex()}",
+                             "content": items},
+                },
+            }]
+        prompts = text_only.encode_messages(messages)
+        if isinstance(prompts, AdapterError):
+            return prompts
+        return [
+            {"type": "user", "session_id": session.native_id, "isReplay": True,
+             "message": {"role": "user", "content": prompt}}
+            for prompt in prompts
+        ]
+
+    def _assistant_text(self, session: _Session, turn: _Turn, text: str) -> Json:
+        if self.harness == codex.HARNESS:
+            return {
+                "method": "item/completed",
+                "params": {
+                    "threadId": session.native_id,
+                    "turnId": turn.native_turn_id,
+                    "item": {"type": "agentMessage", "id": f"msg_{self._new_hex()}",
+                             "text": text},
+                },
+            }
+        return {
+            "type": "assistant",
+            "uuid": _uuid_from_hex(self._new_hex()),
+            "session_id": session.native_id,
+            "parent_tool_use_id": None,
+            "message": {"role": "assistant", "content": [{"type": "text", "text": text}]},
+        }
+
+    def _call(self, session: _Session, turn: _Turn, name: str, args: Any) -> Json:
+        call = _Call(self._call_id(), name, args)
+        turn.pending[call.call_id] = call
+        log.info("call.opened", session_id=session.core_session_id, call_id=call.call_id,
+                 name=name)
+        if self.harness == codex.HARNESS:
+            return {
+                "method": "item/started",
+                "params": {
+                    "threadId": session.native_id,
+                    "turnId": turn.native_turn_id,
+                    "item": {"type": "dynamicToolCall", "id": call.call_id, "tool": name,
+                             "arguments": args},
+                },
+            }
+        return {
+            "type": "assistant",
+            "uuid": _uuid_from_hex(self._new_hex()),
+            "session_id": session.native_id,
+            "parent_tool_use_id": None,
+            "message": {"role": "assistant", "content": [
+                {"type": "tool_use", "id": call.call_id, "name": name, "input": args},
+            ]},
+        }
+
+    # ------------------------------------------------------------------ function results
+
+    def _function_result(self, session: _Session, delivery: Mapping[str, Any], now: float
+                         ) -> list[Emit]:
+        call_id = str(delivery.get("call_id"))
+        success = delivery.get("success") is True
+        content = delivery.get("content")
+        if not isinstance(content, list):
+            content = []
+        turn = session.turn
+        call = turn.pending.get(call_id) if turn is not None else None
+        if turn is None or call is None:
+            return [self._refusal(session, delivery, f"no pending call {call_id}: the harness "
+                                  "is not waiting for this result", call_id)]
+        sw = self.switches
+        if sw.refuse_results:
+            turn.pending.pop(call_id)
+            return [
+                self._refusal(session, delivery, "the harness refused the result "
+                              "(refuse_results)", call_id),
+                *self._end_turn(session, failed=True),
+            ]
+        if not self.function_result_images and any(
+            p.get("type") == "input_image" for p in content
+        ):
+            turn.pending.pop(call_id)
+            return [
+                self._refusal(session, delivery, "unsupported_content: this runtime does not "
+                              "report function-result image support", call_id),
+                *self._end_turn(session, failed=True),
+            ]
+        applied = self._apply(session, turn, call, success, content)
+        if isinstance(applied, AdapterError):
+            turn.pending.pop(call_id)
+            return [
+                self._refusal(session, delivery, f"{applied.code}: {applied.message}", call_id),
+                *self._end_turn(session, failed=True),
+            ]
+        turn.pending.pop(call_id)
+        turn.last_input = now
+        delay = sw.receipt_delay_s
+        log.info("call.result", session_id=session.core_session_id, call_id=call_id,
+                 success=success, delay_s=delay, switches=sw.active())
+        out = [self._emit(session, turn, applied, delay)]
+        if not turn.pending:
+            out += self._end_turn(session, failed=False, delay=delay)
+        return out
+
+    def _apply(
+        self, session: _Session, turn: _Turn, call: _Call, success: bool,
+        content: Sequence[Mapping[str, Any]],
+    ) -> Json | AdapterError:
+        """The native record of the harness applying (or, misbehaving, not applying) the
+        result."""
+        sw = self.switches
+        if self.harness == text_only.HARNESS:
+            return text_only.encode_function_result(call.call_id, success, content)
+        if sw.release_calls:
+            return self._release(session, turn, call)
+        if self.harness == claude.HARNESS:
+            native = claude.tool_result_message(
+                call.call_id, success, content, native_session_id=session.native_id,
+                uuid=_uuid_from_hex(self._new_hex()),
+            )
+            if isinstance(native, AdapterError):
+                return native
+            native = {**native, "isReplay": sw.replay, "isSynthetic": sw.synthetic}
+            if sw.subagent:
+                native["parent_tool_use_id"] = f"toolu_{self._new_hex()}"
+            block = native["message"]["content"][0]
+            block["content"] = _misbehave_blocks(block["content"], sw, "text", "image")
+            return native
+        items = codex.content_items(content)
+        if isinstance(items, AdapterError):
+            return items
+        thread_id, turn_id = session.native_id, turn.native_turn_id
+        status, ok = codex.expected_status(success), success
+        if sw.synthetic:
+            status, ok = "failed", False
+            items = [{"type": "inputText", "text": SYNTHETIC_TEXT}]
+        if sw.replay:
+            turn_id = f"turn_{self._new_hex()}"  # replayed under a turn that is not the call's
+        if sw.subagent:
+            thread_id = f"thr_{self._new_hex()}"  # a child (Subagent) thread
+        return {
+            "method": "item/completed",
+            "params": {
+                "threadId": thread_id,
+                "turnId": turn_id,
+                "item": {
+                    "type": "dynamicToolCall", "id": call.call_id, "tool": call.name,
+                    "arguments": call.arguments, "status": status, "success": ok,
+                    "contentItems": _misbehave_blocks(items, sw, "inputText", "inputImage"),
+                },
+            },
+        }
+
+
+def _misbehave_blocks(
+    blocks: list[Json], sw: Switches, text_type: str, image_type: str
+) -> list[Json]:
+    out = [b for b in blocks if not (sw.drop_image and b.get("type") == image_type)]
+    if sw.alter_text:
+        for i, b in enumerate(out):
+            if b.get("type") == text_type:
+                out[i] = {**b, "text": b["text"] + ALTERED_SUFFIX}
+                break
+        else:
+            out.append({"type": text_type, "text": ALTERED_SUFFIX.strip()})
+    return out
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+__all__ = [
+    "HARNESSES",
+    "OBSERVATION_SCHEMA",
+    "Emit",
+    "SimulatedHarness",
+    "parse_calls",
+]

@@ -1,0 +1,138 @@
+"""``session-core runtime``: run one reference Runtime (docs/reference-runtime.md).
+
+Once registered it prints one JSON line on stdout — its registration record — so a script can
+read the runtime id; logs go to stderr. SIGINT / SIGTERM stop it cleanly (``status: "gone"``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+from services.runtime.app import RuntimeConfig, RuntimeService, registration
+from services.runtime.harness import HARNESSES
+from services.runtime.switches import DESCRIPTIONS, NAMES, Switches, from_env, parse_assignments
+from shared.ids import new_id
+from shared.settings import Settings, get_settings
+
+PLACEMENTS = ("none", "openai_hosted", "self_hosted")
+
+
+def add_switch_flags(parser: argparse.ArgumentParser) -> None:
+    """``--set NAME=VALUE`` plus one flag per switch (``--alter-text``, ``--receipt-delay-s``)."""
+    group = parser.add_argument_group(
+        "misbehaviour switches (also SESSION_CORE_RUNTIME_<NAME> and runtime.control records)"
+    )
+    group.add_argument("--set", dest="switch_set", action="append", default=[],
+                       metavar="NAME=VALUE", help=f"set a switch; names: {', '.join(NAMES)}")
+    for name in NAMES:
+        flag = "--" + name.replace("_", "-")
+        if name == "receipt_delay_s":
+            group.add_argument(flag, dest=f"sw_{name}", type=float, default=None,
+                               metavar="SECONDS", help=DESCRIPTIONS[name])
+        else:
+            group.add_argument(flag, dest=f"sw_{name}", action="store_const", const=True,
+                               default=None, help=DESCRIPTIONS[name])
+
+
+def switches_from_args(args: argparse.Namespace, environ: dict[str, str] | None = None
+                       ) -> Switches:
+    """Environment first, then ``--set``, then the per-switch flags."""
+    changes: dict[str, Any] = from_env(environ)
+    changes.update(parse_assignments(args.switch_set))
+    for name in NAMES:
+        value = getattr(args, f"sw_{name}")
+        if value is not None:
+            changes[name] = value
+    return Switches().updated(changes)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    env = os.environ
+    p = argparse.ArgumentParser(
+        prog="session-core runtime",
+        description="Run a reference Runtime: a simulated harness with a deterministic echo model.",
+    )
+    p.add_argument("--runtime-id", default=env.get("SESSION_CORE_RUNTIME_ID"),
+                   help="rt_<32 hex> (default: a new id)")
+    p.add_argument("--harness", choices=HARNESSES,
+                   default=env.get("SESSION_CORE_RUNTIME_HARNESS", "claude_code"))
+    p.add_argument("--placements", default=env.get("SESSION_CORE_RUNTIME_PLACEMENTS",
+                                                   "none,self_hosted"),
+                   help="comma-separated: none, openai_hosted, self_hosted")
+    p.add_argument("--bridge-protocol", type=int, default=3)
+    p.add_argument("--message-images", action=argparse.BooleanOptionalAction, default=None,
+                   help="report message image support (default: yes, except minimax_code)")
+    p.add_argument("--function-result-images", action=argparse.BooleanOptionalAction,
+                   default=None,
+                   help="report function-result image support (default: yes, except "
+                   "minimax_code)")
+    p.add_argument("--status", choices=("ready", "draining"), default="ready")
+    p.add_argument("--heartbeat-s", type=float, default=3.0)
+    p.add_argument("--turn-idle-ms", type=int, default=1500,
+                   help="a Turn with no pending call ends this long after its last input")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: settings)")
+    p.add_argument("--topic-prefix", help="topic prefix (default: settings)")
+    add_switch_flags(p)
+    return p
+
+
+def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> RuntimeConfig:
+    placements = [p.strip() for p in args.placements.split(",") if p.strip()]
+    bad = [p for p in placements if p not in PLACEMENTS]
+    if bad or not placements:
+        parser.error(f"--placements: unknown {bad or 'empty list'}; use {', '.join(PLACEMENTS)}")
+    runtime_id = args.runtime_id or new_id("rt")
+    text_only = args.harness == "minimax_code"
+    try:
+        switches = switches_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return RuntimeConfig(
+        runtime_id=runtime_id,
+        harness=args.harness,
+        placements=placements,
+        bridge_protocol=args.bridge_protocol,
+        message_images=(not text_only) if args.message_images is None else args.message_images,
+        function_result_images=(
+            (not text_only) if args.function_result_images is None
+            else args.function_result_images
+        ),
+        status=args.status,
+        heartbeat_s=args.heartbeat_s,
+        turn_idle_s=args.turn_idle_ms / 1000,
+        switches=switches,
+    )
+
+
+def settings_from_args(args: argparse.Namespace, base: Settings | None = None) -> Settings:
+    settings = base or get_settings()
+    update: dict[str, Any] = {}
+    if getattr(args, "bootstrap", None):
+        update["kafka_bootstrap_servers"] = args.bootstrap
+    if getattr(args, "topic_prefix", None) is not None:
+        update["topic_prefix"] = args.topic_prefix
+    return settings.model_copy(update=update) if update else settings
+
+
+async def run(settings: Settings, config: RuntimeConfig) -> None:
+    from shared.service import run_until_stopped
+
+    svc = RuntimeService(settings, config)
+
+    async def start() -> None:
+        await svc.start()
+        print(json.dumps(registration(config, svc.harness, svc.status)), flush=True)
+
+    await run_until_stopped(start, svc.stop)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    config = config_from_args(args, parser)
+    asyncio.run(run(settings_from_args(args), config))
