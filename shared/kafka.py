@@ -85,6 +85,8 @@ async def ensure_topics(settings: Settings, topics: Topics) -> None:
             cfg = {"max.message.bytes": str(max_record_bytes(settings))}
             if name in topics.compacted:
                 cfg["cleanup.policy"] = "compact"
+            else:
+                cfg["retention.ms"] = str(settings.topic_retention_ms)
             new.append(
                 NewTopic(
                     name,

@@ -23,6 +23,7 @@ from shared.kafka import now_rfc3339, publish
 from shared.logging import bound, get_logger
 from shared.settings import Settings
 from shared.store import Doc
+from shared.storecodec import item_from_doc, unpack
 from shared.topics import Topics
 
 log = get_logger(__name__)
@@ -43,7 +44,7 @@ class Answer:
 
 
 def _public(doc: Doc) -> Doc:
-    return {k: v for k, v in doc.items() if k not in ("_id", "source_key")}
+    return item_from_doc(doc)
 
 
 class Admission:
@@ -74,7 +75,7 @@ class Admission:
         fp = fingerprint({k: v for k, v in body.items() if k != "stream"})
         crid = rec.get("client_request_id")
         if crid:
-            prior = await self.db.idempotency.find_one({"_id": f"create:{crid}"})
+            prior = unpack(await self.db.idempotency.find_one({"_id": f"create:{crid}"}))
             if prior is not None:
                 return await self._repeat(prior, fp, 201, "client_request_id")
         session_id = new_id("session")
@@ -112,7 +113,9 @@ class Admission:
         fp = fingerprint(body)
         ceid = rec.get("client_event_id")
         if ceid:
-            prior = await self.db.idempotency.find_one({"_id": f"event:{session_id}:{ceid}"})
+            prior = unpack(
+                await self.db.idempotency.find_one({"_id": f"event:{session_id}:{ceid}"})
+            )
             if prior is not None:
                 return await self._repeat(prior, fp, 202, "client_event_id")
         record: Json = {
@@ -128,7 +131,7 @@ class Admission:
         if rec["event_type"] == records.EV_TOOL_RESULT:
             sub_fp = fingerprint(rec["submission"])
             record["submission_fingerprint"] = sub_fp
-            call = await self.db.calls.find_one({"_id": f"{session_id}/{rec['call_id']}"})
+            call = unpack(await self.db.calls.find_one({"_id": f"{session_id}/{rec['call_id']}"}))
             if call is None:
                 return Answer.error(
                     errors.not_found("the Session never issued this call", "call_id")
@@ -206,7 +209,7 @@ class Admission:
     async def get_session(self, session_id: str) -> Answer:
         if not is_id(session_id, "session"):
             return Answer.error(errors.invalid("malformed session id", "session_id"))
-        doc = await self.db.sessions.find_one({"_id": session_id})
+        doc = unpack(await self.db.sessions.find_one({"_id": session_id}))
         if doc is None:
             return Answer.error(errors.not_found("no such Session", "session_id"))
         binding = await self.db.bindings.find_one({"_id": session_id})
@@ -247,7 +250,7 @@ class Admission:
     async def get_tool_result(self, session_id: str, call_id: str) -> Answer:
         if not is_id(session_id, "session"):
             return Answer.error(errors.invalid("malformed session id", "session_id"))
-        call = await self.db.calls.find_one({"_id": f"{session_id}/{call_id}"})
+        call = unpack(await self.db.calls.find_one({"_id": f"{session_id}/{call_id}"}))
         if call is None:
             return Answer.error(errors.not_found("no such call in this Session", "call_id"))
         app = call.get("application") or None

@@ -51,7 +51,7 @@ Key = tuple[str, str]  # (session_id, call_id)
 def _expected_doc(e: Expected) -> Doc:
     return {
         "harness": e.harness, "session_id": e.session_id, "call_id": e.call_id, "name": e.name,
-        "success": e.success, "content": [[k, d] for k, d in e.content],
+        "success": e.success, "content": [{"kind": k, "digest": d} for k, d in e.content],
         "native_session_id": e.native_session_id, "thread_id": e.thread_id,
         "turn_id": e.turn_id,
     }
@@ -61,7 +61,7 @@ def _expected_from(doc: Doc) -> Expected:
     return Expected(
         harness=doc["harness"], session_id=doc["session_id"], call_id=doc["call_id"],
         name=doc["name"], success=doc["success"],
-        content=tuple((k, bytes(d)) for k, d in doc["content"]),
+        content=tuple((p["kind"], bytes(p["digest"])) for p in doc["content"]),
         native_session_id=doc.get("native_session_id"), thread_id=doc.get("thread_id"),
         turn_id=doc.get("turn_id"),
     )

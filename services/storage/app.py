@@ -16,7 +16,7 @@ from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
 from pymongo.errors import AutoReconnect, ConnectionFailure, ServerSelectionTimeoutError
 
-from services.storage.handler import Outputs, StorageHandler, load_reply_items, record_to_input
+from services.storage.handler import Outputs, StorageHandler, load_reply_items, record_to_inputs
 from services.storage.repository import StorageRepository
 from shared import records
 from shared.kafka import (
@@ -72,15 +72,15 @@ class StorageService:
         inputs = []
         for raw, rec in decoded:
             try:
-                inp = record_to_input(rec)
-                if inp is not None and not isinstance(inp.get("session_id"), str):
-                    raise ValueError("record has no session_id")
-            except (KeyError, TypeError, ValueError) as exc:
+                found = record_to_inputs(rec)
+                for inp in found:
+                    if not isinstance(inp.get("session_id"), str):
+                        raise ValueError("record has no session_id")
+            except (AttributeError, KeyError, TypeError, ValueError) as exc:
                 await to_dlq(self.broker, self.topics, raw.topic, raw.value or b"",
                              f"unprocessable: {exc!r}", raw.key)
                 continue
-            if inp is not None:
-                inputs.append(inp)
+            inputs.extend(found)
         try:
             out = await self.handler.handle(inputs)
         except INFRA_ERRORS:

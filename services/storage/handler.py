@@ -12,7 +12,7 @@ from typing import Any
 from services.storage.repository import StorageRepository
 from shared import records
 from shared.domain import errors
-from shared.domain.observations import CallOpened, TurnEnded, classify
+from shared.domain.observations import CallOpened, TurnEnded, classify_all
 from shared.domain.sessions import (
     Decision,
     SessionState,
@@ -22,6 +22,7 @@ from shared.domain.sessions import (
     decide_tool_result,
 )
 from shared.logging import get_logger
+from shared.storecodec import item_from_doc
 
 log = get_logger(__name__)
 Json = dict[str, Any]
@@ -34,17 +35,20 @@ class Outputs:
     replies: list[Json] = field(default_factory=list)  # to the admission reply topic
 
 
-def record_to_input(rec: Json) -> Json | None:
-    """Turn a decoded record into the storage input it stands for (None: not ours)."""
+def record_to_inputs(rec: Json) -> list[Json]:
+    """Turn a decoded record into the storage inputs it stands for (none: not ours)."""
     schema = rec.get("schema")
     if schema in (records.ADMITTED, records.FACT):
-        return rec
-    if schema == records.OBSERVATION:
-        c = classify(rec.get("harness", ""), rec.get("native"))
-        sid = rec.get("session_id")
-        obs_id = rec.get("observation_id") or rec.get("native", {}).get("uuid")
+        return [rec]
+    out: list[Json] = []
+    if schema != records.OBSERVATION:
+        return out
+    sid = rec.get("session_id")
+    native = rec.get("native")
+    obs_id = rec.get("observation_id") or (native or {}).get("uuid")
+    for c in classify_all(rec.get("harness", ""), native):
         if isinstance(c, CallOpened):
-            return {
+            out.append({
                 "schema": records.FACT,
                 "fact_id": f"obs:{sid}:call:{c.call_id}",
                 "session_id": sid,
@@ -53,9 +57,9 @@ def record_to_input(rec: Json) -> Json | None:
                 "name": c.name,
                 "arguments": c.arguments,
                 "native_ids": c.native_ids,
-            }
+            })
         if isinstance(c, TurnEnded):
-            return {
+            out.append({
                 "schema": records.FACT,
                 "fact_id": f"obs:{sid}:turn_end:{rec.get('turn_id') or obs_id}",
                 "session_id": sid,
@@ -63,8 +67,8 @@ def record_to_input(rec: Json) -> Json | None:
                 "turn_id": rec.get("turn_id"),
                 "state": c.state,
                 "reason": None if c.state == "completed" else "the harness ended the turn",
-            }
-    return None
+            })
+    return out
 
 
 def source_key(rec: Json) -> str:
@@ -236,8 +240,7 @@ async def load_reply_items(repo: StorageRepository, reply: Json) -> Json:
     if ids:
         docs = [d async for d in repo.db.items.find({"_id": {"$in": [i for i in ids if i]}})]
         docs.sort(key=lambda d: d["sequence"])
-        items = await repo.rehydrate([{k: v for k, v in d.items()
-                                       if k not in ("_id", "source_key")} for d in docs])
+        items = await repo.rehydrate([item_from_doc(d) for d in docs])
         reply["body"]["items"] = items
     return reply
 

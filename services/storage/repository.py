@@ -4,6 +4,7 @@ a crash is harmless; Session documents only move forward (version guard)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -14,6 +15,7 @@ from pymongo.errors import BulkWriteError, DuplicateKeyError
 from services.storage import images
 from shared.domain.sessions import Decision, SessionState
 from shared.store import Doc
+from shared.storecodec import dumps, item_doc, item_from_doc, pack, unpack
 
 DUPLICATE_KEY = 11000
 
@@ -43,22 +45,26 @@ class StorageRepository:
     async def sessions(self, ids: Iterable[str]) -> dict[str, SessionState]:
         out: dict[str, SessionState] = {}
         async for doc in self.db.sessions.find({"_id": {"$in": list(set(ids))}}):
-            out[doc["_id"]] = SessionState.from_doc(doc)
+            out[doc["_id"]] = SessionState.from_doc(unpack(doc) or doc)
         return out
 
     async def journal(self, keys: Iterable[str]) -> dict[str, Doc]:
         return {
-            d["_id"]: d async for d in self.db.journal.find({"_id": {"$in": list(set(keys))}})
+            d["_id"]: json.loads(d["payload"])
+            async for d in self.db.journal.find({"_id": {"$in": list(set(keys))}})
         }
 
     async def idempotency(self, keys: Iterable[str]) -> dict[str, Doc]:
         return {
-            d["_id"]: d
+            d["_id"]: unpack(d) or d
             async for d in self.db.idempotency.find({"_id": {"$in": list(set(keys))}})
         }
 
     async def calls(self, keys: Iterable[str]) -> dict[str, Doc]:
-        return {d["_id"]: d async for d in self.db.calls.find({"_id": {"$in": list(set(keys))}})}
+        return {
+            d["_id"]: unpack(d) or d
+            async for d in self.db.calls.find({"_id": {"$in": list(set(keys))}})
+        }
 
     async def last_sequence(self, session_id: str) -> int:
         doc = await self.db.items.find_one(
@@ -91,7 +97,11 @@ class StorageRepository:
     async def write(self, journal_docs: list[Doc], chunks: list[Doc]) -> None:
         """Apply decided records: chunks, journal, Items, calls, idempotency, Sessions."""
         await insert_ignoring_duplicates(self.db.image_chunks, _dedupe(chunks))
-        await insert_ignoring_duplicates(self.db.journal, journal_docs)
+        await insert_ignoring_duplicates(
+            self.db.journal,
+            [{"_id": j["_id"], "session_id": j["session_id"], "payload": dumps(j)}
+             for j in journal_docs],
+        )
         await self.apply(journal_docs)
 
     async def apply(self, journal_docs: list[Doc]) -> None:
@@ -101,15 +111,15 @@ class StorageRepository:
         latest: dict[str, Doc] = {}
         for j in journal_docs:
             for it in j["items"]:
-                items.append({"_id": it["id"], "source_key": f"{j['_id']}#{it['sequence']}", **it})
+                items.append(item_doc(it, f"{j['_id']}#{it['sequence']}"))
             for cu in j["call_updates"]:
                 upd: Doc = {}
                 if "set" in cu:
-                    upd["$set"] = cu["set"]
+                    upd["$set"] = pack(cu["set"])
                 if "set_on_insert" in cu:
-                    upd["$setOnInsert"] = cu["set_on_insert"]
+                    upd["$setOnInsert"] = pack(cu["set_on_insert"])
                 call_ops.append(UpdateOne({"_id": cu["_id"]}, upd, upsert=True))
-            idem.extend(j["idempotency"])
+            idem.extend(pack(x) for x in j["idempotency"])
             if j["state"] is not None:
                 latest[j["session_id"]] = j["state"]
         await insert_ignoring_duplicates(self.db.items, items)
@@ -121,7 +131,7 @@ class StorageRepository:
 
     async def _advance_session(self, sid: str, state: Doc) -> None:
         version = state["version"]
-        body = {k: v for k, v in state.items() if k != "_id"}
+        body = pack({k: v for k, v in state.items() if k != "_id"})
         try:
             await self.db.sessions.update_one(
                 {"_id": sid, "version": {"$lt": version}}, {"$set": body}, upsert=True

@@ -108,18 +108,20 @@ def decode_canonical_base64(b64: str) -> bytes | None:
         return None
     if n == 0:
         return b""
-    eq = b64.find("=")
-    if eq != -1 and eq < n - 2:
-        return None  # padding anywhere but the last two places (strict mode allows "abcd====")
+    # Strict mode rejects non-alphabet bytes, padding in the middle ("ab=c", "ab==cd==") and
+    # leading padding, but accepts excess padding after a full quantum ("abcd===="): with
+    # n % 4 == 0 that is exactly the case of a third "=" from the end.
+    if b64[n - 3] == "=":
+        return None
     try:
         data = binascii.a2b_base64(b64, strict_mode=True)
     except (binascii.Error, ValueError):
         return None
     # zero trailing bits: the last data character must not carry bits beyond the final byte
-    if eq == n - 2:
+    if b64[n - 2] == "=":
         if _B64_INDEX[b64[n - 3]] & 0x0F:
             return None
-    elif eq == n - 1 and _B64_INDEX[b64[n - 2]] & 0x03:
+    elif b64[n - 1] == "=" and _B64_INDEX[b64[n - 2]] & 0x03:
         return None
     return data
 

@@ -25,6 +25,29 @@ class TurnEnded:
 Classified = CallOpened | TurnEnded | None
 
 
+def classify_all(harness: str, native: Any) -> list[CallOpened | TurnEnded]:
+    """Every fact one native record carries: a Claude assistant record may hold several
+    parallel ``tool_use`` blocks, each one call."""
+    if (
+        harness == "claude_code"
+        and isinstance(native, dict)
+        and native.get("type") == "assistant"
+        and native.get("parent_tool_use_id") is None
+    ):
+        msg = native.get("message")
+        content = msg.get("content") if isinstance(msg, dict) else None
+        out: list[CallOpened | TurnEnded] = []
+        for block in content if isinstance(content, list) else []:
+            if (isinstance(block, dict) and block.get("type") == "tool_use"
+                    and isinstance(block.get("id"), str) and isinstance(block.get("name"), str)):
+                out.append(CallOpened(call_id=block["id"], name=block["name"],
+                                      arguments=block.get("input"),
+                                      native_ids={"session_id": native.get("session_id")}))
+        return out
+    c = classify(harness, native)
+    return [] if c is None else [c]
+
+
 def classify(harness: str, native: Any) -> Classified:
     if not isinstance(native, dict):
         return None

@@ -1,0 +1,242 @@
+"""Test-side helpers that drive the real system: the four services in-process on the real
+stack, an HTTP client, an Item collector on ``session.items``, and a scriptable test Runtime
+that registers over Kafka, receives deliveries and publishes native observations."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import io
+import uuid
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from PIL import Image
+
+from services.admission.app import AdmissionService
+from services.dispatcher.app import DispatcherService
+from services.receipts.app import ReceiptService
+from services.storage.app import StorageService
+from shared.kafka import decode, encode, ensure_topics
+from shared.settings import Settings
+from shared.topics import topics_for
+
+Json = dict[str, Any]
+
+
+def png_data_uri(w: int = 4, h: int = 3, color: tuple[int, int, int] = (200, 10, 10)) -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", (w, h), color).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def text(t: str) -> Json:
+    return {"type": "input_text", "text": t}
+
+
+def image(uri: str | None = None) -> Json:
+    return {"type": "input_image", "image_url": uri or png_data_uri()}
+
+
+def msg(*parts: Json) -> Json:
+    return {"role": "user", "content": list(parts)}
+
+
+class ItemCollector:
+    """Reads ``session.items`` from the beginning, grouped by session_id."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.by_session: dict[str, list[Json]] = defaultdict(list)
+        self.changed = asyncio.Condition()
+        self.task: asyncio.Task[None] | None = None
+        self.consumer: AIOKafkaConsumer | None = None
+
+    async def start(self) -> None:
+        self.consumer = AIOKafkaConsumer(
+            topics_for(self.settings).session_items,
+            bootstrap_servers=self.settings.kafka_bootstrap_servers,
+            group_id=f"test-items-{uuid.uuid4().hex[:8]}",
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=64 * 1024 * 1024,
+        )
+        await self.consumer.start()
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        assert self.consumer is not None
+        async for r in self.consumer:
+            item = decode(r.value)
+            async with self.changed:
+                self.by_session[item["session_id"]].append(item)
+                self.changed.notify_all()
+
+    async def wait_for(self, session_id: str, pred: Any, timeout: float = 20) -> Json:
+        async def check() -> Json:
+            async with self.changed:
+                while True:
+                    for it in self.by_session.get(session_id, []):
+                        if pred(it):
+                            return it
+                    await self.changed.wait()
+
+        return await asyncio.wait_for(check(), timeout)
+
+    async def stop(self) -> None:
+        if self.task:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+        if self.consumer:
+            await self.consumer.stop()
+
+
+class TestRuntime:
+    """A Runtime under the test's control: it registers, heartbeats, collects its deliveries and
+    publishes whatever native observations the test tells it to."""
+
+    __test__ = False
+
+    def __init__(self, settings: Settings, harness: str, *, placements: tuple[str, ...] = (
+            "none", "openai_hosted", "self_hosted"), bridge_protocol: int | None = 3,
+            message_images: bool = True, function_result_images: bool = True,
+            runtime_id: str | None = None) -> None:
+        self.settings = settings
+        self.topics = topics_for(settings)
+        self.runtime_id = runtime_id or f"rt_{uuid.uuid4().hex}"
+        self.harness = harness
+        self.placements = placements
+        self.bridge_protocol = bridge_protocol
+        self.message_images = message_images
+        self.function_result_images = function_result_images
+        self.deliveries: asyncio.Queue[Json] = asyncio.Queue()
+        self.producer: AIOKafkaProducer | None = None
+        self.consumer: AIOKafkaConsumer | None = None
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def registration(self, status: str = "ready") -> Json:
+        return {
+            "schema": "runtime.registration/1", "runtime_id": self.runtime_id,
+            "harness": self.harness, "bridge_protocol": self.bridge_protocol,
+            "placements": list(self.placements),
+            "capabilities": {"message_images": self.message_images,
+                             "function_result_images": self.function_result_images},
+            "status": status,
+            "heartbeat_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        }
+
+    async def start(self, heartbeat: bool = True) -> TestRuntime:
+        self.producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap_servers,
+                                         acks="all", max_request_size=64 * 1024 * 1024)
+        await self.producer.start()
+        self.consumer = AIOKafkaConsumer(
+            self.topics.runtime_deliveries,
+            bootstrap_servers=self.settings.kafka_bootstrap_servers,
+            group_id=f"test-runtime-{self.runtime_id}", auto_offset_reset="earliest",
+            max_partition_fetch_bytes=64 * 1024 * 1024)
+        await self.consumer.start()
+        self.tasks.append(asyncio.create_task(self._consume()))
+        await self.register()
+        if heartbeat:
+            self.tasks.append(asyncio.create_task(self._heartbeat()))
+        return self
+
+    async def register(self, status: str = "ready") -> None:
+        assert self.producer is not None
+        await self.producer.send_and_wait(self.topics.runtime_registrations,
+                                          encode(self.registration(status)),
+                                          key=self.runtime_id.encode())
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            await self.register()
+
+    async def _consume(self) -> None:
+        assert self.consumer is not None
+        async for r in self.consumer:
+            d = decode(r.value)
+            if d.get("runtime_id") == self.runtime_id:
+                d["_timestamp"] = r.timestamp / 1000.0
+                await self.deliveries.put(d)
+
+    async def next_delivery(self, timeout: float = 20) -> Json:
+        return await asyncio.wait_for(self.deliveries.get(), timeout)
+
+    async def observe(self, session_id: str, native: Json | None, **extra: Any) -> None:
+        assert self.producer is not None
+        rec = {"schema": "runtime.observation/1", "runtime_id": self.runtime_id,
+               "session_id": session_id, "harness": self.harness,
+               "observed_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+               "observation_id": uuid.uuid4().hex, "native": native, **extra}
+        await self.producer.send_and_wait(self.topics.runtime_observations, encode(rec),
+                                          key=session_id.encode())
+
+    async def stop(self, gone: bool = True) -> None:
+        for t in self.tasks:
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if gone and self.producer is not None:
+            with contextlib.suppress(Exception):
+                await self.register("gone")
+        if self.consumer:
+            await self.consumer.stop()
+        if self.producer:
+            await self.producer.stop()
+
+
+class System:
+    """The four services in-process, sharing the test's settings (unique topics and DB)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.topics = topics_for(settings)
+        self.storage = StorageService(settings)
+        self.admission = AdmissionService(settings)
+        self.dispatcher = DispatcherService(settings)
+        self.receipts = ReceiptService(settings)
+        self.items = ItemCollector(settings)
+        self.http: httpx.AsyncClient | None = None
+        self.runtimes: list[TestRuntime] = []
+
+    async def start(self, services: tuple[str, ...] = (
+            "storage", "admission", "dispatcher", "receipts")) -> System:
+        await ensure_topics(self.settings, self.topics)
+        self.started = services
+        await asyncio.gather(*(getattr(self, s).start() for s in services))
+        await self.items.start()
+        transport = httpx.ASGITransport(app=self.admission.http)
+        self.http = httpx.AsyncClient(transport=transport, base_url="http://core",
+                                      timeout=30)
+        return self
+
+    async def runtime(self, harness: str, **kw: Any) -> TestRuntime:
+        rt = await TestRuntime(self.settings, harness, **kw).start()
+        self.runtimes.append(rt)
+        return rt
+
+    async def create(self, harness: str, input: Any, placement: str = "none", **extra: Any
+                     ) -> httpx.Response:
+        assert self.http is not None
+        return await self.http.post("/v1/sessions", json={
+            "harness": harness, "placement": placement, "input": input, **extra})
+
+    async def event(self, session_id: str, body: Json, **params: Any) -> httpx.Response:
+        assert self.http is not None
+        return await self.http.post(f"/v1/sessions/{session_id}/events", json=body,
+                                    params=params)
+
+    async def stop(self) -> None:
+        for rt in self.runtimes:
+            await rt.stop()
+        if self.http:
+            await self.http.aclose()
+        await self.items.stop()
+        for s in reversed(self.started):
+            with contextlib.suppress(Exception):
+                await getattr(self, s).stop()
