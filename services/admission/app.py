@@ -54,7 +54,7 @@ class AdmissionService:
 
     async def on_input(self, body: Any, msg: KafkaMessage) -> None:
         """One ``session.input`` record → the same answer the HTTP API would give."""
-        raw = msg.raw_message
+        raw: Any = msg.raw_message
         value = parse_json(raw.value or b"")
         rid = None
         if isinstance(value, dict) and isinstance(value.get("request_id"), str):
