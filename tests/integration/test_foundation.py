@@ -1,0 +1,135 @@
+"""Foundation (issue 2): a record produced to the real broker is consumed by a running service that
+writes documents to the real store, read back with PyMongo — and the same path fails, within a
+bounded time, when the broker or the store is not there (Settings pointed at a closed port)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import uuid
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+from pymongo import AsyncMongoClient
+from pymongo.errors import PyMongoError
+
+from services.storage.app import StorageService
+from shared import records
+from shared.kafka import encode, ensure_topics, now_rfc3339
+from shared.settings import Settings
+from shared.topics import topics_for
+
+pytestmark = pytest.mark.integration
+
+Json = dict[str, Any]
+
+
+def admitted_create(text: str, *, harness: str = "codex") -> Json:
+    """A ``session.admitted/1`` record as admission publishes it for ``POST /v1/sessions``."""
+    return {
+        "schema": records.ADMITTED,
+        "op": records.OP_CREATE,
+        "request_id": f"req_{uuid.uuid4().hex}",
+        "session_id": f"session_{uuid.uuid4().hex}",
+        "event_id": f"evt_{uuid.uuid4().hex}",
+        "admitted_at": now_rfc3339(),
+        "fingerprint": uuid.uuid4().hex,
+        "harness": harness,
+        "placement": "none",
+        "messages": [{"role": "user", "content": [{"type": "input_text", "text": text}]}],
+        "input_was_string": False,
+        "stream": False,
+        "client_request_id": None,
+        "metadata": None,
+        "tags": None,
+        "external_actor": None,
+        "has_images": False,
+    }
+
+
+def closed_port() -> int:
+    """A port nothing listens on (bound, read, released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def produce(settings: Settings, topic: str, record: Json) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all",
+                                enable_idempotence=True)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, encode(record), key=record["session_id"].encode())
+    finally:
+        await producer.stop()
+
+
+async def wait_for_docs(settings: Settings, session_id: str, n_items: int,
+                        timeout: float = 30) -> tuple[Json | None, list[Json]]:  # noqa: ASYNC109
+    client: AsyncMongoClient[Json] = AsyncMongoClient(settings.mongodb_uri,
+                                                      serverSelectionTimeoutMS=5_000)
+    try:
+        db = client[settings.mongodb_database]
+        deadline = time.monotonic() + timeout
+        while True:
+            items = [d async for d in db.items.find({"session_id": session_id}).sort("sequence")]
+            session = await db.sessions.find_one({"_id": session_id})
+            if (session is not None and len(items) >= n_items) or time.monotonic() > deadline:
+                return session, items
+            await asyncio.sleep(0.1)
+    finally:
+        await client.close()
+
+
+async def test_a_record_on_the_broker_becomes_documents_in_the_store(settings: Settings) -> None:
+    topics = topics_for(settings)
+    await ensure_topics(settings, topics)
+    service = StorageService(settings)
+    await service.start()
+    try:
+        rec = admitted_create("hello from the broker")
+        await produce(settings, topics.session_admitted, rec)
+        session, items = await wait_for_docs(settings, rec["session_id"], 2)
+    finally:
+        await service.stop()
+    assert session is not None, "storage wrote no Session document"
+    assert session["harness"] == "codex" and session["last_sequence"] == 2
+    assert [(d["sequence"], d["type"]) for d in items] == [(1, "message"), (2, "turn")]
+    assert '"text":"hello from the broker"' in items[0]["body"]
+
+
+async def test_storage_cannot_start_without_the_broker(settings: Settings) -> None:
+    """Kafka at a closed port: the service start raises instead of hanging or pretending."""
+    broken = settings.model_copy(
+        update={"kafka_bootstrap_servers": f"127.0.0.1:{closed_port()}"})
+    service = StorageService(broken)
+    t0 = time.monotonic()
+    with pytest.raises(KafkaError) as info:
+        async with asyncio.timeout(60):
+            await service.start()
+    assert not isinstance(info.value, TimeoutError), "start hung instead of failing"
+    assert time.monotonic() - t0 < 60
+    await service.client.close()
+
+
+async def test_storage_cannot_start_or_write_without_the_store(settings: Settings) -> None:
+    """The store at a closed port: start (index creation) and a write both fail with a PyMongo
+    error within the server-selection timeout."""
+    broken = settings.model_copy(update={"mongodb_uri": f"mongodb://127.0.0.1:{closed_port()}/"})
+    service = StorageService(broken)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(PyMongoError):
+            async with asyncio.timeout(30):
+                await service.start()
+        assert time.monotonic() - t0 < 30
+        t0 = time.monotonic()
+        with pytest.raises(PyMongoError):
+            async with asyncio.timeout(30):
+                await service.handler.handle([admitted_create("never stored")])
+        assert time.monotonic() - t0 < 30
+    finally:
+        await service.stop()
