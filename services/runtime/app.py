@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from services.runtime.harness import Emit, SimulatedHarness
 from services.runtime.switches import Switches
@@ -29,11 +29,10 @@ from shared import records
 from shared.kafka import (
     _admin_security,
     decode,
+    encode,
     ensure_topics,
-    make_broker,
     max_record_bytes,
     now_rfc3339,
-    publish,
 )
 from shared.logging import bound, get_logger
 from shared.settings import Settings
@@ -98,7 +97,18 @@ class RuntimeService:
             function_result_images=config.function_result_images,
         )
         self.status = config.status
-        self.broker = make_broker(settings, client_id=f"runtime-{config.runtime_id}")
+        # A plain producer (acks=all, idempotent, like shared.kafka.make_broker's): ``send``
+        # only queues, so a Turn's records go out in one request, in order, without waiting for
+        # each acknowledgement; ``flush`` waits for them before offsets are committed.
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=settings.kafka_bootstrap_servers,
+            client_id=f"runtime-{config.runtime_id}",
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=2,
+            max_request_size=max_record_bytes(settings),
+            **_admin_security(settings),
+        )
         self._out: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._consumers: list[AIOKafkaConsumer] = []
@@ -110,13 +120,14 @@ class RuntimeService:
 
     async def start(self) -> None:
         await ensure_topics(self.settings, self.topics)
-        await self.broker.start()
+        await self.producer.start()
         self._tasks.append(asyncio.create_task(self._publisher(), name="runtime:publisher"))
         control = await self._assigned_consumer(self.topics.runtime_control)
         await self._catch_up_control(control)
         self._tasks.append(asyncio.create_task(self._control(control), name="runtime:control"))
         deliveries = AIOKafkaConsumer(
             self.topics.runtime_deliveries,
+            bootstrap_servers=self.settings.kafka_bootstrap_servers,
             group_id=consumer_group(self.config.runtime_id),
             auto_offset_reset="earliest",
             enable_auto_commit=False,
@@ -146,6 +157,7 @@ class RuntimeService:
                     await t
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._out.join(), 5)
+            await asyncio.wait_for(self.producer.flush(), 5)
         with contextlib.suppress(Exception):
             await self._publish_registration("gone")
         for t in self._tasks:
@@ -154,7 +166,7 @@ class RuntimeService:
                 await t
         for c in self._consumers:
             await c.stop()
-        await self.broker.stop()
+        await self.producer.stop()
         log.info("runtime.stopped", runtime_id=self.config.runtime_id)
 
     async def register(self) -> None:
@@ -162,8 +174,8 @@ class RuntimeService:
 
     async def _publish_registration(self, status: str) -> None:
         rec = registration(self.config, self.harness, status)
-        await publish(self.broker, self.topics.runtime_registrations, rec,
-                      key=self.config.runtime_id)
+        await self.producer.send_and_wait(self.topics.runtime_registrations, encode(rec),
+                                          key=self.config.runtime_id.encode())
 
     # ------------------------------------------------------------------ loops
 
@@ -192,6 +204,7 @@ class RuntimeService:
                         handled += self._handle_raw(r.value or b"")
                 if batches:
                     await self._out.join()  # observations out before the offsets move on
+                    await self.producer.flush()
                     await consumer.commit()
                 if handled:
                     log.debug("deliveries.handled", count=handled)
@@ -243,8 +256,9 @@ class RuntimeService:
             rec = await self._out.get()
             try:
                 rec["observed_at"] = now_rfc3339()
-                await publish(self.broker, self.topics.runtime_observations, rec,
-                              key=str(rec["session_id"]))
+                fut = await self.producer.send(self.topics.runtime_observations, encode(rec),
+                                               key=str(rec["session_id"]).encode())
+                fut.add_done_callback(_log_send_failure)
                 self.published += 1
             except Exception:
                 log.exception("observation.publish_failed", session_id=rec.get("session_id"))
@@ -329,6 +343,11 @@ class RuntimeService:
             self.status = str(status)
         log.info("control.applied", switches=switches.active(), status=self.status)
         return True
+
+
+def _log_send_failure(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error("observation.publish_failed", error=repr(fut.exception()))
 
 
 def control_record(runtime_id: str, changes: dict[str, Any]) -> dict[str, Any]:
