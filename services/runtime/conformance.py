@@ -11,7 +11,8 @@ Cases (each on its own Session, run concurrently):
 
 =============================  ==================================================================
 message_images                 images reach the harness as native image blocks, in order, with
-                               the message's text around them (skipped without the capability)
+                               the message's text around them, and the Turn then ends completed
+                               (skipped without the capability)
 text_only_rejects_images       a text-only harness (or a Runtime without message images) refuses
                                an image message terminally and records no part of it
 function_result_images         a result of text and images confirms: a native image at every
@@ -434,9 +435,13 @@ async def case_message_images(wire: Wire, rt: RuntimeUnderTest) -> str:
     messages = [msg(t("look at these"), img(PNG), t("and"), img(JPEG)), msg(img(PNG_RED))]
     turn_id = new_id("turn")
     await p.send("start", turn_id, messages)
-    await p.turn_end(turn_id)
+    end = await p.turn_end(turn_id)
     if p.refusals():
         raise Failed(f"refused: {p.refusals()[0].get('reason')}")
+    ended = classify(rt.harness, end.get("native")) if end is not None else None
+    if not isinstance(ended, TurnEnded) or ended.state != "completed":
+        raise Failed("the Turn did not end completed after taking the input "
+                     f"({ended.state if isinstance(ended, TurnEnded) else 'no end'})")
     got = p.received()
     if rt.harness == codex.HARNESS:
         want = codex.flatten_messages(messages)

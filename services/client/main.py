@@ -1,0 +1,435 @@
+"""``session-core cli``: drive Session Core as a user (docs/cli.md).
+
+Speaks only the public HTTP API (``--api``, ``--api-key``; env ``SESSION_CORE_API`` /
+``SESSION_CORE_API_KEY``) and, for ``tail``, the public Item topic ``session.items`` (Kafka,
+``--bootstrap``; the topic prefix comes from the settings). Every command prints readable lines;
+``--json`` prints the raw answer instead. Exit codes: 0 success, 1 an error answer (4xx/5xx) or a
+failed wait, 2 a usage error or an unreachable API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import httpx
+
+from services.client import render
+from services.client.bodies import (
+    UsageError,
+    create_body,
+    message_event_body,
+    tool_result_body,
+)
+
+Json = dict[str, Any]
+DEFAULT_API = "http://127.0.0.1:8080"
+TERMINAL_TURN_STATES = ("completed", "failed")
+
+
+class Exit(Exception):
+    def __init__(self, code: int, message: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+class _PartAction(argparse.Action):
+    """``--text`` / ``--image`` / ``--next-message`` append to one ordered list, so the parts
+    keep their command-line order."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        parts = list(getattr(namespace, self.dest, None) or [])
+        parts.append((str(self.const), values if isinstance(values, str) else None))
+        setattr(namespace, self.dest, parts)
+
+
+def _add_parts(p: argparse.ArgumentParser, dest: str = "parts") -> None:
+    p.add_argument("--text", dest=dest, action=_PartAction, const="text", metavar="TEXT",
+                   help="a text part (repeatable; parts keep their order)")
+    p.add_argument("--image", dest=dest, action=_PartAction, const="image", metavar="FILE",
+                   help="a PNG or JPEG file, sent as a data URI (repeatable)")
+    p.add_argument("--next-message", dest=dest, action=_PartAction, const="break", nargs=0,
+                   help="start a new message; later parts go into it")
+
+
+def _common(p: argparse.ArgumentParser, suppress: bool) -> None:
+    def d(value: Any) -> Any:
+        return argparse.SUPPRESS if suppress else value
+
+    p.add_argument("--api", default=d(os.environ.get("SESSION_CORE_API", DEFAULT_API)),
+                   help="base URL of the HTTP API (env SESSION_CORE_API)")
+    p.add_argument("--api-key", default=d(os.environ.get("SESSION_CORE_API_KEY")),
+                   help="bearer API key (env SESSION_CORE_API_KEY)")
+    p.add_argument("--json", action="store_true", default=d(False),
+                   help="print the raw JSON answer")
+    p.add_argument("--http-timeout", type=float, default=d(30.0), help=argparse.SUPPRESS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="session-core cli", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(parser, suppress=False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def cmd(name: str, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        _common(p, suppress=True)
+        return p
+
+    p = cmd("create", "create a Session from text and image files")
+    p.add_argument("--harness", required=True, choices=("codex", "claude_code", "minimax_code"))
+    p.add_argument("--placement", default="none",
+                   choices=("none", "openai_hosted", "self_hosted"))
+    _add_parts(p)
+    p.add_argument("--string-input", action="store_true",
+                   help="send a single --text as the string form of input")
+    p.add_argument("--stream", action="store_true",
+                   help="stream: true — print Items as they are published until the first "
+                   "Turn ends (with --follow: until Ctrl-C)")
+    p.add_argument("--follow", action="store_true", help="with --stream: keep streaming")
+    p.add_argument("--client-request-id", help="idempotency id (a repeat returns the Session)")
+    p.add_argument("--metadata", type=json.loads, help="a JSON object stored with the Session")
+
+    p = cmd("send", "send a message event")
+    p.add_argument("session")
+    _add_parts(p)
+    p.add_argument("--client-event-id")
+    p.add_argument("--wait", action="store_true",
+                   help="answer when the Turn ends (?wait=true), printing its Items")
+    p.add_argument("--timeout-ms", type=int, default=120_000)
+
+    p = cmd("result", "submit a function result")
+    p.add_argument("session")
+    p.add_argument("call_id")
+    ok = p.add_mutually_exclusive_group(required=True)
+    ok.add_argument("--success", dest="success", action="store_true")
+    ok.add_argument("--failure", dest="success", action="store_false")
+    p.add_argument("--output", dest="output", action=_PartAction, const="text", metavar="TEXT",
+                   help="an output text (one alone is sent as a string)")
+    p.add_argument("--output-image", dest="output", action=_PartAction, const="image",
+                   metavar="FILE", help="an output image part (PNG/JPEG file)")
+    p.add_argument("--output-parts", action="store_true",
+                   help="send even a single --output as an array of parts")
+    p.add_argument("--error", help="the error text")
+    p.add_argument("--client-event-id")
+    p.add_argument("--wait", action="store_true")
+    p.add_argument("--timeout-ms", type=int, default=120_000)
+
+    p = cmd("items", "list a Session's Items (recovery read)")
+    p.add_argument("session")
+    p.add_argument("--after", type=int, default=0)
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--all", action="store_true", help="follow has_more to the end")
+
+    p = cmd("tail", "print a Session's Items from the session.items topic")
+    p.add_argument("session")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new Items")
+    p.add_argument("--after", type=int, default=0, help="skip Items up to this sequence")
+    p.add_argument("--until-turn-end", action="store_true",
+                   help="with --follow: stop at the first Turn Item (after --after) that completes "
+                   "or fails")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="with --follow: stop after this many seconds")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: settings)")
+    p.add_argument("--topic-prefix", help="topic prefix (default: settings)")
+
+    p = cmd("call", "show a function call, its stored submission and application state")
+    p.add_argument("session")
+    p.add_argument("call_id")
+
+    p = cmd("session", "show a Session")
+    p.add_argument("session")
+    return parser
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+class Api:
+    def __init__(self, base: str, key: str | None, timeout: float = 30.0) -> None:
+        headers = {"Accept": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        self.client = httpx.Client(base_url=base.rstrip("/"), headers=headers,
+                                   timeout=httpx.Timeout(timeout, read=None))
+        self.base = base
+
+    def call(self, method: str, path: str, body: Json | None = None,
+             params: Json | None = None) -> tuple[int, Any]:
+        try:
+            resp = self.client.request(method, path, json=body, params=params)
+        except httpx.HTTPError as exc:
+            raise Exit(2, f"cannot reach the API at {self.base}: {exc}") from None
+        try:
+            data = resp.json()
+        except ValueError:
+            data = resp.text
+        return resp.status_code, data
+
+    @contextlib.contextmanager
+    def stream(self, path: str, body: Json) -> Iterator[httpx.Response]:
+        try:
+            with self.client.stream("POST", path, json=body,
+                                    headers={"Accept": "text/event-stream"}) as resp:
+                yield resp
+        except httpx.HTTPError as exc:
+            raise Exit(2, f"cannot reach the API at {self.base}: {exc}") from None
+
+
+def _ok(status: int, body: Any) -> Any:
+    if status >= 400:
+        raise Exit(1, render.error_line(status, body))
+    return body
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, ensure_ascii=False, indent=2))
+
+
+def _print_items(items: Sequence[Json]) -> None:
+    for it in items:
+        print(render.item_line(it), flush=True)
+
+
+@contextlib.contextmanager
+def progress(label: str, budget_s: float | None = None) -> Iterator[None]:
+    """A progress line on stderr while a long call runs (a ticking counter on a terminal)."""
+    started = time.monotonic()
+    stop = threading.Event()
+    tty = sys.stderr.isatty()
+    suffix = f" (up to {budget_s:g} s)" if budget_s else ""
+    if not tty:
+        print(f"{label}{suffix}…", file=sys.stderr, flush=True)
+
+    def tick() -> None:
+        while not stop.wait(0.5):
+            print(f"\r{label}{suffix}… {time.monotonic() - started:.0f} s", end="",
+                  file=sys.stderr, flush=True)
+
+    t = threading.Thread(target=tick, daemon=True) if tty else None
+    if t:
+        t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if t:
+            t.join()
+            print("\r\033[K", end="", file=sys.stderr)
+        print(f"{label}: {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_create(api: Api, args: argparse.Namespace) -> int:
+    body = create_body(
+        harness=args.harness, placement=args.placement, parts=args.parts or [],
+        string_input=args.string_input, stream=args.stream,
+        client_request_id=args.client_request_id, metadata=args.metadata,
+    )
+    if not args.stream:
+        status, data = api.call("POST", "/v1/sessions", body)
+        data = _ok(status, data)
+        if args.json:
+            _print_json(data)
+        else:
+            print(f"session {data.get('id')} ({data.get('harness')}, {data.get('placement')}) "
+                  f"status={data.get('status')}")
+            _print_items(data.get("items", []))
+        return 0
+    with api.stream("/v1/sessions", body) as resp:
+        if resp.status_code >= 400 or not resp.headers.get("content-type", "").startswith(
+                "text/event-stream"):
+            resp.read()
+            try:
+                data = resp.json()
+            except ValueError:
+                data = resp.text
+            _ok(resp.status_code, data)
+            if args.json:
+                _print_json(data)
+            else:
+                _print_items(data.get("items", []) if isinstance(data, dict) else [])
+            return 0
+        for event, data in sse_events(resp.iter_lines()):
+            if args.json:
+                print(json.dumps({"event": event, "data": data}, ensure_ascii=False),
+                      flush=True)
+            elif event == "session":
+                print(f"session {data.get('id')} ({data.get('harness')}, "
+                      f"{data.get('placement')}) — streaming Items", flush=True)
+            elif event == "item":
+                print(render.item_line(data), flush=True)
+            if (event == "item" and not args.follow and data.get("type") == "turn"
+                    and data.get("state") in TERMINAL_TURN_STATES):
+                return 0
+    return 0
+
+
+def sse_events(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
+    """Parse ``text/event-stream`` lines into ``(event, data)``; comments are skipped."""
+    event, data = "message", list[str]()
+    for line in lines:
+        if line == "":
+            if data:
+                raw = "\n".join(data)
+                try:
+                    yield event, json.loads(raw)
+                except ValueError:
+                    yield event, raw
+            event, data = "message", []
+        elif line.startswith(":"):
+            continue
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip(" "))
+
+
+def _post_event(api: Api, args: argparse.Namespace, body: Json) -> int:
+    path = f"/v1/sessions/{args.session}/events"
+    if not args.wait:
+        status, data = api.call("POST", path, body)
+        data = _ok(status, data)
+        if args.json:
+            _print_json(data)
+        else:
+            print(f"event {data.get('event_id')} delivery={data.get('delivery')}")
+            _print_items(data.get("items", []))
+        return 0
+    params = {"wait": "true", "timeout_ms": str(args.timeout_ms)}
+    with progress("waiting for the Turn to end", args.timeout_ms / 1000):
+        status, data = api.call("POST", path, body, params=params)
+    data = _ok(status, data)
+    if args.json:
+        _print_json(data)
+        return 0 if status == 200 else 1
+    print(f"event {data.get('event_id')} delivery={data.get('delivery')}")
+    _print_items(data.get("items", []))
+    if status == 202:
+        print(f"the Turn did not end within {args.timeout_ms} ms (Items so far above)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_send(api: Api, args: argparse.Namespace) -> int:
+    return _post_event(api, args, message_event_body(args.parts or [], args.client_event_id))
+
+
+def cmd_result(api: Api, args: argparse.Namespace) -> int:
+    body = tool_result_body(
+        call_id=args.call_id, success=args.success, output_parts=args.output or [],
+        error=args.error, output_as_parts=args.output_parts, client_event_id=args.client_event_id,
+    )
+    return _post_event(api, args, body)
+
+
+def cmd_items(api: Api, args: argparse.Namespace) -> int:
+    after = args.after
+    every: list[Json] = []
+    while True:
+        status, data = api.call("GET", f"/v1/sessions/{args.session}/items",
+                                params={"after": str(after), "limit": str(args.limit)})
+        data = _ok(status, data)
+        page = data.get("items", [])
+        every += page
+        if args.json and not args.all:
+            _print_json(data)
+            return 0
+        if not args.json:
+            _print_items(page)
+        if not (args.all and data.get("has_more")):
+            break
+        after = data.get("next_after", after)
+    if args.json:
+        _print_json({"items": every, "has_more": False})
+    elif not every:
+        print(f"no Items after {args.after}")
+    return 0
+
+
+def cmd_call(api: Api, args: argparse.Namespace) -> int:
+    status, data = api.call("GET", f"/v1/sessions/{args.session}/tool_results/{args.call_id}")
+    data = _ok(status, data)
+    if args.json:
+        _print_json(data)
+    else:
+        print("\n".join(render.call_lines(data)))
+    return 0
+
+
+def cmd_session(api: Api, args: argparse.Namespace) -> int:
+    status, data = api.call("GET", f"/v1/sessions/{args.session}")
+    data = _ok(status, data)
+    if args.json:
+        _print_json(data)
+    else:
+        print("\n".join(render.session_lines(data)))
+    return 0
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    from services.client.tail import tail_items
+
+    def show(item: Json) -> None:
+        if args.json:
+            print(json.dumps(item, ensure_ascii=False), flush=True)
+        else:
+            print(render.item_line(item), flush=True)
+
+    found = asyncio.run(tail_items(
+        session_id=args.session, after=args.after, follow=args.follow,
+        until_turn_end=args.until_turn_end, timeout_s=args.timeout,
+        bootstrap=args.bootstrap, topic_prefix=args.topic_prefix, on_item=show,
+    ))
+    if not found and not args.follow and not args.json:
+        print(f"no Items of {args.session} on the topic after {args.after}", file=sys.stderr)
+    return 0
+
+
+COMMANDS = {
+    "create": cmd_create,
+    "send": cmd_send,
+    "result": cmd_result,
+    "items": cmd_items,
+    "call": cmd_call,
+    "session": cmd_session,
+}
+
+
+def run(argv: Sequence[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+    try:
+        if args.command == "tail":
+            return cmd_tail(args)
+        api = Api(args.api, args.api_key, args.http_timeout)
+        return COMMANDS[args.command](api, args)
+    except UsageError as exc:
+        print(f"session-core cli {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except Exit as exc:
+        if exc.message:
+            print(exc.message, file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+
+
+def main(argv: list[str] | None = None) -> None:
+    raise SystemExit(run(sys.argv[1:] if argv is None else argv))
