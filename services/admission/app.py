@@ -11,7 +11,7 @@ from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
 
-from services.admission.core import Admission, Answer
+from services.admission.core import Admission, Answer, body_too_large
 from services.admission.http import build_http_app
 from services.admission.tails import ItemTail, ReplyTail
 from shared import records
@@ -64,7 +64,10 @@ class AdmissionService:
                          "no request_id: the answer could not be addressed", raw.key)
             return
         with bound(request_id=rid):
-            answer = await self.answer_input(value)
+            if len(raw.value or b"") > self.settings.max_body_bytes:
+                answer = Answer.error(body_too_large(self.settings.max_body_bytes))
+            else:
+                answer = await self.answer_input(value)
             await publish(self.broker, self.topics.session_input_results,
                           {"schema": records.INPUT_RESULT, "request_id": rid,
                            "status": answer.status, "body": answer.body}, rid)

@@ -43,6 +43,12 @@ class Answer:
         return cls(err.status, err.body())
 
 
+def body_too_large(limit: int) -> ApiError:
+    """413 for a body over ``max_body_bytes`` — one wording for HTTP and ``session.input`` (where
+    the limit applies to the record value), so both entry points answer identically."""
+    return errors.too_large(f"the request body exceeds the limit of {limit} bytes", None)
+
+
 def _public(doc: Doc) -> Doc:
     return item_from_doc(doc)
 

@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 
-from services.admission.core import Admission, Answer
+from services.admission.core import Admission, Answer, body_too_large
 from shared.domain import errors
 from shared.domain.jsonbody import parse_json
 from shared.ids import new_id
@@ -75,12 +75,12 @@ def build_http_app(
         limit = settings.max_body_bytes
         length = request.headers.get("content-length")
         if length and length.isdigit() and int(length) > limit:
-            return errors.too_large(f"the body exceeds {limit} bytes", None)
+            return body_too_large(limit)
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
-                return errors.too_large(f"the body exceeds {limit} bytes", None)
+                return body_too_large(limit)
             chunks.append(chunk)
         return parse_json(b"".join(chunks))
 
@@ -124,7 +124,7 @@ def build_http_app(
             finally:
                 adm.items.unlisten(sid, q)
 
-        return StreamingResponse(events(), media_type="text/event-stream",
+        return StreamingResponse(events(), status_code=201, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
 
     @app.post("/v1/sessions/{session_id}/events", status_code=202)
