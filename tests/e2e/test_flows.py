@@ -1,0 +1,426 @@
+"""Every flow of the spec end to end, through the public surfaces only."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import time
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from PIL import Image
+
+from shared.kafka import decode, encode
+from shared.topics import topics_for
+from tests.e2e.conftest import Control, Core, sse_events
+from tests.support.system import ItemCollector, image, msg, png_data_uri, text
+
+pytestmark = pytest.mark.e2e
+
+TOOL_RESULT = "agent.session.input.tool_result"
+MESSAGE = "agent.session.input.message"
+
+
+def jpeg_data_uri() -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(buf, format="JPEG")
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+async def create(api: httpx.AsyncClient, harness: str, input: Any, placement: str = "none",
+                 **extra: Any) -> dict[str, Any]:
+    r = await api.post("/v1/sessions", json={"harness": harness, "placement": placement,
+                                             "input": input, **extra})
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+async def event(api: httpx.AsyncClient, sid: str, body: dict[str, Any], status: int = 202,
+                **params: Any) -> dict[str, Any]:
+    r = await api.post(f"/v1/sessions/{sid}/events", json=body, params=params)
+    assert r.status_code == status, r.text
+    return dict(r.json())
+
+
+async def wait_item(items: ItemCollector, sid: str, timeout: float = 30, **match: Any
+                    ) -> dict[str, Any]:
+    return await items.wait_for(
+        sid, lambda i: all(i.get(k) == v for k, v in match.items()), timeout)
+
+
+async def stored_items(api: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        r = await api.get(f"/v1/sessions/{sid}/items", params={"after": after, "limit": 2})
+        assert r.status_code == 200
+        page = r.json()
+        out += page["items"]
+        if not page["has_more"]:
+            return out
+        after = page["next_after"]
+
+
+# ---- session creation ------------------------------------------------------------------------
+
+async def test_create_with_text_and_images_claude(api: httpx.AsyncClient, items: ItemCollector
+                                                  ) -> None:
+    content = [text("what are these?"), image(png_data_uri()), text(""),
+               image(jpeg_data_uri()), text("  ☃ 𝄞 ")]
+    s = await create(api, "claude_code", [msg(*content)])
+    sid = s["id"]
+    assert s["items"][0]["content"] == content
+    done = await wait_item(items, sid, type="turn", state="completed")
+    assert done["turn_id"] == s["items"][0]["turn_id"]
+    listed = await stored_items(api, sid)
+    assert json.dumps(listed[0]["content"]) == json.dumps(content)
+    published = items.by_session[sid][0]
+    assert json.dumps(published["content"]) == json.dumps(content)
+    assert [i["sequence"] for i in listed] == list(range(1, len(listed) + 1))
+    r = await api.get(f"/v1/sessions/{sid}")
+    assert r.json()["status"] == "bound"
+
+
+async def test_create_from_string_input_codex(api: httpx.AsyncClient, items: ItemCollector
+                                              ) -> None:
+    s = await create(api, "codex", "hello codex")
+    assert s["items"][0]["content"] == [text("hello codex")]
+    await wait_item(items, s["id"], type="turn", state="completed")
+
+
+async def test_sse_streaming_creation(core: Core, api: httpx.AsyncClient) -> None:
+    body = {"harness": "codex", "placement": "none", "input": "stream me", "stream": True}
+    seen: list[tuple[str, Any]] = []
+    buf = ""
+    async with api.stream("POST", "/v1/sessions", json=body) as r:
+        assert r.status_code == 201
+        assert r.headers["content-type"].startswith("text/event-stream")
+        async for chunk in r.aiter_text():
+            buf += chunk
+            seen = sse_events(buf)
+            if any(ev == "item" and d.get("type") == "turn" and d.get("state") == "completed"
+                   for ev, d in seen):
+                break
+    kinds = [(ev, d.get("type")) for ev, d in seen]
+    assert kinds[0] == ("session", None)
+    assert ("item", "message") in kinds and ("item", "turn") in kinds
+    seqs = [d["sequence"] for ev, d in seen if ev == "item"]
+    assert seqs == sorted(seqs) and len(seqs) == len(set(seqs))
+    # an admission error is a plain 400 JSON answer, not a stream
+    r2 = await api.post("/v1/sessions", json={**body, "harness": "claude_code", "input": " "})
+    assert r2.status_code == 400
+    assert r2.json()["error"]["type"] == "unsupported_or_invalid_configuration"
+
+
+# ---- each harness's rejections ---------------------------------------------------------------
+
+@pytest.mark.parametrize(("harness", "input", "status", "etype", "param"), [
+    ("claude_code", [msg(text(" \n\t"))], 400, "unsupported_or_invalid_configuration",
+     "input[0].content"),
+    ("minimax_code", [msg(text("\u3000\ufeff"))], 400, "unsupported_or_invalid_configuration",
+     "input[0].content"),
+    ("minimax_code", [msg(text("look"), image())], 400, "unsupported_or_invalid_configuration",
+     "input[0].content[1]"),
+    ("codex", "", 400, "invalid_request", "input"),
+    ("codex", [msg(text(""))], 400, "invalid_request", "input[0].content"),
+    ("codex", [{"role": "user", "content": "text"}], 400, "invalid_request",
+     "input[0].content"),
+    ("codex", [msg({"type": "input_image", "image_url": "https://example.com/a.png"})], 400,
+     "invalid_request", "input[0].content[0].image_url"),
+])
+async def test_harness_rejections(api: httpx.AsyncClient, harness: str, input: Any, status: int,
+                                  etype: str, param: str) -> None:
+    r = await api.post("/v1/sessions", json={"harness": harness, "placement": "none",
+                                             "input": input})
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["type"] == etype
+    assert err["param"] == param
+
+
+async def test_whitespace_only_admitted_unchanged_for_codex(api: httpx.AsyncClient,
+                                                             items: ItemCollector) -> None:
+    s = await create(api, "codex", [msg(text(" \n\t\u0085\ufeff"))])
+    assert s["items"][0]["content"] == [text(" \n\t\u0085\ufeff")]
+    await wait_item(items, s["id"], type="turn", state="completed")
+
+
+async def test_minimax_has_no_public_functions(api: httpx.AsyncClient) -> None:
+    s = await create(api, "minimax_code", "hi")
+    r = await api.post(f"/v1/sessions/{s['id']}/events",
+                       json={"type": TOOL_RESULT, "call_id": "c1", "success": True})
+    assert r.status_code == 400
+    assert r.json()["error"]["type"] == "unsupported_or_invalid_configuration"
+
+
+async def test_auth_and_path_ids(core: Core) -> None:
+    async with httpx.AsyncClient(base_url=core.base_url) as anon:
+        assert (await anon.get("/v1/sessions/session_" + "0" * 32)).status_code == 401
+        assert (await anon.get("/healthz")).status_code == 200
+    async with httpx.AsyncClient(base_url=core.base_url,
+                                 headers={"Authorization": "Bearer e2e-key"}) as c:
+        r = await c.get("/v1/sessions/nope")
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request"
+        r = await c.get("/v1/sessions/session_" + "0" * 32)
+        assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
+
+
+# ---- steering, function results, receipts ---------------------------------------------------
+
+async def _call(api: httpx.AsyncClient, items: ItemCollector, harness: str, placement: str,
+                name: str = "lookup") -> tuple[str, str, str]:
+    s = await create(api, harness, f'please call {name} {{"q": 1}}', placement=placement)
+    call = await wait_item(items, s["id"], type="function_call")
+    assert call["name"] == name and call["arguments"] == {"q": 1}
+    return s["id"], call["call_id"], s["items"][0]["turn_id"]
+
+
+async def test_steering_then_result_confirmed_claude(api: httpx.AsyncClient,
+                                                     items: ItemCollector) -> None:
+    sid, call_id, turn_id = await _call(api, items, "claude_code", "none")
+    steer = await event(api, sid, {"type": MESSAGE, "input": [msg(text("also this"))]})
+    assert steer["delivery"] == "steered"
+    assert steer["items"][0]["turn_id"] == turn_id
+    res = await event(api, sid, {"type": TOOL_RESULT, "call_id": call_id, "success": True,
+                                 "output": [text("found"), image()]})
+    assert res["delivery"] == "resumed"
+    app = await wait_item(items, sid, type="function_call_application", call_id=call_id)
+    assert app["state"] == "applied", app
+    r = await api.get(f"/v1/sessions/{sid}/tool_results/{call_id}")
+    body = r.json()
+    assert body["state"] == "applied"
+    assert body["submission"]["output"][0] == text("found")
+    await wait_item(items, sid, type="turn", state="completed", turn_id=turn_id)
+    again = await event(api, sid, {"type": MESSAGE, "input": [msg(text("next"))]})
+    assert again["delivery"] == "started"
+
+
+async def test_result_confirmed_codex(api: httpx.AsyncClient, items: ItemCollector) -> None:
+    sid, call_id, _ = await _call(api, items, "codex", "none", "search")
+    res = await event(api, sid, {"type": TOOL_RESULT, "call_id": call_id, "success": False,
+                                 "output": "partial", "error": "boom"})
+    assert res["items"][0]["output"] == "partial" and res["items"][0]["error"] == "boom"
+    app = await wait_item(items, sid, type="function_call_application", call_id=call_id)
+    assert app["state"] == "applied", app
+
+
+@pytest.mark.parametrize(("switch", "state", "reason_part"), [
+    ({"release_calls": True}, "uncertain", "released"),
+    ({"refuse_results": True}, "failed", "refused"),
+    ({"alter_text": True}, "uncertain", "no matching native receipt"),
+    ({"replay": True}, "uncertain", "no matching native receipt"),
+])
+async def test_result_not_confirmed(api: httpx.AsyncClient, items: ItemCollector,
+                                    control: Control, switch: dict[str, Any], state: str,
+                                    reason_part: str) -> None:
+    await control.set("claude_bad", **switch)
+    sid, call_id, _ = await _call(api, items, "claude_code", "self_hosted")
+    t0 = time.monotonic()
+    await event(api, sid, {"type": TOOL_RESULT, "call_id": call_id, "success": True,
+                           "output": "42"})
+    app = await wait_item(items, sid, 40, type="function_call_application", call_id=call_id)
+    assert app["state"] == state, app
+    assert reason_part in app["reason"]
+    if "no matching" in reason_part:
+        assert time.monotonic() - t0 >= 9.5
+    # the stored submission stays readable; Core never replays
+    r = await api.get(f"/v1/sessions/{sid}/tool_results/{call_id}")
+    assert r.json()["submission"] == {"call_id": call_id, "success": True, "output": "42"}
+    assert r.json()["state"] == state
+    apps = [i for i in items.by_session[sid] if i["type"] == "function_call_application"]
+    assert len(apps) == 1
+
+
+async def test_uncertain_by_timeout_then_late_receipt_changes_nothing(
+        api: httpx.AsyncClient, items: ItemCollector, control: Control) -> None:
+    await control.set("claude_bad", receipt_delay_s=12)
+    sid, call_id, _ = await _call(api, items, "claude_code", "self_hosted")
+    await event(api, sid, {"type": TOOL_RESULT, "call_id": call_id, "success": True,
+                           "output": "late"})
+    app = await wait_item(items, sid, 30, type="function_call_application", call_id=call_id)
+    assert app["state"] == "uncertain"
+    await asyncio.sleep(3.5)  # the receipt arrives at 12 s
+    apps = [i for i in items.by_session[sid] if i["type"] == "function_call_application"]
+    assert [a["state"] for a in apps] == ["uncertain"]
+
+
+# ---- function-result identity -----------------------------------------------------------------
+
+async def test_result_identity_404_409_duplicate(api: httpx.AsyncClient,
+                                                 items: ItemCollector) -> None:
+    sid, call_id, _ = await _call(api, items, "codex", "none")
+    r = await api.post(f"/v1/sessions/{sid}/events",
+                       json={"type": TOOL_RESULT, "call_id": "never", "success": True})
+    assert r.status_code == 404
+    body = {"type": TOOL_RESULT, "call_id": call_id, "success": True, "output": None}
+    first = await event(api, sid, body)
+    dup = await event(api, sid, body)
+    assert dup["delivery"] == "duplicate" and dup["event_id"] == first["event_id"]
+    assert dup["items"] == first["items"]
+    r = await api.post(f"/v1/sessions/{sid}/events", json={**body, "output": "other"})
+    assert r.status_code == 409 and r.json()["error"]["type"] == "conflict"
+    # presence is part of the identity: absent output ≠ "output": null
+    r = await api.post(f"/v1/sessions/{sid}/events",
+                       json={"type": TOOL_RESULT, "call_id": call_id, "success": True})
+    assert r.status_code == 409
+    r = await api.get(f"/v1/sessions/{sid}/tool_results/{call_id}")
+    assert r.json()["submission"] == {"call_id": call_id, "success": True, "output": None}
+
+
+async def test_claude_rejects_image_in_failed_result(api: httpx.AsyncClient,
+                                                     items: ItemCollector) -> None:
+    sid, call_id, _ = await _call(api, items, "claude_code", "none")
+    r = await api.post(f"/v1/sessions/{sid}/events", json={
+        "type": TOOL_RESULT, "call_id": call_id, "success": False,
+        "output": [text("x"), image()]})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"].startswith("output[1]")
+    r = await api.get(f"/v1/sessions/{sid}/tool_results/{call_id}")
+    assert r.json()["submitted"] is False and r.json()["state"] == "open"
+
+
+# ---- capability binding ------------------------------------------------------------------------
+
+async def test_image_session_waits_for_capable_runtime(core: Core, api: httpx.AsyncClient,
+                                                       items: ItemCollector) -> None:
+    # openai_hosted Claude Code has only a Runtime without message image support
+    s = await create(api, "claude_code", [msg(text("see"), image())], placement="openai_hosted")
+    sid = s["id"]
+    await asyncio.sleep(3)
+    r = await api.get(f"/v1/sessions/{sid}")
+    assert r.json()["status"] == "waiting_for_runtime"
+    assert not [i for i in items.by_session[sid] if i["type"] == "turn"
+                and i["state"] != "started"]
+    rid = f"rt_{uuid.uuid4().hex}"
+    core.spawn("runtime-capable", "runtime", "--runtime-id", rid, "--harness", "claude_code",
+               "--placements", "openai_hosted", "--heartbeat-s", "1")
+    try:
+        await wait_item(items, sid, 40, type="turn", state="completed")
+        r = await api.get(f"/v1/sessions/{sid}")
+        assert r.json()["status"] == "bound" and r.json()["runtime_id"] == rid
+    finally:
+        core.stop("runtime-capable")
+
+
+async def test_later_image_to_text_only_binding_fails_turn(api: httpx.AsyncClient,
+                                                           items: ItemCollector) -> None:
+    # a text Session on openai_hosted binds to the Runtime without message images
+    sid, call_id, turn_id = await _call(api, items, "claude_code", "openai_hosted")
+    sent = await event(api, sid, {"type": MESSAGE, "input": [msg(text("and"), image())]})
+    failed = await wait_item(items, sid, type="turn", state="failed", turn_id=turn_id)
+    assert "message_images_unsupported" in failed["reason"]
+    listed = await stored_items(api, sid)
+    assert any(i["id"] == sent["items"][0]["id"] and i["content"][1]["type"] == "input_image"
+               for i in listed)
+
+
+async def test_result_with_images_to_runtime_without_support_fails(
+        api: httpx.AsyncClient, items: ItemCollector) -> None:
+    sid, call_id, turn_id = await _call(api, items, "codex", "self_hosted")
+    out = [text("chart:"), image()]
+    await event(api, sid, {"type": TOOL_RESULT, "call_id": call_id, "success": True,
+                           "output": out})
+    app = await wait_item(items, sid, type="function_call_application", call_id=call_id)
+    assert app["state"] == "failed"
+    assert "function_result_images_unsupported" in app["reason"]
+    failed = await wait_item(items, sid, type="turn", state="failed")
+    assert "function_result_images_unsupported" in failed["reason"]
+    r = await api.get(f"/v1/sessions/{sid}/tool_results/{call_id}")
+    assert r.json()["submission"]["output"] == out
+
+
+# ---- the 64-message bound ------------------------------------------------------------------------
+
+async def test_claude_64_message_bound_ends_turn(api: httpx.AsyncClient, items: ItemCollector
+                                                 ) -> None:
+    sid, call_id, turn_id = await _call(api, items, "claude_code", "none")  # 1 message
+    batch = [msg(text(f"m{i}")) for i in range(62)]
+    r = await event(api, sid, {"type": MESSAGE, "input": batch})  # 63
+    assert r["delivery"] == "steered"
+    r = await event(api, sid, {"type": MESSAGE, "input": [msg(text("64th"))]})  # 64
+    assert r["delivery"] == "steered"
+    await asyncio.sleep(1)
+    assert not [i for i in items.by_session[sid] if i["type"] == "turn"
+                and i["state"] == "failed"]
+    r = await event(api, sid, {"type": MESSAGE, "input": [msg(text("65th"))]})
+    failed = await wait_item(items, sid, type="turn", state="failed", turn_id=turn_id)
+    assert "64" in failed["reason"]
+    listed = await stored_items(api, sid)
+    assert listed[-1]["type"] == "turn" or any(i["id"] == r["items"][0]["id"] for i in listed)
+
+
+# ---- idempotent repeats, recovery reads, the session.input topic --------------------------------
+
+async def test_idempotent_create_and_event(api: httpx.AsyncClient, items: ItemCollector) -> None:
+    crid = str(uuid.uuid4())
+    a = await create(api, "codex", "once", client_request_id=crid)
+    b = await create(api, "codex", "once", client_request_id=crid)
+    assert a["id"] == b["id"] and a["items"] == b["items"]
+    r = await api.post("/v1/sessions", json={"harness": "codex", "placement": "none",
+                                             "input": "twice", "client_request_id": crid})
+    assert r.status_code == 409
+    ceid = str(uuid.uuid4())
+    body = {"type": MESSAGE, "input": [msg(text("e"))], "client_event_id": ceid}
+    e1 = await event(api, a["id"], body)
+    e2 = await event(api, a["id"], body)
+    assert e2["delivery"] == "duplicate" and e2["event_id"] == e1["event_id"]
+    listed = await stored_items(api, a["id"])
+    assert sum(1 for i in listed if i["type"] == "message" and i["content"] == [text("e")]) == 1
+
+
+async def test_session_input_topic_answers_like_http(core: Core, api: httpx.AsyncClient) -> None:
+    topics = topics_for(core.settings)
+    consumer = AIOKafkaConsumer(topics.session_input_results,
+                                bootstrap_servers=core.settings.kafka_bootstrap_servers,
+                                group_id=f"e2e-{uuid.uuid4().hex}", auto_offset_reset="earliest")
+    producer = AIOKafkaProducer(bootstrap_servers=core.settings.kafka_bootstrap_servers,
+                                acks="all")
+    await consumer.start()
+    await producer.start()
+    try:
+        bad = {"harness": "claude_code", "placement": "none", "input": [msg(text("\t"))]}
+        good = {"harness": "codex", "placement": "none", "input": "via kafka"}
+        want: dict[str, Any] = {}
+        for body in (bad, good):
+            rid = f"req_{uuid.uuid4().hex}"
+            want[rid] = body
+            await producer.send_and_wait(topics.session_input, encode(
+                {**body, "op": "sessions.create", "request_id": rid}), key=rid.encode())
+        got: dict[str, Any] = {}
+        deadline = time.monotonic() + 30
+        while len(got) < 2 and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            for recs in batch.values():
+                for rec in recs:
+                    v = decode(rec.value)
+                    if v["request_id"] in want:
+                        got[v["request_id"]] = v
+        assert len(got) == 2
+        for rid, body in want.items():
+            http = await api.post("/v1/sessions", json=body)
+            assert got[rid]["status"] == http.status_code
+            if http.status_code >= 400:
+                assert got[rid]["body"] == http.json()
+            else:
+                assert got[rid]["body"]["items"][0]["content"] == http.json()["items"][0][
+                    "content"]
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+async def test_wait_for_turn(api: httpx.AsyncClient) -> None:
+    s = await create(api, "codex", "first")
+    r = await api.post(f"/v1/sessions/{s['id']}/events",
+                       json={"type": MESSAGE, "input": [msg(text("wait for me"))]},
+                       params={"wait": "true", "timeout_ms": "20000"})
+    assert r.status_code in (200, 202), r.text
+    body = r.json()
+    if r.status_code == 200:
+        assert body["items"][-1]["type"] == "turn"
+        assert body["items"][-1]["state"] in ("completed", "failed")
