@@ -64,7 +64,7 @@ class Core:
     def spawn(self, name: str, *args: str, env: dict[str, str] | None = None
               ) -> subprocess.Popen[bytes]:
         assert self.log_dir is not None
-        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 — lives with the process
+        log = open(self.log_dir / f"{name}.log", "ab")
         p = subprocess.Popen([sys.executable, "-m", "services.cli", *args], cwd=REPO,
                              env={**self.env, **(env or {})}, stdout=log, stderr=log,
                              stdin=subprocess.DEVNULL, start_new_session=True)
