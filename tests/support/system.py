@@ -75,7 +75,7 @@ class ItemCollector:
                 self.by_session[item["session_id"]].append(item)
                 self.changed.notify_all()
 
-    async def wait_for(self, session_id: str, pred: Any, timeout: float = 20) -> Json:  # noqa: ASYNC109
+    async def wait_for(self, session_id: str, pred: Any, timeout: float = 20) -> Json:
         async def check() -> Json:
             async with self.changed:
                 while True:
@@ -164,7 +164,7 @@ class TestRuntime:
                 d["_timestamp"] = r.timestamp / 1000.0
                 await self.deliveries.put(d)
 
-    async def next_delivery(self, timeout: float = 20) -> Json:  # noqa: ASYNC109
+    async def next_delivery(self, timeout: float = 20) -> Json:
         return await asyncio.wait_for(self.deliveries.get(), timeout)
 
     async def observe(self, session_id: str, native: Json | None, **extra: Any) -> None:
