@@ -1,0 +1,410 @@
+"""The dispatcher over the real stack (issue 5, "Must show"): test Runtimes register over Kafka,
+Sessions go through HTTP → admission → storage → dispatcher, and the test watches what each
+Runtime receives, the Session's binding on ``GET /v1/sessions/{id}`` and the public Items.
+
+Harnesses are used to keep scenarios apart: a codex Session can only bind to a codex Runtime, so
+a test may hold Runtimes of another harness without disturbing the one it checks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from shared.settings import Settings
+from tests.support.system import System, TestRuntime, image, msg, png_data_uri, text
+
+pytestmark = pytest.mark.integration
+
+Json = dict[str, Any]
+QUIET_S = 2.5  # how long "no delivery arrives" is watched
+
+
+# ---- helpers -----------------------------------------------------------------------------
+
+@pytest.fixture
+async def short_wait_system(settings: Settings) -> AsyncIterator[System]:
+    """Like ``system`` but a Session waits at most 3 s for an eligible Runtime."""
+    s = settings.model_copy(update={"auth_disabled": True, "binding_wait_timeout_s": 3.0,
+                                    "runtime_heartbeat_timeout_s": 4.0, "topic_partitions": 2})
+    sys_ = await System(s).start()
+    try:
+        yield sys_
+    finally:
+        await sys_.stop()
+
+
+class Inbox:
+    """A Runtime's deliveries sorted by Session, so several Sessions can share one Runtime."""
+
+    def __init__(self, rt: TestRuntime) -> None:
+        self.rt = rt
+        self.queues: dict[str, asyncio.Queue[Json]] = defaultdict(asyncio.Queue)
+        self.task = asyncio.create_task(self._route())
+
+    async def _route(self) -> None:
+        while True:
+            d = await self.rt.deliveries.get()
+            self.queues[d["session_id"]].put_nowait(d)
+
+    async def next(self, sid: str, timeout: float = 20) -> Json:
+        return await asyncio.wait_for(self.queues[sid].get(), timeout)
+
+    async def assert_quiet(self, sid: str, seconds: float = QUIET_S) -> None:
+        await asyncio.sleep(seconds)
+        assert self.queues[sid].empty(), f"unexpected delivery: {self.queues[sid].get_nowait()}"
+
+    async def close(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+class Beat:
+    """A Runtime whose heartbeats carry a status the test sets (TestRuntime's own heartbeat
+    always says ``ready``)."""
+
+    def __init__(self, rt: TestRuntime, status: str = "ready") -> None:
+        self.rt = rt
+        self.status = status
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await self.rt.register(self.status)
+            await asyncio.sleep(1.0)
+
+    async def set(self, status: str) -> None:
+        self.status = status
+        await self.rt.register(status)
+
+    async def close(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+async def quiet_runtime(system: System, harness: str, **kw: Any) -> tuple[TestRuntime, Beat]:
+    rt = await TestRuntime(system.settings, harness, **kw).start(heartbeat=False)
+    system.runtimes.append(rt)
+    return rt, Beat(rt)
+
+
+async def assert_no_delivery(rt: TestRuntime, seconds: float = QUIET_S) -> None:
+    await asyncio.sleep(seconds)
+    assert rt.deliveries.empty(), f"unexpected delivery: {rt.deliveries.get_nowait()}"
+
+
+async def view(system: System, sid: str) -> Json:
+    assert system.http is not None
+    r = await system.http.get(f"/v1/sessions/{sid}")
+    assert r.status_code == 200, r.text
+    body: Json = r.json()
+    return body
+
+
+async def until(probe: Callable[[], Awaitable[Json]], pred: Callable[[Json], bool],
+                timeout: float = 15) -> Json:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = await probe()
+        if pred(got):
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s; last: {got}")
+        await asyncio.sleep(0.2)
+
+
+async def items(system: System, sid: str) -> list[Json]:
+    assert system.http is not None
+    r = await system.http.get(f"/v1/sessions/{sid}/items", params={"limit": 1000})
+    assert r.status_code == 200, r.text
+    out: list[Json] = r.json()["items"]
+    return out
+
+
+async def create(system: System, harness: str, input: Any) -> str:
+    r = await system.create(harness, input)
+    assert r.status_code == 201, r.text
+    sid: str = r.json()["id"]
+    return sid
+
+
+async def send(system: System, sid: str, messages: list[Json], expect: str) -> None:
+    r = await system.event(sid, {"type": "agent.session.input.message", "input": messages})
+    assert r.status_code == 202, r.text
+    assert r.json()["delivery"] == expect, r.json()
+
+
+def failed_turn(turn_id: str | None = None) -> Callable[[Json], bool]:
+    return lambda i: (i["type"] == "turn" and i["state"] == "failed"
+                      and (turn_id is None or i["turn_id"] == turn_id))
+
+
+def ts(item: Json) -> float:
+    return datetime.fromisoformat(item["created_at"].replace("Z", "+00:00")).timestamp()
+
+
+# ---- binding by reported capability ---------------------------------------------------------
+
+async def test_image_session_binds_only_to_a_message_image_runtime(system: System) -> None:
+    blind = await system.runtime("codex", message_images=False, function_result_images=True)
+    content = [text("what is in this picture?"), image(png_data_uri(5, 5))]
+    sid = await create(system, "codex", [msg(*content)])
+
+    # The only ready codex Runtime does not report message images: nothing is delivered and the
+    # Session waits visibly, saying why.
+    await assert_no_delivery(blind)
+    s = await until(lambda: view(system, sid), lambda v: v["binding"] is not None)
+    assert s["status"] == "waiting_for_runtime"
+    assert s["runtime_id"] is None
+    assert s["binding"]["runtime_id"] is None
+    assert s["binding"]["reason"] == ("waiting for a ready codex Runtime on placement none "
+                                      "with message image support")
+
+    # A capable Runtime registers: the Session binds to it at once and its input arrives there.
+    capable = await system.runtime("codex", message_images=True, function_result_images=False)
+    d = await capable.next_delivery(timeout=10)
+    assert d["kind"] == "start" and d["session_id"] == sid
+    assert d["messages"] == [{"role": "user", "content": content}]
+    s = await until(lambda: view(system, sid), lambda v: v["status"] == "bound")
+    assert s["runtime_id"] == capable.runtime_id
+    assert s["binding"]["runtime_id"] == capable.runtime_id
+    assert s["binding"]["reason"] is None
+    assert blind.deliveries.empty()
+
+
+async def test_claude_runtime_with_bridge_protocol_2_is_never_used(system: System) -> None:
+    old = await system.runtime("claude_code", bridge_protocol=2)
+    sid = await create(system, "claude_code", "hello")
+    await assert_no_delivery(old)
+    s = await view(system, sid)
+    assert s["status"] == "waiting_for_runtime" and s["runtime_id"] is None
+
+    current = await system.runtime("claude_code", bridge_protocol=3)
+    d = await current.next_delivery(timeout=10)
+    assert (d["session_id"], d["kind"]) == (sid, "start")
+    s = await until(lambda: view(system, sid), lambda v: v["status"] == "bound")
+    assert s["runtime_id"] == current.runtime_id
+
+    # Later Sessions go to protocol 3 too, however the load is spread.
+    sid2 = await create(system, "claude_code", "again")
+    d2 = await current.next_delivery(timeout=10)
+    assert d2["session_id"] == sid2
+    await assert_no_delivery(old, 1.0)
+
+
+async def test_draining_runtime_keeps_its_sessions_and_takes_no_new_one(system: System) -> None:
+    rt, beat = await quiet_runtime(system, "codex")
+    try:
+        s1 = await create(system, "codex", "first")
+        assert (await rt.next_delivery(timeout=10))["session_id"] == s1
+
+        await beat.set("draining")
+        await until(lambda: _status(system, rt.runtime_id), lambda v: v["status"] == "draining")
+        s2 = await create(system, "codex", "second")
+        await assert_no_delivery(rt)
+        assert (await view(system, s2))["status"] == "waiting_for_runtime"
+
+        # Its own Session still gets its input.
+        await send(system, s1, [msg(text("more"))], "steered")
+        d = await rt.next_delivery(timeout=10)
+        assert (d["session_id"], d["kind"]) == (s1, "steer")
+
+        ready = await system.runtime("codex")
+        d2 = await ready.next_delivery(timeout=10)
+        assert (d2["session_id"], d2["kind"]) == (s2, "start")
+        v2 = await until(lambda: view(system, s2), lambda v: v["status"] == "bound")
+        assert v2["runtime_id"] == ready.runtime_id
+        assert (await view(system, s1))["runtime_id"] == rt.runtime_id
+        assert rt.deliveries.empty()
+    finally:
+        await beat.close()
+
+
+async def _status(system: System, runtime_id: str) -> Json:
+    rt = system.dispatcher.registry.runtimes.get(runtime_id)
+    return {"status": rt.status if rt else None}
+
+
+async def test_gone_runtime_sessions_are_rebound(system: System) -> None:
+    """Two ways to be gone: a ``gone`` registration (codex) and missed heartbeats (claude)."""
+
+    async def scenario(harness: str, explicit: bool) -> None:
+        first = await system.runtime(harness)
+        sid = await create(system, harness, "work")
+        d = await first.next_delivery(timeout=10)
+        assert d["session_id"] == sid
+        second = await system.runtime(harness)
+        await first.stop(gone=explicit)
+        system.runtimes.remove(first)
+
+        # The running Turn on the lost Runtime fails with the reason, the Session moves.
+        fail = await system.items.wait_for(sid, failed_turn(d["turn_id"]), timeout=15)
+        assert fail["reason"] == f"runtime {first.runtime_id} is gone"
+        v = await until(lambda: view(system, sid),
+                        lambda v: v["binding"]["runtime_id"] == second.runtime_id)
+        assert (v["status"], v["runtime_id"]) == ("bound", second.runtime_id)
+
+        await send(system, sid, [msg(text("continue"))], "started")
+        d2 = await second.next_delivery(timeout=10)
+        assert (d2["session_id"], d2["kind"]) == (sid, "start")
+        assert d2["messages"] == [{"role": "user", "content": [text("continue")]}]
+
+    await asyncio.gather(scenario("codex", True), scenario("claude_code", False))
+
+
+async def test_no_eligible_runtime_within_the_wait_fails_the_turn(
+        short_wait_system: System) -> None:
+    system = short_wait_system
+    # Present but not eligible: wrong placement.
+    await system.runtime("codex", placements=("self_hosted",))
+    t0 = time.time()
+    r = await system.create("codex", "anyone there?", placement="openai_hosted")
+    assert r.status_code == 201, r.text
+    sid, turn = r.json()["id"], r.json()["items"][-1]
+    assert turn["type"] == "turn" and turn["state"] == "started"
+    fail = await system.items.wait_for(sid, failed_turn(turn["turn_id"]), timeout=15)
+    assert fail["reason"] == ("no eligible Runtime within 3 s: waiting for a ready codex "
+                              "Runtime on placement openai_hosted")
+    assert 3.0 <= ts(fail) - t0 < 6.0, ts(fail) - t0
+    assert (await view(system, sid))["status"] == "waiting_for_runtime"
+    # The input is still readable; nothing was delivered later either.
+    got = await items(system, sid)
+    assert [i["type"] for i in got] == ["message", "turn", "turn"]
+    assert got[0]["content"] == [text("anyone there?")]
+
+
+# ---- capability checks at delivery ------------------------------------------------------------
+
+async def test_message_with_images_to_a_runtime_without_message_images_fails_the_turn(
+        system: System) -> None:
+    rt = await system.runtime("codex", message_images=False, function_result_images=True)
+    sid = await create(system, "codex", "text first")
+    d = await rt.next_delivery(timeout=10)
+    assert d["kind"] == "start"
+    reason = (f"message_images_unsupported: runtime {rt.runtime_id} does not report message "
+              "image support; the input carries images")
+    uri = png_data_uri(7, 2, (1, 2, 3))
+    sent = [text("and this?"), image(uri), text("")]
+
+    # Steering input with an image.
+    await send(system, sid, [msg(*sent)], "steered")
+    fail = await system.items.wait_for(sid, failed_turn(d["turn_id"]))
+    assert fail["reason"] == reason
+    # A new Turn that opens with an image.
+    await send(system, sid, [msg(image(uri))], "started")
+    got = await until(lambda: _as_view(items(system, sid)),
+                      lambda v: sum(map(failed_turn(), v["items"])) == 2)
+    fails = [i for i in got["items"] if failed_turn()(i)]
+    assert fails[1]["reason"] == reason and fails[1]["turn_id"] != d["turn_id"]
+    await assert_no_delivery(rt, 1.0)
+
+    # The stored input is intact and readable, byte for byte.
+    messages = [i["content"] for i in got["items"] if i["type"] == "message"]
+    assert messages == [[text("text first")], sent, [image(uri)]]
+
+
+async def _as_view(coro: Awaitable[list[Json]]) -> Json:
+    return {"items": await coro}
+
+
+async def test_function_result_with_images_to_a_runtime_without_result_images_fails(
+        system: System) -> None:
+    rt = await system.runtime("codex", message_images=True, function_result_images=False)
+    sid = await create(system, "codex", "use tools")
+    d = await rt.next_delivery(timeout=10)
+    for cid in ("call_text", "call_img"):
+        await rt.observe(sid, {"method": "item/started", "params": {
+            "threadId": "thr_1", "turnId": "nt_1", "item": {
+                "type": "dynamicToolCall", "id": cid, "tool": "shot", "arguments": {}}}},
+            turn_id=d["turn_id"])
+        await system.items.wait_for(sid, lambda i, c=cid: i["type"] == "function_call"  # type: ignore[misc]
+                                    and i["call_id"] == c)
+
+    # A text-only result to the same Runtime is delivered: only image-bearing results check.
+    r = await system.event(sid, {"type": "agent.session.input.tool_result",
+                                 "call_id": "call_text", "success": False, "output": "partial",
+                                 "error": "boom"})
+    assert r.status_code == 202 and r.json()["delivery"] == "resumed", r.text
+    dt = await rt.next_delivery(timeout=10)
+    assert (dt["kind"], dt["call_id"]) == ("function_result", "call_text")
+    assert dt["content"] == [text("partial"), text("boom")]
+    assert dt["success"] is False and dt["name"] == "shot"
+
+    output = [text("the screen:"), image(png_data_uri(3, 3)), text("end")]
+    r = await system.event(sid, {"type": "agent.session.input.tool_result",
+                                 "call_id": "call_img", "success": True, "output": output})
+    assert r.status_code == 202 and r.json()["delivery"] == "resumed", r.text
+    reason = (f"function_result_images_unsupported: runtime {rt.runtime_id} does not report "
+              "function-result image support; the result carries images")
+    app = await system.items.wait_for(sid, lambda i: i["type"] == "function_call_application"
+                                      and i["call_id"] == "call_img")
+    assert (app["state"], app["reason"]) == ("failed", reason)
+    fail = await system.items.wait_for(sid, failed_turn(d["turn_id"]))
+    assert fail["reason"] == reason
+    await assert_no_delivery(rt, 1.0)
+
+    assert system.http is not None
+    got = (await system.http.get(f"/v1/sessions/{sid}/tool_results/call_img")).json()
+    assert got["submission"] == {"call_id": "call_img", "success": True, "output": output}
+    assert got["state"] == "failed" and got["application"]["reason"] == reason
+    outs = [i for i in await items(system, sid) if i["type"] == "function_call_output"
+            and i["call_id"] == "call_img"]
+    assert len(outs) == 1 and outs[0]["output"] == output and outs[0]["error"] is None
+    apps = [i for i in system.items.by_session[sid] if i["type"] == "function_call_application"
+            and i["call_id"] == "call_img"]
+    assert len(apps) == 1
+
+
+# ---- the Claude Code 64-message bound -------------------------------------------------------
+
+async def test_claude_64_user_messages_per_native_turn(system: System) -> None:
+    rt = await system.runtime("claude_code")
+    inbox = Inbox(rt)
+    try:
+        async def steer(sid: str, n: int, tag: str) -> list[Json]:
+            batch = [msg(text(f"{tag}{k}")) for k in range(n)]
+            await send(system, sid, batch, "steered")
+            return batch
+
+        # A: 1 + 62 + 1 = 64 is fine; one more (65) fails the Turn, nothing of it delivered.
+        # B: 1 + 62 = 63; a batch of 2 (65) fails, not even its first message is delivered.
+        a = await create(system, "claude_code", "opening A")
+        b = await create(system, "claude_code", "opening B")
+        da, db = await inbox.next(a), await inbox.next(b)
+        assert len(da["messages"]) == len(db["messages"]) == 1
+
+        for sid in (a, b):
+            batch = await steer(sid, 62, "m")
+            d = await inbox.next(sid)
+            assert d["kind"] == "steer" and d["messages"] == batch
+        batch = await steer(a, 1, "sixty-fourth")
+        d = await inbox.next(a)
+        assert d["kind"] == "steer" and d["messages"] == batch
+
+        await steer(a, 1, "sixty-fifth")
+        await steer(b, 2, "over")
+        for sid, turn, n in ((a, da["turn_id"], 1), (b, db["turn_id"], 2)):
+            fail = await system.items.wait_for(sid, failed_turn(turn))
+            assert fail["reason"] == (
+                f"the steering batch of {n} message(s) would exceed 64 user messages in one "
+                "native Turn (opening prompt included); nothing of it was submitted and the "
+                "Turn ends")
+        await asyncio.gather(inbox.assert_quiet(a, 1.5), inbox.assert_quiet(b, 1.5))
+
+        # The rejected input stays stored; the next input opens a new native Turn.
+        assert [i["content"] for i in await items(system, b) if i["type"] == "message"][-2:] == [
+            [text("over0")], [text("over1")]]
+        await send(system, a, [msg(text("fresh"))], "started")
+        d = await inbox.next(a)
+        assert d["kind"] == "start" and d["turn_id"] != da["turn_id"]
+        assert d["messages"] == [msg(text("fresh"))]
+    finally:
+        await inbox.close()
