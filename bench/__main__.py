@@ -1,0 +1,65 @@
+"""``python -m bench [--quick] [--case NAME ...]`` — run the benchmark cases, append one row per
+figure to ``bench/results.csv``, print the table. Cases: admission, pipeline, growth, receipts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from bench.common import RESULTS_CSV, Run, infrastructure, progress
+
+CASES = ("admission", "pipeline", "growth", "receipts")
+NEEDS_STACK = ("pipeline", "growth")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="shorter runs (smoke test, noisier)")
+    ap.add_argument("--case", action="append", choices=CASES,
+                    help="run only this case (repeatable; default: all)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also run the product server under pyinstrument (pipeline)")
+    ap.add_argument("--no-csv", action="store_true", help="do not append to bench/results.csv")
+    args = ap.parse_args(argv)
+    cases = args.case or list(CASES)
+    run = Run()
+    t0 = time.monotonic()
+    progress(f"cases {', '.join(cases)}{' (quick)' if args.quick else ''}; commit {run.commit}")
+    try:
+        if "admission" in cases:
+            from bench import admission_pure
+
+            progress("case 1: admission, pure")
+            admission_pure.run(run, quick=args.quick)
+        if any(c in cases for c in NEEDS_STACK):
+            with infrastructure() as infra:
+                rate = None
+                if "pipeline" in cases:
+                    from bench import pipeline
+
+                    progress("case 2: pipeline")
+                    rate = pipeline.run(run, infra, quick=args.quick, profile=args.profile)
+                if "growth" in cases:
+                    from bench import growth
+
+                    progress("case 3: growth")
+                    growth.run(run, infra, quick=args.quick, rate=rate)
+        if "receipts" in cases:
+            from bench import receipts_case
+
+            progress("case 4: receipt deadlines")
+            receipts_case.run(run, quick=args.quick)
+    finally:
+        if run.results:
+            if not args.no_csv:
+                run.write_csv()
+                progress(f"appended {len(run.results)} rows to {RESULTS_CSV}")
+            print()
+            print(run.table())
+        progress(f"done in {time.monotonic() - t0:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

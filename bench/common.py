@@ -1,0 +1,286 @@
+"""What every benchmark case shares: statistics, result rows (``bench/results.csv``), the table,
+plots, progress lines, and the infrastructure (a private local stack unless
+``KAFKA_BOOTSTRAP_SERVERS`` / ``MONGODB_URI`` point at one)."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH_DIR = REPO / "bench"
+RESULTS_CSV = BENCH_DIR / "results.csv"
+STACK_PY = REPO / "deploy" / "local" / "stack.py"
+CSV_FIELDS = ("date", "commit", "case", "value", "baseline", "ratio", "target", "unit", "notes")
+
+_T0 = time.monotonic()
+
+
+def progress(msg: str) -> None:
+    print(f"[bench {time.monotonic() - _T0:6.1f}s] {msg}", flush=True)
+
+
+# ------------------------------------------------------------------------------------------
+# statistics
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spread:
+    median: float
+    lo: float
+    hi: float
+    q1: float
+    q3: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        v = sorted(values)
+        if len(v) >= 4:
+            q1, _, q3 = statistics.quantiles(v, n=4)
+        else:
+            q1, q3 = v[0], v[-1]
+        return cls(statistics.median(v), v[0], v[-1], q1, q3, len(v))
+
+    def text(self, fmt: str = "{:.4g}") -> str:
+        f = fmt.format
+        return f"median {f(self.median)} (min {f(self.lo)}, max {f(self.hi)}, n={self.n})"
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100) of a non-empty sample."""
+    v = sorted(values)
+    k = max(0, min(len(v) - 1, int(round(p / 100 * len(v) + 0.5)) - 1))
+    return v[k]
+
+
+# ------------------------------------------------------------------------------------------
+# results
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    case: str
+    value: float | None
+    baseline: float | None
+    target: str  # e.g. ">= 0.5", "<= 1.5", "info"
+    unit: str
+    notes: str = ""
+    ratio: float | None = None  # default: value / baseline
+
+    def __post_init__(self) -> None:
+        if self.ratio is None and self.value is not None and self.baseline:
+            self.ratio = self.value / self.baseline
+
+    @property
+    def verdict(self) -> str:
+        if self.value is None:
+            return "MISSING"
+        if self.ratio is None or not self.target or self.target == "info":
+            return "info"
+        op, _, num = self.target.partition(" ")
+        bound = float(num)
+        ok = self.ratio >= bound if op == ">=" else self.ratio <= bound
+        return "met" if ok else "MISSED"
+
+
+@dataclass
+class Run:
+    date: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    commit: str = field(default_factory=lambda: git_commit())
+    results: list[Result] = field(default_factory=list)
+
+    def add(self, r: Result) -> Result:
+        self.results.append(r)
+        ratio = "-" if r.ratio is None else f"{r.ratio:.3f}"
+        progress(f"  {r.case}: value {_num(r.value)} {r.unit}, baseline {_num(r.baseline)}, "
+                 f"ratio {ratio} (target {r.target or '-'}) {r.verdict}")
+        return r
+
+    def write_csv(self, path: Path = RESULTS_CSV) -> None:
+        new = not path.exists() or path.stat().st_size == 0
+        with path.open("a", newline="") as f:
+            w = csv.writer(f)
+            if new:
+                w.writerow(CSV_FIELDS)
+            for r in self.results:
+                w.writerow([self.date, self.commit, r.case, _num(r.value, raw=True),
+                            _num(r.baseline, raw=True),
+                            "" if r.ratio is None else f"{r.ratio:.4f}", r.target, r.unit,
+                            r.notes])
+
+    def table(self) -> str:
+        rows = [("case", "value", "baseline", "ratio", "target", "verdict", "unit")]
+        for r in self.results:
+            rows.append((r.case, _num(r.value), _num(r.baseline),
+                         "-" if r.ratio is None else f"{r.ratio:.3f}", r.target or "-",
+                         r.verdict, r.unit))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = []
+        for n, row in enumerate(rows):
+            lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
+            if n == 0:
+                lines.append("  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+
+def _num(v: float | None, raw: bool = False) -> str:
+    if v is None:
+        return "" if raw else "-"
+    if raw:
+        return f"{v:.6g}"
+    return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.4g}"
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=REPO, capture_output=True, text=True, check=True).stdout
+        return out + ("+dirty" if dirty.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+# ------------------------------------------------------------------------------------------
+# plots
+# ------------------------------------------------------------------------------------------
+
+
+def plot_latencies(path: Path, title: str, series: dict[str, Sequence[float]]) -> Path | None:
+    """Histogram + empirical CDF of latency samples (milliseconds), one line per series."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        progress("  matplotlib is not installed: no plot")
+        return None
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, values in series.items():
+        if not values:
+            continue
+        v = sorted(values)
+        ax1.hist(v, bins=60, alpha=0.5, label=name)
+        ax2.plot(v, [(i + 1) / len(v) for i in range(len(v))], label=name)
+    ax1.set_xlabel("latency (ms)")
+    ax1.set_ylabel("count")
+    ax2.set_xlabel("latency (ms)")
+    ax2.set_ylabel("fraction ≤ x")
+    ax2.set_xscale("log")
+    for ax in (ax1, ax2):
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+# ------------------------------------------------------------------------------------------
+# infrastructure
+# ------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Infra:
+    bootstrap: str
+    mongodb_uri: str
+    kind: str  # "external" or "local"
+
+    def env(self, tag: str, **extra: str) -> dict[str, str]:
+        """Environment for a service subprocess: this stack, its own topics and database."""
+        env = dict(os.environ)
+        env.update({
+            "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
+            "MONGODB_URI": self.mongodb_uri,
+            "SESSION_CORE_TOPIC_PREFIX": f"{tag}.",
+            "SESSION_CORE_MONGODB_DATABASE": tag,
+            "SESSION_CORE_AUTH_DISABLED": "true",
+            "SESSION_CORE_HTTP_HOST": "127.0.0.1",
+            "SESSION_CORE_LOG_FORMAT": "json",
+            "PYTHONPATH": str(REPO),
+        })
+        env.update(extra)
+        return env
+
+    def settings(self, tag: str, **overrides: Any) -> Any:
+        from shared.settings import Settings
+
+        values: dict[str, Any] = {
+            "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
+            "MONGODB_URI": self.mongodb_uri,
+            "topic_prefix": f"{tag}.",
+            "mongodb_database": tag,
+            "auth_disabled": True,
+            **overrides,
+        }
+        return Settings(**values)
+
+
+def new_tag(case: str) -> str:
+    return f"bench{case}{uuid.uuid4().hex[:6]}"
+
+
+@contextlib.contextmanager
+def infrastructure(keep_state: bool = False) -> Iterator[Infra]:
+    """The stack to run against: the one named by the environment, else a private local stack
+    (Kafka KRaft + FerretDB) on free ports and a temporary state dir, stopped at the end."""
+    kafka_env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    mongo_env = os.environ.get("MONGODB_URI")
+    if kafka_env and mongo_env:
+        progress(f"using the stack from the environment: {kafka_env}, {mongo_env}")
+        yield Infra(kafka_env, mongo_env, "external")
+        return
+    state = Path(tempfile.mkdtemp(prefix="session-core-bench-"))
+    kp, mp, cp = free_port(), free_port(), free_port()
+    args = ["--state-dir", str(state), "--kafka-port", str(kp), "--mongo-port", str(mp),
+            "--kafka-controller-port", str(cp)]
+    progress(f"starting a private local stack (state {state}, kafka {kp}, store {mp})")
+    t0 = time.monotonic()
+
+    def stack(cmd: str) -> None:
+        proc = subprocess.run([sys.executable, str(STACK_PY), cmd, *args],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              check=False, timeout=300)
+        if proc.returncode != 0:
+            raise RuntimeError(f"stack.py {cmd} failed ({proc.returncode}):\n"
+                               f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+
+    try:
+        stack("up")
+        progress(f"stack ready in {time.monotonic() - t0:.1f}s")
+        yield Infra(kafka_env or f"127.0.0.1:{kp}", mongo_env or f"mongodb://127.0.0.1:{mp}/",
+                    "local")
+    finally:
+        progress("stopping the private stack")
+        with contextlib.suppress(Exception):
+            stack("down")
+        if not keep_state:
+            import shutil
+
+            shutil.rmtree(state, ignore_errors=True)

@@ -1,0 +1,273 @@
+"""Load generation over real HTTP and the Item collector on ``session.items``, shared by the
+pipeline and growth cases; plus the server subprocesses they drive.
+
+Every request carries a token ``bk<n>x`` at the start of its text; the collector reads the Item
+topic from its end (no consumer group), finds the token in the raw record bytes (no JSON parse,
+so the collector costs the same for product and baseline) and stamps its arrival. Latency is
+Item arrival minus the moment the request was sent (both ``time.monotonic()`` in this process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from bench.common import REPO, Spread, percentile, progress
+
+TOKEN = re.compile(rb"bk(\d+)x")
+TEXT_TAIL = " — a benchmark message of ordinary length, about one short sentence."
+
+
+def message_body(n: int) -> bytes:
+    return (b'{"type":"agent.session.input.message","input":[{"role":"user","content":'
+            b'[{"type":"input_text","text":"bk' + str(n).encode() + b"x" + TEXT_TAIL.encode()
+            + b'"}]}]}')
+
+
+class Collector:
+    """Tails an Item topic from its end; ``arrived[n]`` = monotonic arrival of token n."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.arrived: dict[int, float] = {}
+        self.consumer: AIOKafkaConsumer | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.waiters: dict[int, asyncio.Future[float]] = {}
+
+    async def start(self) -> None:
+        c = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
+                             enable_auto_commit=False, fetch_max_wait_ms=10,
+                             max_partition_fetch_bytes=16 * 1024 * 1024)
+        await c.start()
+        parts: Any = None
+        for _ in range(200):
+            parts = c.partitions_for_topic(self.topic)
+            if parts:
+                break
+            await c._client.force_metadata_update()
+            await asyncio.sleep(0.1)
+        if not parts:
+            raise RuntimeError(f"topic {self.topic} has no partitions")
+        tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
+        c.assign(tps)
+        await c.seek_to_end(*tps)
+        for tp in tps:
+            await c.position(tp)
+        self.consumer = c
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        assert self.consumer is not None
+        while True:
+            batches = await self.consumer.getmany(timeout_ms=100, max_records=5000)
+            now = time.monotonic()
+            for records in batches.values():
+                for r in records:
+                    m = TOKEN.search(r.value or b"")
+                    if m is None:
+                        continue
+                    n = int(m.group(1))
+                    self.arrived.setdefault(n, now)
+                    fut = self.waiters.pop(n, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(now)
+
+    async def wait(self, n: int, timeout: float = 60) -> float:  # noqa: ASYNC109
+        if n in self.arrived:
+            return self.arrived[n]
+        fut: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self.waiters[n] = fut
+        return await asyncio.wait_for(fut, timeout)
+
+    async def stop(self) -> None:
+        if self.task:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+        if self.consumer:
+            await self.consumer.stop()
+
+
+@dataclass
+class Target:
+    """Where to send: base URL and the Session ids to spread requests over."""
+
+    base_url: str
+    sessions: list[str]
+    counter: Iterator[int] = field(default_factory=lambda: iter(range(1, 1 << 62)))
+
+    def path(self, i: int) -> str:
+        return f"/v1/sessions/{self.sessions[i % len(self.sessions)]}/events"
+
+
+@dataclass
+class Throughput:
+    rate: Spread  # Items/s over the measurement windows
+    errors: int
+    statuses: dict[int, int]
+    sent: int
+
+
+async def saturate(target: Target, collector: Collector, *, clients: int, warmup: float,
+                   windows: int, window: float) -> Throughput:
+    """Closed loop: ``clients`` httpx clients post as fast as answers come back. The rate is
+    Items seen on the Item topic per second, in ``windows`` consecutive windows after warmup."""
+    stop = asyncio.Event()
+    statuses: dict[int, int] = {}
+    sent = 0
+
+    async def worker(k: int) -> None:
+        nonlocal sent
+        async with httpx.AsyncClient(base_url=target.base_url, timeout=60) as http:
+            i = k
+            while not stop.is_set():
+                n = next(target.counter)
+                try:
+                    r = await http.post(target.path(i), content=message_body(n),
+                                        headers={"content-type": "application/json"})
+                    statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+                except httpx.HTTPError:
+                    statuses[-1] = statuses.get(-1, 0) + 1
+                sent += 1
+                i += clients
+
+    tasks = [asyncio.create_task(worker(k)) for k in range(clients)]
+    await asyncio.sleep(warmup)
+    rates = []
+    for _ in range(windows):
+        c0, t0 = len(collector.arrived), time.monotonic()
+        await asyncio.sleep(window)
+        rates.append((len(collector.arrived) - c0) / (time.monotonic() - t0))
+    stop.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    errors = sum(v for k, v in statuses.items() if k < 200 or k >= 300)
+    return Throughput(Spread.of(rates), errors, statuses, sent)
+
+
+@dataclass
+class Latency:
+    samples_ms: list[float]
+    lost: int
+    offered_rate: float
+    errors: int
+
+    @property
+    def p50(self) -> float:
+        return percentile(self.samples_ms, 50)
+
+    @property
+    def p99(self) -> float:
+        return percentile(self.samples_ms, 99)
+
+    @property
+    def max(self) -> float:
+        return max(self.samples_ms)
+
+
+async def open_loop(target: Target, collector: Collector, *, rate: float, duration: float,
+                    warmup: float = 2.0, pool: int = 64,
+                    session_for: Callable[[int], str] | None = None) -> Latency:
+    """Open loop at ``rate`` requests/s (evenly spaced) for ``warmup + duration`` seconds;
+    latency (send → Item on the topic) of the requests sent after the warmup."""
+    sends: dict[int, float] = {}
+    errors = 0
+    limits = httpx.Limits(max_connections=pool, max_keepalive_connections=pool)
+    inflight: set[asyncio.Task[None]] = set()
+    async with httpx.AsyncClient(base_url=target.base_url, timeout=60, limits=limits) as http:
+
+        async def one(n: int, i: int, measured: bool) -> None:
+            nonlocal errors
+            path = (f"/v1/sessions/{session_for(i)}/events" if session_for
+                    else target.path(i))
+            t = time.monotonic()
+            if measured:
+                sends[n] = t
+            try:
+                r = await http.post(path, content=message_body(n),
+                                    headers={"content-type": "application/json"})
+                if not 200 <= r.status_code < 300:
+                    errors += 1
+                    sends.pop(n, None)
+            except httpx.HTTPError:
+                errors += 1
+                sends.pop(n, None)
+
+        start = time.monotonic()
+        total = int((warmup + duration) * rate)
+        for i in range(total):
+            due = start + i / rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            n = next(target.counter)
+            task = asyncio.create_task(one(n, i, i >= warmup * rate))
+            inflight.add(task)
+            task.add_done_callback(inflight.discard)
+        await asyncio.gather(*list(inflight), return_exceptions=True)
+    # wait (bounded) for the stragglers' Items
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(n not in collector.arrived for n in sends):
+        await asyncio.sleep(0.1)
+    samples = [(collector.arrived[n] - t) * 1000 for n, t in sends.items()
+               if n in collector.arrived]
+    lost = sum(1 for n in sends if n not in collector.arrived)
+    return Latency(samples, lost, rate, errors)
+
+
+# ------------------------------------------------------------------------------------------
+# server subprocesses
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen[bytes]
+    log: Path
+    name: str
+
+    def stop(self, timeout: float = 30) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def start_server(name: str, module: str, args: list[str], env: dict[str, str], log: Path,
+                 timeout: float = 120) -> Server:
+    """``python -m <module> <args>``; ready when it prints ``READY`` on stdout."""
+    out = log.open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=out)
+    assert proc.stdout is not None
+    os.set_blocking(proc.stdout.fileno(), False)
+    deadline = time.monotonic() + timeout
+    buf = b""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited ({proc.returncode}); see {log}")
+        chunk = proc.stdout.read()
+        if chunk:
+            buf += chunk
+            if b"READY" in buf:
+                progress(f"  {name} ready (pid {proc.pid}, log {log})")
+                return Server(proc, log, name)
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"{name} did not become ready in {timeout}s; see {log}")

@@ -1,0 +1,214 @@
+"""Case 2 — the pipeline: HTTP ``POST /v1/sessions/{id}/events`` → Item on ``session.items``.
+
+Product: ``bench.serve_product`` (admission + storage in one process; dispatcher and receipts left
+out — nothing on this path waits for them) on the real stack. Baseline: ``bench.baseline_pipeline``
+(same hops, no product logic, one process). Each runs alone (never both at once), driven from
+this process by ``CLIENTS`` concurrent httpx clients over real HTTP; the rate is Items/s seen on
+the Item topic. Then p50/p99 latency (send → Item) of both at half the product's rate, open
+loop. And the raw aiokafka relay's rate on the same broker (the ceiling, information only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+from uuid import uuid4
+
+import httpx
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from bench.common import BENCH_DIR, Infra, Result, Run, Spread, free_port, new_tag, \
+    plot_latencies, progress
+from bench.load import Collector, Latency, Target, message_body, open_loop, saturate, \
+    start_server
+from shared.topics import topics_for
+
+CLIENTS = 48
+SESSIONS = 64
+LOGS = Path(tempfile.mkdtemp(prefix="session-core-bench-logs-"))
+
+
+async def create_sessions(base_url: str, n: int, harness: str = "codex") -> list[str]:
+    async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+        async def one(i: int) -> str:
+            r = await http.post("/v1/sessions", json={
+                "harness": harness, "placement": "none", "input": f"bench session {i}"})
+            if r.status_code != 201:
+                raise RuntimeError(f"create session: {r.status_code} {r.text[:300]}")
+            sid: str = r.json()["id"]
+            return sid
+
+        out: list[str] = []
+        for k in range(0, n, 16):
+            out += await asyncio.gather(*(one(i) for i in range(k, min(n, k + 16))))
+        return out
+
+
+async def preflight(target: Target, collector: Collector) -> None:
+    """One request end to end, so consumer groups have joined before anything is timed."""
+    deadline = time.monotonic() + 90
+    async with httpx.AsyncClient(base_url=target.base_url, timeout=60) as http:
+        while True:
+            n = next(target.counter)
+            r = await http.post(target.path(0), content=message_body(n),
+                                headers={"content-type": "application/json"})
+            if r.status_code >= 300:
+                raise RuntimeError(f"preflight: {r.status_code} {r.text[:300]}")
+            try:
+                await collector.wait(n, timeout=15)
+                return
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise
+
+
+def _windows(quick: bool) -> tuple[float, int, float, float]:
+    """(warmup, windows, window seconds, latency seconds)"""
+    return (2.0, 3, 2.0, 6.0) if quick else (3.0, 5, 3.0, 15.0)
+
+
+async def _product(infra: Infra, quick: bool, profile: bool) -> tuple[float, Spread, Latency,
+                                                                        dict[int, int]]:
+    tag = new_tag("pipe")
+    port = free_port()
+    settings = infra.settings(tag)
+    args = ["--profile", str(BENCH_DIR / "profile_pipeline")] if profile else []
+    server = start_server("product", "bench.serve_product", args,
+                          infra.env(tag, SESSION_CORE_HTTP_PORT=str(port)),
+                          LOGS / "product.log")
+    collector = Collector(infra.bootstrap, topics_for(settings).session_items)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        sessions = await create_sessions(base, SESSIONS)
+        await collector.start()
+        target = Target(base, sessions)
+        await preflight(target, collector)
+        warmup, windows, window, lat_s = _windows(quick)
+        progress(f"  product: saturating with {CLIENTS} clients over {SESSIONS} Sessions")
+        tp = await saturate(target, collector, clients=CLIENTS, warmup=warmup, windows=windows,
+                            window=window)
+        progress(f"  product: {tp.rate.text('{:.1f}')} Items/s; statuses {tp.statuses}")
+        half = max(1.0, tp.rate.median / 2)
+        await asyncio.sleep(1.0)
+        progress(f"  product: open loop at {half:.1f}/s for {lat_s:.0f}s")
+        lat = await open_loop(target, collector, rate=half, duration=lat_s)
+        progress(f"  product: p50 {lat.p50:.1f} ms p99 {lat.p99:.1f} ms "
+                 f"(n={len(lat.samples_ms)}, lost {lat.lost}, errors {lat.errors})")
+        return half, tp.rate, lat, tp.statuses
+    finally:
+        await collector.stop()
+        server.stop()
+
+
+async def _baseline(infra: Infra, quick: bool, half: float) -> tuple[Spread, Latency]:
+    tag = new_tag("base")
+    port = free_port()
+    server = start_server("baseline", "bench.baseline_pipeline", ["pipeline"],
+                          infra.env(tag, SESSION_CORE_HTTP_PORT=str(port)),
+                          LOGS / "baseline.log")
+    collector = Collector(infra.bootstrap, f"{tag}.items")
+    try:
+        base = f"http://127.0.0.1:{port}"
+        await collector.start()
+        target = Target(base, [f"session_{uuid4().hex}" for _ in range(SESSIONS)])
+        await preflight(target, collector)
+        warmup, windows, window, lat_s = _windows(quick)
+        progress(f"  baseline: saturating with {CLIENTS} clients")
+        tp = await saturate(target, collector, clients=CLIENTS, warmup=warmup, windows=windows,
+                            window=window)
+        progress(f"  baseline: {tp.rate.text('{:.1f}')} Items/s; statuses {tp.statuses}")
+        # let the consumer drain what the HTTP side queued before timing latency
+        await _drain(collector)
+        progress(f"  baseline: open loop at {half:.1f}/s (half the product's rate)")
+        lat = await open_loop(target, collector, rate=half, duration=lat_s)
+        progress(f"  baseline: p50 {lat.p50:.1f} ms p99 {lat.p99:.1f} ms "
+                 f"(n={len(lat.samples_ms)}, lost {lat.lost}, errors {lat.errors})")
+        return tp.rate, lat
+    finally:
+        await collector.stop()
+        server.stop()
+
+
+async def _drain(collector: Collector, quiet: float = 1.0, limit: float = 60) -> None:
+    deadline = time.monotonic() + limit
+    last = -1
+    while time.monotonic() < deadline:
+        n = len(collector.arrived)
+        if n == last:
+            return
+        last = n
+        await asyncio.sleep(quiet)
+
+
+async def _relay(infra: Infra, quick: bool) -> Spread:
+    tag = new_tag("relay")
+    in_topic, items_topic = f"{tag}.in", f"{tag}.items"
+    admin = AIOKafkaAdminClient(bootstrap_servers=infra.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(t, num_partitions=6, replication_factor=1)
+                                   for t in (in_topic, items_topic)])
+    finally:
+        await admin.close()
+    n = 10_000 if quick else 40_000
+    producer = AIOKafkaProducer(bootstrap_servers=infra.bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        futs = [await producer.send(in_topic, message_body(i), key=str(i % SESSIONS).encode())
+                for i in range(n)]
+        await asyncio.gather(*futs)
+    finally:
+        await producer.stop()
+    collector = Collector(infra.bootstrap, items_topic)
+    await collector.start()
+    server = start_server("relay", "bench.baseline_pipeline", ["relay"],
+                          infra.env(tag), LOGS / "relay.log")
+    try:
+        progress(f"  relay: {n} records queued; relaying")
+        deadline = time.monotonic() + 120
+        while len(collector.arrived) < n and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+    finally:
+        await collector.stop()
+        server.stop()
+    times = sorted(collector.arrived.values())
+    if len(times) < 100:
+        raise RuntimeError(f"relay delivered only {len(times)} of {n}")
+    # rate over five consecutive slices of the middle 80 % of arrivals
+    lo, hi = len(times) // 10, len(times) * 9 // 10
+    step = (hi - lo) // 5
+    rates = [step / max(1e-9, times[lo + (k + 1) * step] - times[lo + k * step])
+             for k in range(5)]
+    return Spread.of(rates)
+
+
+def run(run_: Run, infra: Infra, quick: bool = False, profile: bool = False) -> float:
+    half, p_rate, p_lat, statuses = asyncio.run(_product(infra, quick, profile))
+    b_rate, b_lat = asyncio.run(_baseline(infra, quick, half))
+    r_rate = asyncio.run(_relay(infra, quick))
+    run_.add(Result("2_pipeline_throughput", p_rate.median, b_rate.median, ">= 0.5", "Items/s",
+                    f"{CLIENTS} httpx clients, {SESSIONS} Sessions, admission+storage in one "
+                    f"process (no dispatcher/receipts); product {p_rate.text('{:.1f}')}; "
+                    f"baseline {b_rate.text('{:.1f}')}; product statuses "
+                    f"{json.dumps(statuses)}"))
+    for p in (50, 99):
+        pv = p_lat.p50 if p == 50 else p_lat.p99
+        bv = b_lat.p50 if p == 50 else b_lat.p99
+        run_.add(Result(f"2_pipeline_latency_p{p}", pv, bv, "info", "ms",
+                        f"open loop at {half:.1f}/s (half the product's rate), both; "
+                        f"product n={len(p_lat.samples_ms)} lost={p_lat.lost} "
+                        f"max={p_lat.max:.0f}ms; baseline n={len(b_lat.samples_ms)} "
+                        f"lost={b_lat.lost} max={b_lat.max:.0f}ms"))
+    run_.add(Result("2_relay_ceiling", r_rate.median, None, "info", "records/s",
+                    f"raw aiokafka consume→produce (acks=all), pre-queued records; "
+                    f"{r_rate.text('{:.0f}')}"))
+    png = plot_latencies(BENCH_DIR / "pipeline_latency.png",
+                         f"HTTP → Item latency at {half:.0f} req/s",
+                         {"product": p_lat.samples_ms, "baseline": b_lat.samples_ms})
+    if png:
+        progress(f"  plot: {png}")
+    return p_rate.median
