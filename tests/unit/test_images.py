@@ -331,3 +331,9 @@ def test_guard_holds_when_pillow_guard_is_switched_off(monkeypatch: pytest.Monke
     big = png_with_header(10_000, 10_000)  # 100 MP > Pillow's default threshold (89.5 MP)
     assert_error(admit_image(data_uri(big), lax), 413, "request_too_large", P)
     assert images.PILLOW_DEFAULT_MAX_IMAGE_PIXELS == 89_478_485
+
+
+@given(st.text(alphabet="AQgw+/=", max_size=12))
+def test_fast_canonical_check_equals_definition_on_dense_alphabet(s: str) -> None:
+    # A/Q/g/w differ only in their low bits; '=' everywhere: padding positions and stray bits
+    assert decode_canonical_base64(s) == reference_canonical(s)
