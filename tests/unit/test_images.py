@@ -337,3 +337,20 @@ def test_guard_holds_when_pillow_guard_is_switched_off(monkeypatch: pytest.Monke
 def test_fast_canonical_check_equals_definition_on_dense_alphabet(s: str) -> None:
     # A/Q/g/w differ only in their low bits; '=' everywhere: padding positions and stray bits
     assert decode_canonical_base64(s) == reference_canonical(s)
+
+
+@pytest.mark.parametrize(
+    "s",
+    ["AAAA====", "AAAA", "AAA=", "AA==", "AAAA=", "A===", "====", "AB==", "AAB=", "AAAAAAA====="],
+)
+def test_canonical_check_edge_cases(s: str) -> None:
+    # "AAAA====" is accepted by binascii strict mode: excess padding after a full quantum
+    assert decode_canonical_base64(s) == reference_canonical(s)
+
+
+def test_excess_padding_after_a_full_quantum_is_rejected() -> None:
+    data = next(png_bytes(w, 1) for w in range(1, 40) if len(png_bytes(w, 1)) % 3 == 0)
+    b64 = base64.b64encode(data).decode()
+    assert not b64.endswith("=")
+    assert not isinstance(admit_image(B64 + b64), ApiError)
+    assert_error(admit_image(B64 + b64 + "===="), 400, "invalid_request", P)
