@@ -113,8 +113,9 @@ class ReceiptService:
         await ensure_topics(self.settings, self.topics)
         await self.db.pending_receipts.create_index([("session_id", ASCENDING)],
                                                     name="pending_session")
-        await self.recover()
-        await self.broker.start()
+        await self.recover()  # every pending deadline is tracked before a consumer runs
+        await self.broker.start()  # the verdicts below need the producer
+        await self.fire_due(time.time())  # calls that fell due while no tracker ran
         self.timer = asyncio.create_task(self._timer_loop(), name="receipt-deadlines")
         log.info("receipts.started", pending=len(self.calls), window_s=self.window)
 
@@ -130,11 +131,10 @@ class ReceiptService:
         return await ping(self.client) and await self.broker.ping(timeout=2.0)
 
     async def recover(self) -> None:
-        """Reload pending calls: overdue ones turn ``uncertain`` now, the rest keep their
-        original deadline."""
+        """Reload pending calls with their original deadlines; ``start`` then turns the overdue
+        ones ``uncertain`` at once (publishing needs the broker, which starts after this)."""
         async for doc in self.db.pending_receipts.find({}):
             self._track(_expected_from(doc["expected"]), doc["deadline"])
-        await self.fire_due(time.time())
 
     def _track(self, expected: Expected, deadline: float) -> CallRecord:
         key = (expected.session_id, expected.call_id)
