@@ -67,7 +67,6 @@ class Settings(BaseSettings):
     # --- dispatcher ------------------------------------------------------------------
     runtime_heartbeat_timeout_s: float = 15.0
     binding_wait_timeout_s: float = 60.0
-    claude_max_user_messages_per_turn: int = 64
 
     # --- receipt tracker --------------------------------------------------------------
     receipt_window_s: float = 10.0

@@ -29,7 +29,7 @@ from shared.domain.errors import join_path
 
 HARNESS = "claude_code"
 # Later: shared.domain.harness.PROFILES["claude_code"]
-# (the dispatcher passes Settings.claude_max_user_messages_per_turn to ClaudeTurn).
+# (the dispatcher reads harness.PROFILES['claude_code'].max_user_messages_per_turn).
 MAX_USER_MESSAGES_PER_TURN = 64
 BRIDGE_PROTOCOL = 3
 
