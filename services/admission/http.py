@@ -158,6 +158,10 @@ def build_http_app(
         turn_id = answer.turn_id
         items = list(answer.body.get("items", []))
         seen = {it["sequence"] for it in items}
+        # A function result's Turn is done for the caller when the Turn ends AND the result's
+        # application is decided (its Item may follow the Turn's end).
+        calls = {it["call_id"] for it in items if it.get("type") == "function_call_output"}
+        turn_over = False
         deadline = asyncio.get_running_loop().time() + budget
         while True:
             left = deadline - asyncio.get_running_loop().time()
@@ -168,11 +172,18 @@ def build_http_app(
             except TimeoutError:
                 continue
             it = {k: v for k, v in it.items() if k != "schema"}
-            if it.get("turn_id") != turn_id or it.get("sequence") in seen:
+            is_application = (it.get("type") == "function_call_application"
+                              and it.get("call_id") in calls)
+            if (it.get("turn_id") != turn_id and not is_application) or (
+                    it.get("sequence") in seen):
                 continue
             seen.add(it["sequence"])
             items.append(it)
+            if is_application:
+                calls.discard(it["call_id"])
             if it.get("type") == "turn" and it.get("state") in ("completed", "failed"):
+                turn_over = True
+            if turn_over and not calls:
                 return JSONResponse({**answer.body, "items": items}, status_code=200)
 
     @app.get("/v1/sessions/{session_id}")

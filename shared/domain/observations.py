@@ -90,4 +90,8 @@ def classify(harness: str, native: Any) -> Classified:
         if kind == "result":
             sub = native.get("subtype")
             return TurnEnded("completed" if sub == "success" else "failed", None)
+    if harness == "minimax_code" and native.get("type") == "result":
+        # MiniMax Code has no public functions; its bridge reports Turn ends Claude-style.
+        sub = native.get("subtype")
+        return TurnEnded("completed" if sub == "success" else "failed", None)
     return None
