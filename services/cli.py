@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="session-core", description=__doc__)
     parser.add_argument(
         "command",
-        choices=[*SERVICES, "topics", "runtime", "cli", "conformance"],
+        choices=[*SERVICES, "topics", "runtime", "cli", "conformance", "demo"],
         help="a service to run, 'topics' to create all topics, 'runtime' for the reference "
         "runtime, 'cli' for the user CLI, 'conformance' for the runtime qualification kit",
     )
@@ -87,6 +87,10 @@ def main(argv: list[str] | None = None) -> None:
         from services.client.main import main as cli_main
 
         cli_main(rest)
+    elif args.command == "demo":
+        from services.client.demo import main as demo_main
+
+        demo_main(rest)
     else:
         from services.runtime.conformance import main as conf_main
 

@@ -1,0 +1,107 @@
+"""``session-core demo``: the short scripted tour ``make run`` plays once everything is ready.
+
+It drives the running system with the user CLI only (each command is printed before it runs,
+so the tour doubles as a CLI tutorial): an image message to Claude Code, a function call
+answered and confirmed on Codex, and a whitespace-only message rejected for Claude Code but
+admitted for Codex. Items are printed as they arrive."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BOLD, DIM, RESET = ("\033[1m", "\033[2m", "\033[0m") if sys.stdout.isatty() else ("", "", "")
+
+
+def _cli(*args: str, check: bool = True, show: bool = True) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "services.cli", "cli", *args]
+    if show:
+        print(f"{DIM}$ session-core cli {' '.join(_quote(a) for a in args)}{RESET}", flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                       env=os.environ.copy(), check=False)
+    if show and p.stdout and "--json" not in args:
+        print(p.stdout.rstrip(), flush=True)
+    if show and p.stderr.strip() and p.returncode != 0:
+        print(p.stderr.rstrip(), file=sys.stderr, flush=True)
+    if check and p.returncode != 0:
+        raise SystemExit(f"demo: command failed ({p.returncode}): {' '.join(args)}")
+    return p
+
+
+def _quote(a: str) -> str:
+    return json.dumps(a) if (" " in a or not a or "{" in a) else a
+
+
+def _json(*args: str) -> Any:
+    return json.loads(_cli(*args, "--json", show=True).stdout)
+
+
+def _sample_png(path: Path) -> None:
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", (96, 64), (250, 250, 245))
+    d = ImageDraw.Draw(img)
+    d.ellipse((20, 12, 60, 52), fill=(230, 120, 30))
+    d.rectangle((62, 30, 90, 58), fill=(40, 90, 200))
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    path.write_bytes(buf.getvalue())
+
+
+def _step(title: str) -> None:
+    print(f"\n{BOLD}== {title}{RESET}", flush=True)
+
+
+def _wait_call(session: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        page = json.loads(_cli("items", session, "--all", "--json", show=False).stdout)
+        for it in page.get("items", page if isinstance(page, list) else []):
+            if it.get("type") == "function_call":
+                return str(it["call_id"])
+        time.sleep(0.3)
+    raise SystemExit("demo: the Runtime did not call the function in time")
+
+
+def main(argv: list[str] | None = None) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="session-core-demo-"))
+    picture = tmp / "shapes.png"
+    _sample_png(picture)
+
+    _step("1. An image message to Claude Code (text + inline PNG), Items as they arrive")
+    s = _json("create", "--harness", "claude_code", "--placement", "none",
+              "--text", "What shapes are in this picture?", "--image", str(picture))
+    sid = s["id"]
+    _cli("tail", sid, "--follow", "--until-turn-end", "--timeout", "30")
+
+    _step("2. A function call on Codex, answered and confirmed by the native receipt")
+    s = _json("create", "--harness", "codex", "--placement", "none",
+              "--text", 'Weather please: call get_weather {"city": "Paris"}')
+    sid2 = s["id"]
+    call_id = _wait_call(sid2)
+    _cli("items", sid2)
+    _cli("result", sid2, call_id, "--success", "--output", "sunny, 21°C", "--wait",
+         "--timeout-ms", "30000", check=False)
+    _cli("call", sid2, call_id)
+
+    _step("3. A whitespace-only message: rejected for Claude Code, admitted for Codex")
+    _cli("create", "--harness", "claude_code", "--text", " \n\t", check=False)
+    s = _json("create", "--harness", "codex", "--text", " \n\t")
+    _cli("tail", s["id"], "--follow", "--until-turn-end", "--timeout", "30")
+
+    print(f"\n{BOLD}Demo done. The system keeps running — try the CLI yourself:{RESET}")
+    print(f"  .venv/bin/session-core cli create --harness claude_code --text hi --image {picture}")
+    print(f"  .venv/bin/session-core cli tail {sid} --follow")
+    print("  .venv/bin/session-core cli --help")
+    print("Press Ctrl-C to stop everything.", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
