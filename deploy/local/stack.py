@@ -53,7 +53,17 @@ def cache_dir() -> Path:
 
 
 def log(msg: str) -> None:
-    print(f"[stack] {msg}", flush=True)
+    _write(f"[stack] {msg}\n")
+
+
+def _write(text: str) -> None:
+    """stdout may be gone (a closed pipe, e.g. `make run | tee` after Ctrl-C): never let that
+    stop the clean-up."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
 
 
 class StackError(RuntimeError):
@@ -385,7 +395,9 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when a server could listen there (SO_REUSEADDR, as servers do: TIME_WAIT is fine)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
@@ -447,6 +459,8 @@ class Proc:
     start: int
     cmd: list[str]
     log: str
+    url: str = ""  # health/API base URL: readiness is GET {url}/readyz
+    log_offset: int = 0  # where this run's output starts in the log file
 
     def alive(self) -> bool:
         return _proc_start_ticks(self.pid) == self.start
@@ -471,6 +485,7 @@ class Component:
     cwd: Path | None = None
     url: str = ""
     describe: str = ""
+    min_alive: float = 0.0  # ready only after this long alive (commands without a health URL)
 
 
 @dataclass
@@ -512,6 +527,9 @@ class State:
         return [p for p in out if p is not None]
 
 
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}  # started by this launcher: reaped by it
+
+
 def start_process(state: State, comp: Component) -> Proc:
     state.logs.mkdir(parents=True, exist_ok=True)
     state.pids.mkdir(parents=True, exist_ok=True)
@@ -519,6 +537,7 @@ def start_process(state: State, comp: Component) -> Proc:
     env = dict(os.environ)
     env.update(comp.env)
     with open(logf, "ab") as out:
+        offset = out.tell()
         out.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {shlex.join(comp.cmd)}\n"
                   .encode())
         out.flush()
@@ -530,38 +549,69 @@ def start_process(state: State, comp: Component) -> Proc:
         if start is not None:
             break
         time.sleep(0.01)
-    proc = Proc(comp.name, p.pid, p.pid, start or -1, comp.cmd, str(logf))
+    _CHILDREN[p.pid] = p
+    proc = Proc(comp.name, p.pid, p.pid, start or -1, comp.cmd, str(logf), comp.url, offset)
     (state.pids / f"{comp.name}.json").write_text(json.dumps(proc.__dict__) + "\n")
     return proc
 
 
 def stop_process(state: State, proc: Proc, timeout: float) -> None:
-    pidfile = state.pids / f"{proc.name}.json"
-    if not proc.group_alive():
-        pidfile.unlink(missing_ok=True)
-        return
-    log(f"{proc.name}: SIGTERM to process group {proc.pgid}")
+    stop_many(state, [proc], timeout)
+
+
+def _signal_group(proc: Proc, sig: signal.Signals) -> None:
     try:
-        os.killpg(proc.pgid, signal.SIGTERM)
+        os.killpg(proc.pgid, sig)
     except ProcessLookupError:
         pass
+
+
+def stop_many(state: State, procs: Sequence[Proc], timeout: float) -> None:
+    """SIGTERM every process group at once, wait up to ``timeout``, SIGKILL what is left, and
+    wait until no member of any group is left (reaping our own children)."""
+    live = []
+    for proc in procs:
+        if proc.group_alive():
+            live.append(proc)
+        else:
+            (state.pids / f"{proc.name}.json").unlink(missing_ok=True)
+    if not live:
+        return
+    for proc in live:
+        log(f"{proc.name}: SIGTERM to process group {proc.pgid}")
+        _signal_group(proc, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _group_members(proc.pgid):
+    while time.monotonic() < deadline and any(_group_members(p.pgid) for p in live):
         time.sleep(0.1)
-    left = _group_members(proc.pgid)
-    if left:
-        log(f"{proc.name}: still running after {timeout:.0f}s ({left}); SIGKILL")
-        try:
-            os.killpg(proc.pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and _group_members(proc.pgid):
-            time.sleep(0.05)
-    if _group_members(proc.pgid):
-        raise StackError(f"{proc.name}: process group {proc.pgid} survived SIGKILL")
-    pidfile.unlink(missing_ok=True)
-    log(f"{proc.name}: stopped")
+    for proc in live:
+        left = _group_members(proc.pgid)
+        if left:
+            log(f"{proc.name}: still running after {timeout:.0f}s ({left}); SIGKILL")
+            _signal_group(proc, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_group_members(p.pgid) for p in live):
+        time.sleep(0.05)
+    for proc in live:
+        if _group_members(proc.pgid):
+            raise StackError(f"{proc.name}: process group {proc.pgid} survived SIGKILL")
+        child = _CHILDREN.pop(proc.pid, None)
+        if child is not None:
+            child.wait(timeout=5)  # ours: reap it now
+        else:
+            # started by an earlier `up`, so init reaps it; wait briefly so `ps` shows no zombie
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline and Path(f"/proc/{proc.pid}").exists():
+                time.sleep(0.05)
+        (state.pids / f"{proc.name}.json").unlink(missing_ok=True)
+        log(f"{proc.name}: stopped")
+
+
+def stop_in_order(state: State, procs: Sequence[Proc], timeout: float) -> None:
+    """Services (and extra commands) first, then the infrastructure."""
+    infra = [p for p in procs if p.name in ("kafka", "ferretdb")]
+    rest = [p for p in procs if p.name not in ("kafka", "ferretdb")]
+    stop_many(state, rest, timeout)
+    stop_many(state, infra, timeout)
 
 
 # ------------------------------------------------------------------------------------------
@@ -738,11 +788,6 @@ def service_env(opts: Options) -> dict[str, str]:
     return env
 
 
-def _alive_for(seconds: float) -> Callable[[], bool]:
-    t0 = time.monotonic()
-    return lambda: time.monotonic() - t0 >= seconds
-
-
 def service_components(opts: Options) -> list[Component]:
     out: list[Component] = []
     env = service_env(opts)
@@ -758,11 +803,16 @@ def service_components(opts: Options) -> list[Component]:
                                      ready_check("admission", opts), 90, "service", REPO, url,
                                      f"admission HTTP API on {url}"))
             else:
-                out.append(Component(name, [str(exe), name], env, _alive_for(2.0), 30, "service",
-                                     REPO, "", f"session-core {name}"))
+                # each non-HTTP service gets its health server on a free port (/readyz)
+                hp = free_port()
+                url = f"http://127.0.0.1:{hp}"
+                out.append(Component(name, [str(exe), name],
+                                     {**env, "SESSION_CORE_HEALTH_PORT": str(hp)},
+                                     _http_ready(url), 90, "service", REPO, url,
+                                     f"session-core {name} (health {url}/readyz)"))
     for name, command in opts.extra:
-        out.append(Component(name, ["/bin/sh", "-c", command], env, _alive_for(2.0), 30,
-                             "service", REPO, "", command))
+        out.append(Component(name, ["/bin/sh", "-c", command], env, lambda: True, 30,
+                             "service", REPO, "", command, min_alive=2.0))
     return out
 
 
@@ -791,7 +841,13 @@ def infra_plan(opts: Options) -> list[tuple[str, Callable[[], Component]]]:
     return plan
 
 
-def ready_check(name: str, opts: Options) -> Callable[[], bool]:
+def _http_ready(url: str) -> Callable[[], bool]:
+    return lambda: http_ok(url + "/readyz")
+
+
+def ready_check(name: str, opts: Options, proc: Proc | None = None) -> Callable[[], bool]:
+    if proc is not None and proc.url:
+        return _http_ready(proc.url)
     if name == "kafka":
         return _kafka_ready("127.0.0.1", opts.kafka_port)
     if name == "ferretdb":
@@ -805,7 +861,7 @@ def _const(comp: Component) -> Callable[[], Component]:
     return lambda: comp
 
 
-def _wait_ready(comp: Component, proc: Proc) -> None:
+def _wait_ready(comp: Component, proc: Proc, t_start: float) -> None:
     t0 = time.monotonic()
     deadline = t0 + comp.ready_timeout
     while time.monotonic() < deadline:
@@ -813,8 +869,8 @@ def _wait_ready(comp: Component, proc: Proc) -> None:
             tail = Path(proc.log).read_text(errors="replace").splitlines()[-30:]
             sys.stdout.write("\n".join(f"  {comp.name}| {line}" for line in tail) + "\n")
             raise StackError(f"{comp.name} exited during start-up; log: {proc.log}")
-        if comp.ready():
-            log(f"{comp.name}: ready in {time.monotonic() - t0:.1f}s — {comp.describe}")
+        if time.monotonic() - t0 >= comp.min_alive and comp.ready():
+            log(f"{comp.name}: ready at +{time.monotonic() - t_start:.1f}s — {comp.describe}")
             return
         time.sleep(0.25)
     raise StackError(f"{comp.name} not ready after {comp.ready_timeout:.0f}s; log: {proc.log}")
@@ -827,42 +883,53 @@ def _check_port(name: str, port: int) -> None:
 
 
 def start_all(opts: Options) -> list[Proc]:
+    """Start what is not running yet, in two phases (infrastructure, then services); within a
+    phase everything starts at once and then each is waited for. Returns all our processes."""
     st = opts.state.load()
-    started: list[Proc] = []
-    plan = infra_plan(opts)
+    infra = infra_plan(opts)
+    services: list[tuple[str, Callable[[], Component]]] = []
     if opts.with_services or opts.extra:
-        for comp in service_components(opts):
-            plan.append((comp.name, _const(comp)))
-    if opts.only:
-        plan = [(n, f) for n, f in plan if n in opts.only]
+        services = [(c.name, _const(c)) for c in service_components(opts)]
     ports = {"kafka": opts.kafka_port, "ferretdb": opts.mongo_port}
     if opts.with_services:
         ports["admission"] = opts.http_port
+    procs: list[Proc] = []
+    new: list[Proc] = []
+    for name, _ in infra + services:  # refuse before starting anything
+        running = st.proc(name)
+        if (not opts.only or name in opts.only) and name in ports and not (
+                running and running.alive()):
+            _check_port(name, ports[name])
     t0 = time.monotonic()
     try:
-        for name, factory in plan:
-            running = st.proc(name)
-            if running and running.alive():
-                ready = ready_check(name, opts)()
-                log(f"{name}: already running (pid {running.pid}){'' if ready else ', NOT ready'}")
-                started.append(running)
-                continue
-            if running:
-                stop_process(st, running, 5)  # stale group members, if any
-            if name in ports:
-                _check_port(name, ports[name])
-            comp = factory()
-            proc = start_process(st, comp)
-            log(f"{name}: started pid {proc.pid}, log {proc.log}")
-            started.append(proc)
-            _wait_ready(comp, proc)
+        for phase in (infra, services):
+            waiting: list[tuple[Component, Proc]] = []
+            for name, factory in phase:
+                if opts.only and name not in opts.only:
+                    continue
+                running = st.proc(name)
+                if running and running.alive():
+                    ready = ready_check(name, opts, running)()
+                    log(f"{name}: already running (pid {running.pid})"
+                        f"{'' if ready else ', NOT ready'}")
+                    procs.append(running)
+                    continue
+                if running:
+                    stop_process(st, running, 5)  # stale group members, if any
+                comp = factory()
+                proc = start_process(st, comp)
+                log(f"{name}: started pid {proc.pid}, log {proc.log}")
+                procs.append(proc)
+                new.append(proc)
+                waiting.append((comp, proc))
+            for comp, proc in waiting:
+                _wait_ready(comp, proc, t0)
     except BaseException:
-        log("start-up failed; stopping what was started")
-        for proc in reversed(started):
-            stop_process(st, proc, 20)
+        log("start-up failed; stopping what this command started")
+        stop_in_order(st, new, 20)
         raise
     log(f"stack ready in {time.monotonic() - t0:.1f}s")
-    return started
+    return procs
 
 
 def print_banner(opts: Options) -> None:
@@ -918,15 +985,13 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_down(args: argparse.Namespace) -> int:
     st = State(Path(args.state_dir).expanduser().resolve())
-    order = {"kafka": 0, "ferretdb": 1}
-    procs = sorted(st.procs(), key=lambda p: order.get(p.name, -1))  # services first
+    procs = st.procs()
     if args.only:
         procs = [p for p in procs if p.name in args.only]
     if not procs:
         log(f"nothing running for {st.root}")
         return 0
-    for p in procs:
-        stop_process(st, p, args.timeout)
+    stop_in_order(st, procs, args.timeout)
     return 0
 
 
@@ -939,7 +1004,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     rc = 0
     for p in procs:
         alive = p.alive()
-        ready = alive and ready_check(p.name, opts)()
+        ready = alive and ready_check(p.name, opts, p)()
         if not ready:
             rc = 1
         print(f"  {p.name:<12} pid {p.pid:<8} {'running' if alive else 'DEAD':<8}"
@@ -947,23 +1012,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     return rc if procs else 3
 
 
-def _follow(paths: dict[str, Path], stop: threading.Event) -> None:
-    """Interleave the services' logs on the terminal with a name prefix."""
+def _follow(procs: Sequence[Proc], stop: threading.Event) -> None:
+    """Interleave the services' logs on the terminal, each line prefixed with the name."""
     handles = {}
-    for name, p in paths.items():
-        f = open(p, errors="replace")  # closed below
-        f.seek(0, os.SEEK_END)
-        handles[name] = f
-    width = max((len(n) for n in paths), default=5)
+    for p in procs:
+        f = open(p.log, errors="replace")  # closed below
+        f.seek(p.log_offset)
+        handles[p.name] = f
+    width = max((len(n) for n in handles), default=5)
     try:
         while not stop.is_set():
             idle = True
             for name, f in handles.items():
                 for line in iter(f.readline, ""):
                     idle = False
-                    sys.stdout.write(f"{name:>{width}} | {line}" if line.endswith("\n")
-                                     else f"{name:>{width}} | {line}\n")
-            sys.stdout.flush()
+                    _write(f"{name:>{width}} | {line.rstrip(chr(10))}\n")
             if idle:
                 stop.wait(0.2)
     finally:
@@ -980,15 +1043,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGHUP, on_term)
     procs: list[Proc] = []
     follower = None
     return_code = 0
     try:
         procs = start_all(opts)
         print_banner(opts)
-        svc_logs = {p.name: Path(p.log) for p in procs if p.name not in ("kafka", "ferretdb")}
-        if svc_logs:
-            follower = threading.Thread(target=_follow, args=(svc_logs, stop), daemon=True)
+        svc = [p for p in procs if p.name not in ("kafka", "ferretdb")]
+        if svc:
+            follower = threading.Thread(target=_follow, args=(svc, stop), daemon=True)
             follower.start()
         infra = [p.log for p in procs if p.name in ("kafka", "ferretdb")]
         if infra:
@@ -1004,18 +1068,19 @@ def cmd_run(args: argparse.Namespace) -> int:
                         raise StackError(f"{p.name} died; stopping")
             time.sleep(0.5)
     except KeyboardInterrupt:
-        print()
+        _write("\n")
         log("stopping")
     except StackError as e:
         log(str(e))
         return_code = 1
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not abort the clean-up
         stop.set()
         if follower:
             follower.join(timeout=2)
-        for p in sorted(st.procs(), key=lambda p: {"kafka": 0, "ferretdb": 1}.get(p.name, -1)):
-            if p.name in {q.name for q in procs}:
-                stop_process(st, p, 20)
+        mine = {q.name for q in procs}
+        stop_in_order(st, [p for p in st.procs() if p.name in mine], 20)
     return return_code
 
 
