@@ -20,11 +20,12 @@ from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
 from pymongo import ASCENDING
-from pymongo.errors import DuplicateKeyError
+from pymongo.errors import BulkWriteError
 
 from shared import records
 from shared.domain.deadlines import DeadlineQueue
 from shared.domain.receipts import (
+    REASON_TIMEOUT,
     CallRecord,
     Expected,
     Log,
@@ -82,6 +83,7 @@ class ReceiptService:
             lambda: deque(maxlen=EARLY_OBSERVATIONS))
         self.wake = asyncio.Event()
         self.timer: asyncio.Task[None] | None = None
+        self.settling: set[asyncio.Task[Any]] = set()  # deletes of settled pending records
         self.lateness: list[float] = []
         self.done: dict[str, dict[str, CallRecord]] = defaultdict(dict)
         self.done_order: deque[Key] = deque()  # seconds past the deadline at which verdicts fired
@@ -125,6 +127,8 @@ class ReceiptService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self.timer
         await self.broker.stop()
+        if self.settling:
+            await asyncio.gather(*self.settling, return_exceptions=True)
         await self.client.close()
 
     async def ready(self) -> bool:
@@ -157,41 +161,81 @@ class ReceiptService:
 
     # ---- deliveries open the window ---------------------------------------------------------
     async def on_deliveries(self, body: Any, msg: KafkaMessage) -> None:
-        for raw, rec in await decode_batch(self.broker, self.topics, msg.raw_message):
-            if rec.get("kind") != "function_result":
-                continue
-            handed_at = raw.timestamp / 1000.0
-            await self.open_call(rec, handed_at)
+        batch = [(rec, raw.timestamp / 1000.0)
+                 for raw, rec in await decode_batch(self.broker, self.topics, msg.raw_message)
+                 if rec.get("kind") == "function_result"]
+        if batch:
+            await self.open_calls(batch)
 
     async def open_call(self, rec: Doc, handed_at: float) -> None:
-        sid, cid = rec["session_id"], rec["call_id"]
-        key = (sid, cid)
-        if key in self.calls or await self.db.receipt_verdicts.find_one({"_id": f"{sid}/{cid}"}):
-            return  # redelivered: a window is never extended, a verdict never repeated
-        call = await self.db.calls.find_one({"_id": f"{sid}/{cid}"}) or {}
-        session = await self.db.sessions.find_one({"_id": sid}, {"harness": 1}) or {}
-        native = call.get("native") or {}
-        expected = Expected(
-            harness=session.get("harness", ""), session_id=sid, call_id=cid,
-            name=rec.get("name") or call.get("name") or "", success=bool(rec["success"]),
-            content=part_keys(rec["content"]),
-            native_session_id=native.get("session_id"), thread_id=native.get("thread_id"),
-            turn_id=native.get("turn_id"),
-        )
-        deadline = handed_at + self.window
-        await self.db.pending_receipts.update_one(
-            {"_id": f"{sid}/{cid}"},
-            {"$setOnInsert": {"session_id": sid, "expected": _expected_doc(expected),
-                              "deadline": deadline, "handed_at": handed_at}},
-            upsert=True,
-        )
-        stored = await self.db.pending_receipts.find_one({"_id": f"{sid}/{cid}"})
-        self._track(expected, stored["deadline"] if stored else deadline)
-        with bound(session_id=sid, call_id=cid):
-            log.info("receipts.pending", deadline_in_s=round(deadline - time.time(), 3))
+        await self.open_calls([(rec, handed_at)])
+
+    async def open_calls(self, batch: list[tuple[Doc, float]]) -> None:
+        """Open a window per delivered result, a whole consumer batch at a time: one query per
+        collection and one bulk insert, not a handful of round trips per call."""
+        fresh: dict[Key, tuple[Doc, float]] = {}
+        for rec, handed_at in batch:
+            key = (rec["session_id"], rec["call_id"])
+            if key in self.calls or key[1] in self.done.get(key[0], {}) or key in fresh:
+                continue  # redelivered: a window is never extended, a verdict never repeated
+            fresh[key] = (rec, handed_at)
+        if not fresh:
+            return
+        # A redelivery this tracker has forgotten (a restart, a rebalance) may reopen a call a
+        # verdict was already claimed for: its claim then fails and nothing is published twice
+        # (publish_verdicts). No per-batch query of the claims: on the dev store (FerretDB)
+        # an ``$in`` scans the whole, ever-growing collection.
+        ids = [f"{sid}/{cid}" for sid, cid in fresh]
+        calls_q = self.db.calls.find({"_id": {"$in": ids}}, {"name": 1, "native": 1})
+        sessions_q = self.db.sessions.find(
+            {"_id": {"$in": list({sid for sid, _ in fresh})}}, {"harness": 1})
+        call_docs, session_docs = await asyncio.gather(calls_q.to_list(None),
+                                                       sessions_q.to_list(None))
+        calls = {d["_id"]: d for d in call_docs}
+        harness = {d["_id"]: d.get("harness", "") for d in session_docs}
+        opened: list[tuple[Expected, float]] = []
+        docs: list[Doc] = []
+        for (sid, cid), (rec, handed_at) in fresh.items():
+            call = calls.get(f"{sid}/{cid}") or {}
+            native = call.get("native") or {}
+            expected = Expected(
+                harness=harness.get(sid, ""), session_id=sid, call_id=cid,
+                name=rec.get("name") or call.get("name") or "", success=bool(rec["success"]),
+                content=part_keys(rec["content"]),
+                native_session_id=native.get("session_id"), thread_id=native.get("thread_id"),
+                turn_id=native.get("turn_id"),
+            )
+            deadline = handed_at + self.window
+            opened.append((expected, deadline))
+            docs.append({"_id": f"{sid}/{cid}", "session_id": sid,
+                         "expected": _expected_doc(expected), "deadline": deadline,
+                         "handed_at": handed_at})
+        # A deadline already stored (a replica or an earlier run opened the call) is the one
+        # kept: insert, and read back only the ones that were there.
+        stored: dict[str, float] = {}
+        try:
+            await self.db.pending_receipts.insert_many(docs, ordered=False)
+        except BulkWriteError as exc:
+            dup = [docs[int(e["index"])]["_id"] for e in exc.details.get("writeErrors", [])
+                   if e.get("code") == 11000]
+            if len(dup) != len(exc.details.get("writeErrors", [])):
+                raise
+            stored = {d["_id"]: d["deadline"] async for d in self.db.pending_receipts.find(
+                {"_id": {"$in": dup}}, {"deadline": 1})}
+        now = time.time()
+        for expected, deadline in opened:
+            sid, cid = expected.session_id, expected.call_id
+            deadline = stored.get(f"{sid}/{cid}", deadline)
+            self._track(expected, deadline)
+            if len(opened) <= 10:
+                with bound(session_id=sid, call_id=cid):
+                    log.info("receipts.pending", deadline_in_s=round(deadline - now, 3))
+        if len(opened) > 10:
+            log.info("receipts.pending_batch", opened=len(opened), pending=len(self.calls))
         # Observations that overtook their delivery.
-        for seen_at, obs in list(self.early.get(sid, ())):
-            await self.observe(obs, seen_at)
+        for sid in {e.session_id for e, _ in opened}:
+            for seen_at, obs in list(self.early.get(sid, ())):
+                await self.observe(obs, seen_at)
 
     # ---- observations decide -------------------------------------------------------------
     async def on_observations(self, body: Any, msg: KafkaMessage) -> None:
@@ -240,26 +284,56 @@ class ReceiptService:
         await self.publish_verdict(key, step)
 
     async def publish_verdict(self, key: Key, step: Publish) -> None:
-        sid, cid = key
-        try:
-            await self.db.receipt_verdicts.insert_one(
-                {"_id": f"{sid}/{cid}", "state": str(step.state), "reason": step.reason,
-                 "by": id(self), "at": time.time()})
-        except DuplicateKeyError:
-            log.info("receipts.verdict_already_claimed", session_id=sid, call_id=cid)
-            self._forget(key)
+        await self.publish_verdicts([(key, step)])
+
+    async def publish_verdicts(self, verdicts: list[tuple[Key, Publish]]) -> None:
+        """Claim, publish and settle verdicts in bulk: one insert for the claims, the facts
+        sent together (the producer batches them), one delete for the pending records."""
+        if not verdicts:
             return
-        await publish(self.broker, self.topics.core_facts, {
+        now = time.time()
+        docs = [{"_id": f"{sid}/{cid}", "state": str(step.state), "reason": step.reason,
+                 "by": id(self), "at": now} for (sid, cid), step in verdicts]
+        lost: set[int] = set()
+        try:
+            await self.db.receipt_verdicts.insert_many(docs, ordered=False)
+        except BulkWriteError as exc:
+            for err in exc.details.get("writeErrors", []):
+                if err.get("code") != 11000:
+                    raise
+                lost.add(int(err["index"]))
+        mine = [v for i, v in enumerate(verdicts) if i not in lost]
+        for i in sorted(lost):
+            sid, cid = verdicts[i][0]
+            log.info("receipts.verdict_already_claimed", session_id=sid, call_id=cid)
+            self._forget(verdicts[i][0])
+        if lost:
+            await self.db.pending_receipts.delete_many(
+                {"_id": {"$in": [docs[i]["_id"] for i in lost]}})
+        await asyncio.gather(*(publish(self.broker, self.topics.core_facts, {
             "schema": records.FACT, "fact_id": f"rcpt:{sid}/{cid}", "session_id": sid,
             "kind": "application", "call_id": cid, "state": str(step.state),
-            "reason": step.reason}, sid)
-        await self.db.pending_receipts.delete_one({"_id": f"{sid}/{cid}"})
-        log.info("receipts.verdict", session_id=sid, call_id=cid, state=str(step.state),
-                 reason=step.reason)
-        # Terminal: keep the record a while so a late receipt is logged, never acted on.
-        rec = self.calls.get(key)
-        self._forget(key)
-        if rec is not None:
+            "reason": step.reason}, sid) for (sid, cid), step in mine))
+        published = time.time()
+        if mine:
+            # Off the timer's path (a delete is a scan on the dev store). Should the tracker
+            # stop before it lands, the restarted one finds the claim and only forgets the call.
+            task = asyncio.create_task(self.db.pending_receipts.delete_many(  # noqa: RUF006
+                {"_id": {"$in": [f"{sid}/{cid}" for (sid, cid), _ in mine]}}))
+            self.settling.add(task)
+            task.add_done_callback(self.settling.discard)
+        for key, step in mine:
+            sid, cid = key
+            if len(mine) <= 10:
+                log.info("receipts.verdict", session_id=sid, call_id=cid,
+                         state=str(step.state), reason=step.reason)
+            # Terminal: keep the record a while so a late receipt is logged, never acted on.
+            rec = self.calls.get(key)
+            self._forget(key)
+            if rec is None:
+                continue
+            if step.reason == REASON_TIMEOUT.format(window=self.window) and rec.deadline:
+                self.lateness.append(published - rec.deadline)
             self.done[sid][cid] = rec
             self.done_order.append(key)
             while len(self.done_order) > DONE_KEPT:
@@ -267,19 +341,26 @@ class ReceiptService:
                 self.done.get(osid, {}).pop(ocid, None)
                 if not self.done.get(osid):
                     self.done.pop(osid, None)
+        if len(mine) > 10:
+            log.info("receipts.verdict_batch", published=len(mine))
 
     # ---- the one timer ----------------------------------------------------------------------
     async def fire_due(self, now: float) -> int:
+        """Every call whose deadline has passed turns ``uncertain``, published in one batch.
+        ``lateness`` records, per timeout verdict, how long after its deadline it was out."""
         due = self.deadlines.pop_due(now)
+        verdicts: list[tuple[Key, Publish]] = []
         for key in due:
             rec = self.calls.get(key)
             if rec is None:
                 continue
             step = rec.expire(now)
-            if isinstance(step, Publish) and rec.deadline is not None:
-                self.lateness.append(now - rec.deadline)
-            with bound(session_id=key[0], call_id=key[1]):
-                await self._step(key, step)
+            if isinstance(step, Publish):
+                verdicts.append((key, step))
+            else:
+                with bound(session_id=key[0], call_id=key[1]):
+                    await self._step(key, step)
+        await self.publish_verdicts(verdicts)
         return len(due)
 
     async def _timer_loop(self) -> None:
