@@ -180,7 +180,8 @@ def _stack_for_marked_tests(request: pytest.FixtureRequest) -> None:
 
 @pytest.fixture
 def settings(stack: Stack) -> Settings:
-    """Settings pointing at the stack, with a topic prefix and database of this test's own."""
+    """Settings pointing at the stack, with a topic prefix, database and HTTP port of this test's
+    own (other test runs on the same machine may hold 8080), and no health server."""
     tag = uuid.uuid4().hex[:8]
     values: dict[str, Any] = {
         # the two infrastructure fields are read by their alias (the platforms' names)
@@ -188,5 +189,8 @@ def settings(stack: Stack) -> Settings:
         "MONGODB_URI": stack.mongodb_uri,
         "topic_prefix": f"t{tag}.",
         "mongodb_database": f"t{tag}",
+        "http_host": "127.0.0.1",
+        "http_port": _free_port(),
+        "health_port": 0,
     }
     return Settings(**values)

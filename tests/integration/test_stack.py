@@ -78,6 +78,7 @@ def test_settings_are_isolated_per_test(settings: Settings, stack: Stack) -> Non
     assert settings.mongodb_uri == stack.mongodb_uri
     assert settings.topic_prefix.startswith("t") and settings.topic_prefix.endswith(".")
     assert settings.mongodb_database == settings.topic_prefix[:-1]
+    assert settings.http_host == "127.0.0.1" and settings.http_port not in (0, 8080)
 
 
 def test_launcher_reports_the_local_stack_ready(stack: Stack) -> None:
