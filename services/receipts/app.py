@@ -31,6 +31,7 @@ from shared.domain.receipts import (
     Log,
     NotAMatch,
     Publish,
+    State,
     match_observation,
     part_keys,
 )
@@ -307,13 +308,22 @@ class ReceiptService:
             sid, cid = verdicts[i][0]
             log.info("receipts.verdict_already_claimed", session_id=sid, call_id=cid)
             self._forget(verdicts[i][0])
+        claimed: list[tuple[Key, Publish]] = []
         if lost:
+            # Someone claimed these first. Its verdict may never have been published (a crash
+            # between claim and publish), so publish the *claimed* verdict again: the fact id
+            # is the call's, and storage applies one fact id once — one Item, never two
+            # different verdicts.
+            async for c in self.db.receipt_verdicts.find(
+                    {"_id": {"$in": [docs[i]["_id"] for i in lost]}}):
+                sid, _, cid = c["_id"].partition("/")
+                claimed.append(((sid, cid), Publish(cid, State(c["state"]), c["reason"])))
             await self.db.pending_receipts.delete_many(
                 {"_id": {"$in": [docs[i]["_id"] for i in lost]}})
         await asyncio.gather(*(publish(self.broker, self.topics.core_facts, {
             "schema": records.FACT, "fact_id": f"rcpt:{sid}/{cid}", "session_id": sid,
             "kind": "application", "call_id": cid, "state": str(step.state),
-            "reason": step.reason}, sid) for (sid, cid), step in mine))
+            "reason": step.reason}, sid) for (sid, cid), step in [*mine, *claimed]))
         published = time.time()
         if mine:
             # Off the timer's path (a delete is a scan on the dev store). Should the tracker
