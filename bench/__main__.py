@@ -10,7 +10,7 @@ import time
 from bench.common import RESULTS_CSV, Run, infrastructure, progress
 
 CASES = ("admission", "pipeline", "growth", "receipts")
-NEEDS_STACK = ("pipeline", "growth")
+NEEDS_STACK = ("pipeline", "growth", "receipts")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,7 +21,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="also run the product server under pyinstrument (pipeline)")
     ap.add_argument("--no-csv", action="store_true", help="do not append to bench/results.csv")
+    ap.add_argument("--ref", default=None,
+                    help="measure this commit (git archive into a temp dir, with the working "
+                         "tree's bench/), not the working tree; rows name the commit")
     args = ap.parse_args(argv)
+    if args.ref:
+        return run_from_snapshot(args.ref, [a for a in (argv or sys.argv[1:])
+                                            if a not in ("--ref", args.ref)
+                                            and not a.startswith("--ref=")])
     cases = args.case or list(CASES)
     run = Run()
     t0 = time.monotonic()
@@ -45,11 +52,11 @@ def main(argv: list[str] | None = None) -> int:
 
                     progress("case 3: growth")
                     growth.run(run, infra, quick=args.quick, rate=rate)
-        if "receipts" in cases:
-            from bench import receipts_case
+                if "receipts" in cases:
+                    from bench import receipts_case
 
-            progress("case 4: receipt deadlines")
-            receipts_case.run(run, quick=args.quick)
+                    progress("case 4: receipt deadlines")
+                    receipts_case.run(run, infra, quick=args.quick)
     finally:
         if run.results:
             if not args.no_csv:
@@ -59,6 +66,35 @@ def main(argv: list[str] | None = None) -> int:
             print(run.table())
         progress(f"done in {time.monotonic() - t0:.0f}s")
     return 0
+
+
+def run_from_snapshot(ref: str, argv: list[str]) -> int:
+    """Export ``ref`` to a temp dir, overlay the current bench/ package and run there."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from bench.common import BENCH_DIR, REPO
+
+    sha = subprocess.run(["git", "rev-parse", "--short", ref], cwd=REPO, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    snap = Path(tempfile.mkdtemp(prefix=f"session-core-bench-{sha}-"))
+    try:
+        archive = subprocess.run(["git", "archive", ref], cwd=REPO, check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(snap)], input=archive, check=True)
+        (snap / "bench").mkdir(exist_ok=True)
+        for f in (REPO / "bench").glob("*.py"):
+            shutil.copy2(f, snap / "bench" / f.name)
+        progress(f"measuring {ref} ({sha}) from {snap}")
+        env = dict(os.environ, BENCH_OUTPUT_DIR=str(BENCH_DIR), BENCH_COMMIT=sha,
+                   PYTHONPATH=str(snap))
+        return subprocess.run([sys.executable, "-m", "bench", *argv], cwd=snap, env=env,
+                              check=False).returncode
+    finally:
+        shutil.rmtree(snap, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ Product and baseline repeats are interleaved (A B A B …) so drift on a shared 
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
 import random
@@ -141,7 +142,8 @@ def _rates(a: Callable[[], Any], b: Callable[[], Any], repeats: int, seconds: fl
            ) -> tuple[list[float], list[float]]:
     """Interleaved repeats; each returns calls per second."""
     na, nb = _calibrate(a, seconds), _calibrate(b, seconds)
-    ra, rb = [], []
+    ra: list[float] = []
+    rb: list[float] = []
     for _ in range(repeats):
         for fn, n, out in ((a, na, ra), (b, nb, rb)):
             t0 = time.perf_counter()
@@ -158,7 +160,7 @@ def run(run_: Run, quick: bool = False) -> None:
         product(raw)  # admitted, else the benchmark measures an error path
         baseline_text(raw)
         progress(f"{label}: {len(raw)} bytes, {repeats} repeats x ~{seconds}s each side")
-        pr, br = _rates(lambda raw=raw: product(raw), lambda raw=raw: baseline_text(raw),
+        pr, br = _rates(functools.partial(product, raw), functools.partial(baseline_text, raw),
                         repeats, seconds)
         p, b = Spread.of(pr), Spread.of(br)
         pair = Spread.of([x / y for x, y in zip(pr, br, strict=True)])

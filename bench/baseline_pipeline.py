@@ -130,7 +130,7 @@ async def main(mode: str) -> None:
                                 log_config=None, access_log=False, lifespan="off")
         server = uvicorn.Server(config)
         tasks.append(asyncio.create_task(server.serve()))
-        while not server.started:
+        while not server.started:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
     else:
         tasks.append(asyncio.create_task(relay(consumer, producer)))

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-BENCH_DIR = REPO / "bench"
+# With ``--ref`` the runner re-executes itself from a snapshot of that commit; its outputs still
+# go to the working tree's bench/ (BENCH_OUTPUT_DIR) and its rows name that commit.
+BENCH_DIR = Path(os.environ.get("BENCH_OUTPUT_DIR") or REPO / "bench")
 RESULTS_CSV = BENCH_DIR / "results.csv"
 STACK_PY = REPO / "deploy" / "local" / "stack.py"
 CSV_FIELDS = ("date", "commit", "case", "value", "baseline", "ratio", "target", "unit", "notes")
@@ -62,9 +64,11 @@ class Spread:
 
 
 def percentile(values: Sequence[float], p: float) -> float:
-    """Nearest-rank percentile (p in 0..100) of a non-empty sample."""
+    """Nearest-rank percentile (p in 0..100); NaN for an empty sample."""
     v = sorted(values)
-    k = max(0, min(len(v) - 1, int(round(p / 100 * len(v) + 0.5)) - 1))
+    if not v:
+        return float("nan")
+    k = max(0, min(len(v) - 1, round(p / 100 * len(v) + 0.5) - 1))
     return v[k]
 
 
@@ -148,6 +152,8 @@ def _num(v: float | None, raw: bool = False) -> str:
 
 
 def git_commit() -> str:
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                              capture_output=True, text=True, check=True).stdout.strip()
@@ -284,3 +290,44 @@ def infrastructure(keep_state: bool = False) -> Iterator[Infra]:
             import shutil
 
             shutil.rmtree(state, ignore_errors=True)
+
+
+async def topics_ready(bootstrap: str, topics: Sequence[str], timeout: float = 60) -> None:  # noqa: ASYNC109
+    """Wait until every partition of ``topics`` has a leader. Services started on topics that
+    were created a moment ago sometimes never consume (see docs/benchmarks.md), so the runner
+    creates the topics first and waits here before starting a server."""
+    import asyncio
+
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            described = await admin.describe_topics(list(topics))
+            missing = [t["topic"] for t in described
+                       if t.get("error_code") or not t.get("partitions")
+                       or any(p.get("leader", -1) < 0 or p.get("error_code")
+                              for p in t["partitions"])]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topics without leaders after {timeout}s: {missing}")
+            await asyncio.sleep(0.5)
+    finally:
+        await admin.close()
+
+
+async def prepare_topics(infra: Infra, tag: str) -> None:
+    """Create the product's topics for ``tag`` and wait for their leaders (then settle 2 s)."""
+    import asyncio
+
+    from shared.kafka import ensure_topics
+    from shared.topics import topics_for
+
+    settings = infra.settings(tag)
+    topics = topics_for(settings)
+    await ensure_topics(settings, topics)
+    await topics_ready(infra.bootstrap, list(topics.all()))
+    await asyncio.sleep(2.0)

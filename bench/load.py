@@ -175,7 +175,7 @@ class Latency:
 
     @property
     def max(self) -> float:
-        return max(self.samples_ms)
+        return max(self.samples_ms, default=float("nan"))
 
 
 async def open_loop(target: Target, collector: Collector, *, rate: float, duration: float,
@@ -220,7 +220,7 @@ async def open_loop(target: Target, collector: Collector, *, rate: float, durati
         await asyncio.gather(*list(inflight), return_exceptions=True)
     # wait (bounded) for the stragglers' Items
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(n not in collector.arrived for n in sends):
+    while time.monotonic() < deadline and any(n not in collector.arrived for n in sends):  # noqa: ASYNC110
         await asyncio.sleep(0.1)
     samples = [(collector.arrived[n] - t) * 1000 for n, t in sends.items()
                if n in collector.arrived]

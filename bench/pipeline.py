@@ -21,10 +21,28 @@ import httpx
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from bench.common import BENCH_DIR, Infra, Result, Run, Spread, free_port, new_tag, \
-    plot_latencies, progress
-from bench.load import Collector, Latency, Target, message_body, open_loop, saturate, \
-    start_server
+from bench.common import (
+    BENCH_DIR,
+    Infra,
+    Result,
+    Run,
+    Spread,
+    free_port,
+    new_tag,
+    plot_latencies,
+    prepare_topics,
+    progress,
+    topics_ready,
+)
+from bench.load import (
+    Collector,
+    Latency,
+    Target,
+    message_body,
+    open_loop,
+    saturate,
+    start_server,
+)
 from shared.topics import topics_for
 
 CLIENTS = 48
@@ -77,6 +95,7 @@ async def _product(infra: Infra, quick: bool, profile: bool) -> tuple[float, Spr
     port = free_port()
     settings = infra.settings(tag)
     args = ["--profile", str(BENCH_DIR / "profile_pipeline")] if profile else []
+    await prepare_topics(infra, tag)
     server = start_server("product", "bench.serve_product", args,
                           infra.env(tag, SESSION_CORE_HTTP_PORT=str(port)),
                           LOGS / "product.log")
@@ -107,6 +126,7 @@ async def _product(infra: Infra, quick: bool, profile: bool) -> tuple[float, Spr
 async def _baseline(infra: Infra, quick: bool, half: float) -> tuple[Spread, Latency]:
     tag = new_tag("base")
     port = free_port()
+    await create_plain_topics(infra, [f"{tag}.in", f"{tag}.items"])
     server = start_server("baseline", "bench.baseline_pipeline", ["pipeline"],
                           infra.env(tag, SESSION_CORE_HTTP_PORT=str(port)),
                           LOGS / "baseline.log")
@@ -144,16 +164,22 @@ async def _drain(collector: Collector, quiet: float = 1.0, limit: float = 60) ->
         await asyncio.sleep(quiet)
 
 
-async def _relay(infra: Infra, quick: bool) -> Spread:
-    tag = new_tag("relay")
-    in_topic, items_topic = f"{tag}.in", f"{tag}.items"
+async def create_plain_topics(infra: Infra, names: list[str]) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=infra.bootstrap)
     await admin.start()
     try:
         await admin.create_topics([NewTopic(t, num_partitions=6, replication_factor=1)
-                                   for t in (in_topic, items_topic)])
+                                   for t in names])
     finally:
         await admin.close()
+    await topics_ready(infra.bootstrap, names)
+    await asyncio.sleep(2.0)
+
+
+async def _relay(infra: Infra, quick: bool) -> Spread:
+    tag = new_tag("relay")
+    in_topic, items_topic = f"{tag}.in", f"{tag}.items"
+    await create_plain_topics(infra, [in_topic, items_topic])
     n = 10_000 if quick else 40_000
     producer = AIOKafkaProducer(bootstrap_servers=infra.bootstrap, acks="all", linger_ms=5)
     await producer.start()
@@ -170,7 +196,7 @@ async def _relay(infra: Infra, quick: bool) -> Spread:
     try:
         progress(f"  relay: {n} records queued; relaying")
         deadline = time.monotonic() + 120
-        while len(collector.arrived) < n and time.monotonic() < deadline:
+        while len(collector.arrived) < n and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.2)
     finally:
         await collector.stop()

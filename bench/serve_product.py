@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import signal
 import sys
+import time
 from contextlib import suppress
 from typing import Any
 
@@ -18,6 +20,50 @@ from services.admission.app import AdmissionService
 from services.storage.app import StorageService
 from shared.logging import configure_logging
 from shared.settings import get_settings
+
+TIMINGS: dict[str, list[float]] = {}
+
+
+def _timed(owner: Any, name: str, label: str) -> None:
+    """Wrap ``owner.name`` (a coroutine function) to add its wall time to ``TIMINGS[label]``."""
+    fn = getattr(owner, name, None)
+    if fn is None:  # the code under test changed; time what exists
+        return
+
+    @functools.wraps(fn)  # FastStream reads the handler's signature
+    async def wrapper(*a: Any, **kw: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return await fn(*a, **kw)
+        finally:
+            TIMINGS.setdefault(label, []).append(time.perf_counter() - t0)
+
+    setattr(owner, name, wrapper)
+
+
+def install_timings() -> None:
+    """Wall time per await on the hot path (diagnostics for the profile; monkeypatched here,
+    the services are not changed)."""
+    from services.admission import core as admission_core
+    from services.storage import app as storage_app
+    from services.storage.repository import StorageRepository
+
+    for n in ("journal", "sessions", "idempotency", "calls", "write", "apply",
+              "_advance_session", "_advance_sessions"):
+        _timed(StorageRepository, n, f"storage.repo.{n}")
+    _timed(StorageService, "on_batch", "storage.on_batch")
+    _timed(storage_app, "publish", "storage.publish (each)")
+    _timed(admission_core, "publish", "admission.publish (each)")
+    _timed(admission_core.Admission, "add_event", "admission.add_event (whole)")
+    _timed(admission_core.Admission, "_hand_over", "admission._hand_over (publish+wait)")
+
+
+def report_timings() -> None:
+    lines = ["wall time per awaited step (count, total s, mean ms, max ms):"]
+    for label, ts in sorted(TIMINGS.items()):
+        lines.append(f"  {label:42s} {len(ts):6d} {sum(ts):9.2f} {1000 * sum(ts) / len(ts):9.2f}"
+                     f" {1000 * max(ts):9.1f}")
+    print("\n".join(lines), file=sys.stderr, flush=True)
 
 
 async def serve() -> None:
@@ -36,12 +82,17 @@ async def serve() -> None:
     await stopping.wait()
     await admission.stop()
     await storage.stop()
+    if TIMINGS:
+        report_timings()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", default=None)
+    ap.add_argument("--timings", action="store_true")
     args = ap.parse_args()
+    if args.timings or args.profile:
+        install_timings()
     if not args.profile:
         asyncio.run(serve())
         return
