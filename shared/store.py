@@ -4,6 +4,7 @@ streams): correctness rests on unique indexes and one writer per Session."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pymongo import ASCENDING, AsyncMongoClient
@@ -44,3 +45,15 @@ async def ping(client: AsyncMongoClient[Doc]) -> bool:
         return True
     except Exception:
         return False
+
+
+async def find_by_ids(coll: Any, ids: list[str]) -> dict[str, Doc]:
+    """Documents by ``_id``, as concurrent primary-key lookups. On FerretDB v1/SQLite only
+    ``{_id: <string>}`` equality is pushed down to an index (``$in`` scans the collection);
+    on MongoDB both are index lookups. Every hot read of the services goes through here or
+    through another ``_id`` equality."""
+    unique = list(dict.fromkeys(ids))
+    if not unique:
+        return {}
+    found = await asyncio.gather(*(coll.find_one({"_id": i}) for i in unique))
+    return {d["_id"]: d for d in found if d is not None}
