@@ -9,7 +9,8 @@ Where the stack comes from, in order:
 1. ``KAFKA_BOOTSTRAP_SERVERS`` and ``MONGODB_URI`` both set: used as they are, nothing started.
 2. A Docker engine is reachable and ``SESSION_CORE_USE_TESTCONTAINERS=1``: Kafka and MongoDB
    containers via testcontainers (imported lazily; not exercised on the Docker-less CI machines).
-3. Otherwise ``deploy/local/stack.py up`` on free ports with a private state dir (Kafka 4 KRaft
+3. Otherwise ``deploy/local/stack.py up`` on free ports with a private state dir in ``/tmp``
+   (not pytest's basetemp, which concurrent pytest runs prune) (Kafka 4 KRaft
    from Maven jars + FerretDB/SQLite), and ``down`` at the end of the session. If only one of the
    two variables is set, stack.py starts only the other component. ``SESSION_CORE_TEST_STATE_DIR``
    pins the state dir (``.ci/run`` uses it to clean up after a killed run).
@@ -19,9 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -147,7 +150,7 @@ def _local_stack(state_dir: Path) -> Stack:
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack() -> Iterator[Stack]:
     kafka_env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     mongo_env = os.environ.get("MONGODB_URI")
     if kafka_env and mongo_env:
@@ -163,12 +166,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                     close()
         return
     pinned = os.environ.get("SESSION_CORE_TEST_STATE_DIR")
-    state_dir = Path(pinned) if pinned else tmp_path_factory.mktemp("stack")
+    # Not under pytest's basetemp: every pytest run on the machine prunes old basetemps
+    # (keeps 3), which would delete a running stack's data and PID files under it.
+    state_dir = Path(pinned) if pinned else Path(tempfile.mkdtemp(prefix="session-core-stack-"))
     st = _local_stack(state_dir)
     try:
         yield st
     finally:
         st.down()
+        if not pinned:
+            shutil.rmtree(state_dir, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
