@@ -68,7 +68,7 @@ async def produce(settings: Settings, topic: str, record: Json) -> None:
 
 
 async def wait_for_docs(settings: Settings, session_id: str, n_items: int,
-                        timeout: float = 30) -> tuple[Json | None, list[Json]]:  # noqa: ASYNC109
+                        timeout: float = 30) -> tuple[Json | None, list[Json]]:
     client: AsyncMongoClient[Json] = AsyncMongoClient(settings.mongodb_uri,
                                                       serverSelectionTimeoutMS=5_000)
     try:
