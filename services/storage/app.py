@@ -8,6 +8,8 @@ after the handler returns; an exception rewinds the batch — NACK_ON_ERROR)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
@@ -25,7 +27,6 @@ from shared.kafka import (
     make_broker,
     max_record_bytes,
     now_rfc3339,
-    publish,
     to_dlq,
 )
 from shared.logging import get_logger
@@ -103,19 +104,33 @@ class StorageService:
                 out.items += one.items
                 out.stored += one.stored
                 out.replies += one.replies
-        # Durable now: publish Items (by id, in sequence order), inputs to deliver, answers.
-        for item in out.items:
-            await publish(self.broker, self.topics.session_items,
-                          {"schema": records.ITEM, **item}, item["session_id"])
-        for stored in out.stored:
-            await publish(self.broker, self.topics.session_stored,
-                          {"schema": records.STORED, **stored}, stored["session_id"])
+        # Durable now: publish Items (by id, in sequence order) and inputs to deliver, then the
+        # answers. Each wave is sent without awaiting every record (the idempotent producer keeps
+        # the send order per partition, so per Session), then awaited as a whole before the next
+        # wave and before the offsets are committed.
+        wave = [self._send(self.topics.session_items, {"schema": records.ITEM, **item},
+                           item["session_id"]) for item in out.items]
+        wave += [self._send(self.topics.session_stored, {"schema": records.STORED, **stored},
+                            stored["session_id"]) for stored in out.stored]
+        await asyncio.gather(*[await f for f in wave])
+        answers = []
         for reply in out.replies:
             reply = await load_reply_items(self.repo, reply)
-            await publish(self.broker, self.topics.storage_replies,
-                          {"schema": records.STORAGE_REPLY, **reply}, reply["request_id"])
+            answers.append(await self._send(self.topics.storage_replies,
+                                            {"schema": records.STORAGE_REPLY, **reply},
+                                            reply["request_id"]))
+        await asyncio.gather(*answers)
         if inputs:
             log.debug("storage.batch", records=len(inputs), items=len(out.items))
+
+    async def _send(self, topic: str, record: dict[str, Any], key: str
+                    ) -> Awaitable[Any]:
+        """Hand one record to the producer; the returned future resolves when it is acked."""
+        fut: Awaitable[Any] = await self.broker.publish(
+            encode(record), topic=topic, key=key.encode(),
+            headers={"content-type": "application/json"}, no_confirm=True,
+        )
+        return fut
 
     async def ready(self) -> bool:
         return await ping(self.client) and await self.broker.ping(timeout=2.0)

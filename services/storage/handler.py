@@ -108,7 +108,12 @@ class StorageHandler:
 
         replayed: list[Json] = []
         fresh: list[Decision] = []
+        decided: dict[str, Decision] = {}
+        repeats: list[Decision] = []  # a record redelivered within this same batch
         for r, key in zip(inputs, keys, strict=True):
+            if key in decided:
+                repeats.append(decided[key])
+                continue
             if key in journal:
                 j = journal[key]
                 replayed.append(j)
@@ -119,6 +124,7 @@ class StorageHandler:
             if d is None:
                 continue
             fresh.append(d)
+            decided[key] = d
             if d.state is not None:
                 states[d.session_id] = d.state
             for doc in d.idempotency:
@@ -140,7 +146,7 @@ class StorageHandler:
             docs.append(doc)
             chunks.extend(ch)
         await self.repo.write(docs, chunks)
-        for d in fresh:
+        for d in fresh + repeats:  # a repeat answers again, with the same Items (same ids)
             out.items.extend(d.items)
             if d.stored is not None:
                 out.stored.append(d.stored)

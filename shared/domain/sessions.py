@@ -175,15 +175,17 @@ def decide_create(record: Json, now: str) -> Decision:
     b.add("turn", turn_id=turn_id, state="started", reason=None)
     state = replace(b.state, version=1, turn_id=turn_id, turn_running=True)
     d = Decision(source_key=key, session_id=sid, state=state, items=b.items)
-    body = {
+    body: Json = {
         "id": sid,
         "harness": state.harness,
         "placement": state.placement,
         "status": state.status,
-        "items": b.items,
     }
     if record.get("metadata") is not None:
         body["metadata"] = copy.deepcopy(record["metadata"])
+    # "items" last: replays and idempotent repeats rebuild it from the stored Items and append
+    # it, so the repeated answer is byte-identical to the first.
+    body["items"] = b.items
     d.reply = {"request_id": record["request_id"], "status": 201, "body": body}
     d.stored = {
         "session_id": sid,

@@ -67,7 +67,7 @@ class InputClient:
         return fut
 
     async def ask(self, op: str, body: Json, session_id: str | None = None,
-                  timeout: float = 30) -> Json:  # noqa: ASYNC109
+                  timeout: float = 30) -> Json:
         rid = f"req-{uuid.uuid4().hex}"
         rec: Json = {**body, "op": op, "request_id": rid}
         if session_id is not None:
@@ -152,7 +152,7 @@ async def open_call(system: System, session_id: str, call_id: str, name: str = "
 @pytest.fixture
 async def core(settings: Settings) -> AsyncIterator[Core]:
     """Admission and storage only (no dispatcher: Turns stay as the test leaves them)."""
-    s = settings.model_copy(update={"auth_disabled": True, "topic_partitions": 2,
+    s = settings.model_copy(update={"auth_disabled": True, "topic_partitions": 2, "http_port": 0,
                                     "max_body_bytes": MAX_BODY})
     system = await System(s).start(services=("storage", "admission"))
     kafka = await InputClient(s).start()
