@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 
+from services.admission import openapi
 from services.admission.core import Admission, Answer, body_too_large
 from shared.domain import errors
 from shared.domain.jsonbody import parse_json
@@ -224,6 +225,7 @@ def build_http_app(
         log.exception("http.unhandled", path=request.url.path)
         return _err(errors.ApiError("internal_error", "internal error", None))
 
+    openapi.install(app)
     return app
 
 
