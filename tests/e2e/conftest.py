@@ -71,6 +71,22 @@ class Core:
         self.procs[name] = p
         return p
 
+    def stop_all(self, grace: float = 15.0) -> None:
+        """SIGTERM every process at once, then SIGKILL what is left after ``grace`` seconds."""
+        procs = [p for p in self.procs.values() if p.poll() is None]
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for p in procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait(5)
+        self.procs.clear()
+
     def stop(self, name: str) -> None:
         p = self.procs.pop(name, None)
         if p is None or p.poll() is not None:
@@ -131,8 +147,7 @@ def core(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Core]
             time.sleep(0.3)
         yield c
     finally:
-        for name in list(c.procs):
-            c.stop(name)
+        c.stop_all()
         if os.environ.get("SESSION_CORE_E2E_KEEP_LOGS"):
             sys.stderr.write(f"\n[e2e] logs in {c.log_dir}\n")
 
