@@ -20,15 +20,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="run only this case (repeatable; default: all)")
     ap.add_argument("--profile", action="store_true",
                     help="also run the product server under pyinstrument (pipeline)")
+    ap.add_argument("--growth-rate", type=float, default=None,
+                    help="requests/s of the growth phases (default: half the pipeline's "
+                         "saturated rate, else 10)")
     ap.add_argument("--no-csv", action="store_true", help="do not append to bench/results.csv")
     ap.add_argument("--ref", default=None,
                     help="measure this commit (git archive into a temp dir, with the working "
                          "tree's bench/), not the working tree; rows name the commit")
     args = ap.parse_args(argv)
     if args.ref:
-        return run_from_snapshot(args.ref, [a for a in (argv or sys.argv[1:])
-                                            if a not in ("--ref", args.ref)
-                                            and not a.startswith("--ref=")])
+        rest = list(argv or sys.argv[1:])
+        i = rest.index("--ref") if "--ref" in rest else -1
+        if i >= 0:
+            del rest[i:i + 2]
+        rest = [a for a in rest if not a.startswith("--ref=")]
+        return run_from_snapshot(args.ref, rest)
     cases = args.case or list(CASES)
     run = Run()
     t0 = time.monotonic()
@@ -51,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
                     from bench import growth
 
                     progress("case 3: growth")
+                    if args.growth_rate:
+                        rate = 2 * args.growth_rate
                     growth.run(run, infra, quick=args.quick, rate=rate)
                 if "receipts" in cases:
                     from bench import receipts_case

@@ -164,6 +164,12 @@ class Latency:
     lost: int
     offered_rate: float
     errors: int
+    failed_ms: list[float] = field(default_factory=list)  # time until a non-2xx answer
+
+    @property
+    def with_failures(self) -> list[float]:
+        """Samples plus failed requests counted at their failure time (a lower bound)."""
+        return self.samples_ms + self.failed_ms
 
     @property
     def p50(self) -> float:
@@ -184,6 +190,7 @@ async def open_loop(target: Target, collector: Collector, *, rate: float, durati
     """Open loop at ``rate`` requests/s (evenly spaced) for ``warmup + duration`` seconds;
     latency (send → Item on the topic) of the requests sent after the warmup."""
     sends: dict[int, float] = {}
+    failed: list[float] = []
     errors = 0
     limits = httpx.Limits(max_connections=pool, max_keepalive_connections=pool)
     inflight: set[asyncio.Task[None]] = set()
@@ -201,10 +208,12 @@ async def open_loop(target: Target, collector: Collector, *, rate: float, durati
                                     headers={"content-type": "application/json"})
                 if not 200 <= r.status_code < 300:
                     errors += 1
-                    sends.pop(n, None)
+                    if sends.pop(n, None) is not None:
+                        failed.append((time.monotonic() - t) * 1000)
             except httpx.HTTPError:
                 errors += 1
-                sends.pop(n, None)
+                if sends.pop(n, None) is not None:
+                    failed.append((time.monotonic() - t) * 1000)
 
         start = time.monotonic()
         total = int((warmup + duration) * rate)
@@ -225,7 +234,7 @@ async def open_loop(target: Target, collector: Collector, *, rate: float, durati
     samples = [(collector.arrived[n] - t) * 1000 for n, t in sends.items()
                if n in collector.arrived]
     lost = sum(1 for n in sends if n not in collector.arrived)
-    return Latency(samples, lost, rate, errors)
+    return Latency(samples, lost, rate, errors, failed)
 
 
 # ------------------------------------------------------------------------------------------
