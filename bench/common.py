@@ -191,6 +191,9 @@ def plot_latencies(path: Path, title: str, series: dict[str, Sequence[float]]) -
     ax2.set_xlabel("latency (ms)")
     ax2.set_ylabel("fraction ≤ x")
     ax2.set_xscale("log")
+    from matplotlib.ticker import NullFormatter
+
+    ax2.xaxis.set_minor_formatter(NullFormatter())
     for ax in (ax1, ax2):
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
