@@ -47,13 +47,28 @@ async def ping(client: AsyncMongoClient[Doc]) -> bool:
         return False
 
 
+PK_LOOKUPS_MAX = 8
+
+
 async def find_by_ids(coll: Any, ids: list[str]) -> dict[str, Doc]:
-    """Documents by ``_id``, as concurrent primary-key lookups. On FerretDB v1/SQLite only
-    ``{_id: <string>}`` equality is pushed down to an index (``$in`` scans the collection);
-    on MongoDB both are index lookups. Every hot read of the services goes through here or
-    through another ``_id`` equality."""
+    """Documents by ``_id``. On MongoDB ``$in`` on ``_id`` is an index lookup. FerretDB v1 /
+    SQLite (the dev store) pushes down only ``{_id: <string>}`` equality and answers ``$in``
+    with a collection scan — measured here: 5 keys of 20 000 documents, 12 ms as equality
+    lookups vs 680 ms as ``$in``; 100 keys, 3.3 s vs 0.76 s. So a few keys go as concurrent
+    equality lookups, many as one ``$in``: right on both stores."""
     unique = list(dict.fromkeys(ids))
     if not unique:
         return {}
+    if len(unique) > PK_LOOKUPS_MAX:
+        return {d["_id"]: d async for d in coll.find({"_id": {"$in": unique}})}
     found = await asyncio.gather(*(coll.find_one({"_id": i}) for i in unique))
     return {d["_id"]: d for d in found if d is not None}
+
+
+async def delete_by_ids(coll: Any, ids: list[str]) -> None:
+    """Deletes by ``_id`` (the same choice as ``find_by_ids``)."""
+    unique = list(dict.fromkeys(ids))
+    if len(unique) > PK_LOOKUPS_MAX:
+        await coll.delete_many({"_id": {"$in": unique}})
+    else:
+        await asyncio.gather(*(coll.delete_one({"_id": i}) for i in unique))

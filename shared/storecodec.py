@@ -33,10 +33,17 @@ def unpack(doc: dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
+def item_key(session_id: str, sequence: int) -> str:
+    """An Item document's ``_id``: sequences have no gaps, so any page of a Session's Items is
+    a list of known primary keys (the only lookup FerretDB v1 indexes)."""
+    return f"{session_id}/{sequence}"
+
+
 def item_doc(item: dict[str, Any], source_key: str) -> dict[str, Any]:
     """An Item as stored: the indexed fields, plus the whole public Item as JSON text."""
     return {
-        "_id": item["id"],
+        "_id": item_key(item["session_id"], item["sequence"]),
+        "id": item["id"],
         "session_id": item["session_id"],
         "sequence": item["sequence"],
         "type": item["type"],

@@ -13,7 +13,7 @@ from faststream.kafka import KafkaBroker
 from pymongo.asynchronous.database import AsyncDatabase
 
 from services.admission.tails import ItemTail, ReplyTail
-from shared import records
+from shared import itemstore, records
 from shared.domain import admission as rules
 from shared.domain import errors
 from shared.domain.errors import ApiError
@@ -23,7 +23,7 @@ from shared.kafka import now_rfc3339, publish
 from shared.logging import bound, get_logger
 from shared.settings import Settings
 from shared.store import Doc
-from shared.storecodec import item_from_doc, unpack
+from shared.storecodec import unpack
 from shared.topics import Topics
 
 log = get_logger(__name__)
@@ -47,10 +47,6 @@ def body_too_large(limit: int) -> ApiError:
     """413 for a body over ``max_body_bytes`` — one wording for HTTP and ``session.input`` (where
     the limit applies to the record value), so both entry points answer identically."""
     return errors.too_large(f"the request body exceeds the limit of {limit} bytes", None)
-
-
-def _public(doc: Doc) -> Doc:
-    return item_from_doc(doc)
 
 
 class Admission:
@@ -148,7 +144,8 @@ class Admission:
                         "a different result for this call is already stored", "call_id"))
                 stored = copy.deepcopy(call["answer"])
                 stored["delivery"] = "duplicate"
-                stored["items"] = await self._items_by_id([call.get("output_item_id")])
+                stored["items"] = await itemstore.items_by_keys(
+                    self.db, [call["output_item_key"]])
                 return Answer(202, stored, session_id=session_id)
         return await self._hand_over(record)
 
@@ -157,29 +154,11 @@ class Admission:
             return Answer.error(errors.conflict(
                 "a different request under this idempotency id is already stored", param))
         body = copy.deepcopy(prior["body"])
-        body["items"] = await self._items_by_id(prior.get("item_ids", []))
+        body["items"] = await itemstore.items_by_keys(self.db, prior.get("item_keys", []))
         headers = {"Idempotent-Replayed": "true"}
         if status == 202:
             body["delivery"] = "duplicate"
         return Answer(status, body, headers, session_id=body.get("id"))
-
-    async def _items_by_id(self, ids: list[str | None]) -> list[Doc]:
-        wanted = [i for i in ids if i]
-        docs = [d async for d in self.db.items.find({"_id": {"$in": wanted}})]
-        docs.sort(key=lambda d: d["sequence"])
-        return await self._rehydrate([_public(d) for d in docs])
-
-    async def _rehydrate(self, items: list[Doc]) -> list[Doc]:
-        from services.storage import images  # the one module that knows the chunk layout
-
-        wanted = {r["sha256"] for it in items for r in images.refs(it)}
-        if not wanted:
-            return items
-        data: dict[str, list[bytes]] = {}
-        async for ch in self.db.image_chunks.find({"sha": {"$in": list(wanted)}}).sort("n", 1):
-            data.setdefault(ch["sha"], []).append(bytes(ch["data"]))
-        joined = {k: b"".join(v) for k, v in data.items()}
-        return [images.rehydrate(it, joined) for it in items]
 
     async def _hand_over(self, record: Json) -> Answer:
         """Publish to storage with acks=all, then wait for the stored answer. A timeout answers
@@ -236,16 +215,12 @@ class Admission:
     async def list_items(self, session_id: str, after: int, limit: int) -> Answer:
         if not is_id(session_id, "session"):
             return Answer.error(errors.invalid("malformed session id", "session_id"))
-        if await self.db.sessions.find_one({"_id": session_id}, {"_id": 1}) is None:
+        session = await self.db.sessions.find_one({"_id": session_id}, {"last_sequence": 1})
+        if session is None:
             return Answer.error(errors.not_found("no such Session", "session_id"))
-        cursor = (
-            self.db.items.find({"session_id": session_id, "sequence": {"$gt": after}})
-            .sort("sequence", 1)
-            .limit(limit + 1)
-        )
-        docs = [_public(d) async for d in cursor]
-        more = len(docs) > limit
-        docs = await self._rehydrate(docs[:limit])
+        last = int(session.get("last_sequence", 0))
+        docs = await itemstore.page(self.db, session_id, after, limit, last)
+        more = after + limit < last
         body = {
             "items": docs,
             "has_more": more,

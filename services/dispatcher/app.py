@@ -54,6 +54,8 @@ class DispatcherService:
         self.wake = asyncio.Event()
         self.sweeper: asyncio.Task[None] | None = None
         self.heartbeat_timeout = timedelta(seconds=settings.runtime_heartbeat_timeout_s)
+        self.load: dict[str, int] | None = None
+        self.cleared: set[str] = set()  # dead Runtimes whose Sessions were already rebound
         self.broker.subscriber(
             self.topics.session_stored,
             group_id=GROUP,
@@ -161,10 +163,19 @@ class DispatcherService:
         return rt
 
     async def _load(self) -> dict[str, int]:
-        load: dict[str, int] = {}
-        async for b in self.db.bindings.find({"runtime_id": {"$ne": None}}, {"runtime_id": 1}):
-            load[b["runtime_id"]] = load.get(b["runtime_id"], 0) + 1
-        return load
+        """Sessions bound per Runtime: counted from the store once, then kept up to date as
+        this replica binds and unbinds (a heuristic for spreading, not a correctness rule)."""
+        if self.load is None:
+            load: dict[str, int] = {}
+            async for b in self.db.bindings.find({"runtime_id": {"$ne": None}},
+                                                 {"runtime_id": 1}):
+                load[b["runtime_id"]] = load.get(b["runtime_id"], 0) + 1
+            self.load = load
+        return self.load
+
+    def _count(self, runtime_id: str | None, delta: int) -> None:
+        if self.load is not None and runtime_id is not None:
+            self.load[runtime_id] = max(0, self.load.get(runtime_id, 0) + delta)
 
     async def try_bind(self, sid: str) -> bool:
         b = await self.db.bindings.find_one({"_id": sid})
@@ -191,6 +202,7 @@ class DispatcherService:
                 {"_id": sid}, {"$set": {"runtime_id": rt.runtime_id, "status": "bound",
                                         "bound_at": time.time(), "announced_wait": False}})
             b = {**b, "runtime_id": rt.runtime_id, "status": "bound"}
+            self._count(rt.runtime_id, +1)
             log.info("dispatcher.bound", session_id=sid, runtime_id=rt.runtime_id)
             await self.fact(sid, f"bind:{sid}:{rt.runtime_id}:{time.time_ns()}", kind="binding",
                             status="bound", runtime_id=rt.runtime_id, reason=None)
@@ -207,6 +219,7 @@ class DispatcherService:
 
     async def _unbind(self, b: Doc, reason: str) -> None:
         sid = b["_id"]
+        self._count(b.get("runtime_id"), -1)
         await self.db.bindings.update_one(
             {"_id": sid}, {"$set": {"runtime_id": None, "status": "waiting_for_runtime",
                                     "waiting_since": time.time(), "announced_wait": False}})
@@ -295,8 +308,15 @@ class DispatcherService:
 
     async def sweep(self) -> None:
         now = time.time()
-        async for b in self.db.bindings.find({"runtime_id": {"$ne": None}}):
-            if self._live(b["runtime_id"]) is None:
+        load = await self._load()
+        known = set(self.registry.runtimes) | set(load)
+        dead = {rid for rid in known if self._live(rid) is None}
+        self.cleared &= dead  # a Runtime that came back may gain Sessions again
+        for rid in dead - self.cleared:
+            # Bindings made by any replica: asked of the store, once per Runtime that died.
+            gone = [b async for b in self.db.bindings.find({"runtime_id": rid})]
+            self.cleared.add(rid)
+            for b in gone:
                 log.info("dispatcher.runtime_gone", session_id=b["_id"],
                          runtime_id=b["runtime_id"])
                 await self._unbind(b, f"runtime {b['runtime_id']} is gone")

@@ -39,7 +39,7 @@ from shared.kafka import ensure_topics, make_broker, max_record_bytes, publish
 from shared.logging import bound, get_logger
 from shared.service import decode_batch, raw_decoder
 from shared.settings import Settings
-from shared.store import Doc, database, make_client, ping
+from shared.store import Doc, database, delete_by_ids, find_by_ids, make_client, ping
 from shared.topics import topics_for
 
 log = get_logger(__name__)
@@ -187,13 +187,10 @@ class ReceiptService:
         # (publish_verdicts). No per-batch query of the claims: on the dev store (FerretDB)
         # an ``$in`` scans the whole, ever-growing collection.
         ids = [f"{sid}/{cid}" for sid, cid in fresh]
-        calls_q = self.db.calls.find({"_id": {"$in": ids}}, {"name": 1, "native": 1})
-        sessions_q = self.db.sessions.find(
-            {"_id": {"$in": list({sid for sid, _ in fresh})}}, {"harness": 1})
-        call_docs, session_docs = await asyncio.gather(calls_q.to_list(None),
-                                                       sessions_q.to_list(None))
-        calls = {d["_id"]: d for d in call_docs}
-        harness = {d["_id"]: d.get("harness", "") for d in session_docs}
+        calls, session_docs = await asyncio.gather(
+            find_by_ids(self.db.calls, ids),
+            find_by_ids(self.db.sessions, [sid for sid, _ in fresh]))
+        harness = {k: d.get("harness", "") for k, d in session_docs.items()}
         opened: list[tuple[Expected, float]] = []
         docs: list[Doc] = []
         for (sid, cid), (rec, handed_at) in fresh.items():
@@ -221,8 +218,8 @@ class ReceiptService:
                    if e.get("code") == 11000]
             if len(dup) != len(exc.details.get("writeErrors", [])):
                 raise
-            stored = {d["_id"]: d["deadline"] async for d in self.db.pending_receipts.find(
-                {"_id": {"$in": dup}}, {"deadline": 1})}
+            stored = {k: d["deadline"]
+                      for k, d in (await find_by_ids(self.db.pending_receipts, dup)).items()}
         now = time.time()
         for expected, deadline in opened:
             sid, cid = expected.session_id, expected.call_id
@@ -314,12 +311,11 @@ class ReceiptService:
             # between claim and publish), so publish the *claimed* verdict again: the fact id
             # is the call's, and storage applies one fact id once — one Item, never two
             # different verdicts.
-            async for c in self.db.receipt_verdicts.find(
-                    {"_id": {"$in": [docs[i]["_id"] for i in lost]}}):
+            lost_ids = [str(docs[i]["_id"]) for i in lost]
+            for c in (await find_by_ids(self.db.receipt_verdicts, lost_ids)).values():
                 sid, _, cid = c["_id"].partition("/")
                 claimed.append(((sid, cid), Publish(cid, State(c["state"]), c["reason"])))
-            await self.db.pending_receipts.delete_many(
-                {"_id": {"$in": [docs[i]["_id"] for i in lost]}})
+            await delete_by_ids(self.db.pending_receipts, lost_ids)
         await asyncio.gather(*(publish(self.broker, self.topics.core_facts, {
             "schema": records.FACT, "fact_id": f"rcpt:{sid}/{cid}", "session_id": sid,
             "kind": "application", "call_id": cid, "state": str(step.state),
@@ -328,8 +324,8 @@ class ReceiptService:
         if mine:
             # Off the timer's path (a delete is a scan on the dev store). Should the tracker
             # stop before it lands, the restarted one finds the claim and only forgets the call.
-            task = asyncio.create_task(self.db.pending_receipts.delete_many(  # noqa: RUF006
-                {"_id": {"$in": [f"{sid}/{cid}" for (sid, cid), _ in mine]}}))
+            task = asyncio.create_task(delete_by_ids(  # noqa: RUF006
+                self.db.pending_receipts, [f"{sid}/{cid}" for (sid, cid), _ in mine]))
             self.settling.add(task)
             task.add_done_callback(self.settling.discard)
         for key, step in mine:

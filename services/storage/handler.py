@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.storage.repository import StorageRepository
-from shared import records
+from shared import itemstore, records
 from shared.domain import errors
 from shared.domain.observations import CallOpened, TurnEnded, classify_all
 from shared.domain.sessions import (
@@ -22,7 +22,7 @@ from shared.domain.sessions import (
     decide_tool_result,
 )
 from shared.logging import get_logger
-from shared.storecodec import item_from_doc
+from shared.storecodec import item_key
 
 log = get_logger(__name__)
 Json = dict[str, Any]
@@ -128,7 +128,8 @@ class StorageHandler:
             if d.state is not None:
                 states[d.session_id] = d.state
             for doc in d.idempotency:
-                idem[doc["_id"]] = {**doc, "item_ids": [i["id"] for i in d.items]}
+                idem[doc["_id"]] = {**doc, "item_keys": [
+                    item_key(i["session_id"], i["sequence"]) for i in d.items]}
             for cu in d.call_updates:
                 calls[cu["_id"]] = {**calls.get(cu["_id"], {}), **cu.get("set", {}),
                                     **cu.get("set_on_insert", {})}
@@ -199,7 +200,7 @@ class StorageHandler:
                 body = copy.deepcopy(call["answer"])
                 body["delivery"] = "duplicate"
                 out.replies.append({"request_id": rid, "status": 202, "body": body,
-                                    "item_ids": [call.get("output_item_id")]})
+                                    "item_keys": [call.get("output_item_key")]})
             else:
                 out.replies.append(_reply(rid, errors.conflict(
                     "a different result for this call is already stored", "call_id")))
@@ -216,7 +217,7 @@ class StorageHandler:
         if status == 202:
             body["delivery"] = "duplicate"
         out.replies.append({"request_id": r["request_id"], "status": status, "body": body,
-                            "item_ids": stored.get("item_ids", []), "duplicate": True})
+                            "item_keys": stored.get("item_keys", []), "duplicate": True})
 
     async def _replay_outputs(self, j: Json, out: Outputs) -> None:
         items = await self.repo.rehydrate(copy.deepcopy(j["items"]))
@@ -241,13 +242,10 @@ class StorageHandler:
 
 async def load_reply_items(repo: StorageRepository, reply: Json) -> Json:
     """Duplicate answers carry Item ids; fill in the stored Items."""
-    ids = reply.pop("item_ids", None)
+    keys = reply.pop("item_keys", None)
     reply.pop("duplicate", None)
-    if ids:
-        docs = [d async for d in repo.db.items.find({"_id": {"$in": [i for i in ids if i]}})]
-        docs.sort(key=lambda d: d["sequence"])
-        items = await repo.rehydrate([item_from_doc(d) for d in docs])
-        reply["body"]["items"] = items
+    if keys:
+        reply["body"]["items"] = await itemstore.items_by_keys(repo.db, [k for k in keys if k])
     return reply
 
 

@@ -12,10 +12,11 @@ from pymongo import DESCENDING, UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
-from services.storage import images
+from shared import imagerefs as images
+from shared import itemstore
 from shared.domain.sessions import Decision, SessionState
-from shared.store import Doc
-from shared.storecodec import dumps, item_doc, item_from_doc, pack, unpack
+from shared.store import Doc, find_by_ids
+from shared.storecodec import dumps, item_doc, pack, unpack
 
 DUPLICATE_KEY = 11000
 
@@ -43,28 +44,20 @@ class StorageRepository:
 
     # ---- reads -------------------------------------------------------------------
     async def sessions(self, ids: Iterable[str]) -> dict[str, SessionState]:
-        out: dict[str, SessionState] = {}
-        async for doc in self.db.sessions.find({"_id": {"$in": list(set(ids))}}):
-            out[doc["_id"]] = SessionState.from_doc(unpack(doc) or doc)
-        return out
+        found = await find_by_ids(self.db.sessions, list(ids))
+        return {k: SessionState.from_doc(unpack(d) or d) for k, d in found.items()}
 
     async def journal(self, keys: Iterable[str]) -> dict[str, Doc]:
-        return {
-            d["_id"]: json.loads(d["payload"])
-            async for d in self.db.journal.find({"_id": {"$in": list(set(keys))}})
-        }
+        found = await find_by_ids(self.db.journal, list(keys))
+        return {k: json.loads(d["payload"]) for k, d in found.items()}
 
     async def idempotency(self, keys: Iterable[str]) -> dict[str, Doc]:
-        return {
-            d["_id"]: unpack(d) or d
-            async for d in self.db.idempotency.find({"_id": {"$in": list(set(keys))}})
-        }
+        found = await find_by_ids(self.db.idempotency, list(keys))
+        return {k: unpack(d) or d for k, d in found.items()}
 
     async def calls(self, keys: Iterable[str]) -> dict[str, Doc]:
-        return {
-            d["_id"]: unpack(d) or d
-            async for d in self.db.calls.find({"_id": {"$in": list(set(keys))}})
-        }
+        found = await find_by_ids(self.db.calls, list(keys))
+        return {k: unpack(d) or d for k, d in found.items()}
 
     async def last_sequence(self, session_id: str) -> int:
         doc = await self.db.items.find_one(
@@ -141,14 +134,7 @@ class StorageRepository:
 
     # ---- image rehydration for published / read Items ------------------------------
     async def rehydrate(self, items: list[Doc]) -> list[Doc]:
-        wanted = {r["sha256"]: r for it in items for r in images.refs(it)}
-        if not wanted:
-            return items
-        data: dict[str, list[bytes]] = {}
-        async for ch in self.db.image_chunks.find({"sha": {"$in": list(wanted)}}).sort("n", 1):
-            data.setdefault(ch["sha"], []).append(bytes(ch["data"]))
-        joined = {sha: b"".join(parts) for sha, parts in data.items()}
-        return [images.rehydrate(it, joined) for it in items]
+        return await itemstore.rehydrate(self.db, items)
 
 
 def _dedupe(docs: list[Doc]) -> list[Doc]:
@@ -174,5 +160,5 @@ def _strip_stored(stored: Doc | None) -> Doc | None:
 
 def _strip_idem(doc: Doc) -> Doc:
     body = {k: v for k, v in doc["body"].items() if k != "items"}
-    item_ids = [it["id"] for it in doc["body"].get("items", [])]
-    return {**doc, "body": body, "item_ids": item_ids}
+    item_keys = [f"{it['session_id']}/{it['sequence']}" for it in doc["body"].get("items", [])]
+    return {**doc, "body": body, "item_keys": item_keys}

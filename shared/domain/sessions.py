@@ -286,6 +286,7 @@ def decide_tool_result(state: SessionState, record: Json, now: str) -> Decision:
                 "submitted_at": now,
                 "event_id": record["event_id"],
                 "output_item_id": item["id"],
+                "output_item_key": f"{state.session_id}/{item['sequence']}",
                 "answer": body,
                 "application": {"state": "pending", "reason": None, "at": now},
             },

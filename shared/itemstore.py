@@ -1,0 +1,37 @@
+"""Reading stored Items back, for every service that does: by primary key only (an Item's
+``_id`` is ``<session_id>/<sequence>``, an image chunk's ``<sha256>:<n>``), with the exact
+original image URIs put back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared import imagerefs
+from shared.store import Doc, find_by_ids
+from shared.storecodec import item_from_doc, item_key
+
+
+async def rehydrate(db: Any, items: list[Doc]) -> list[Doc]:
+    refs = {r["sha256"]: r for it in items for r in imagerefs.refs(it)}
+    if not refs:
+        return items
+    keys = [f"{sha}:{n}" for sha, r in refs.items() for n in range(r["chunks"])]
+    found = await find_by_ids(db.image_chunks, keys)
+    joined = {
+        sha: b"".join(bytes(found[f"{sha}:{n}"]["data"]) for n in range(r["chunks"]))
+        for sha, r in refs.items()
+    }
+    return [imagerefs.rehydrate(it, joined) for it in items]
+
+
+async def items_by_keys(db: Any, keys: list[str]) -> list[Doc]:
+    found = await find_by_ids(db.items, keys)
+    items = sorted((item_from_doc(d) for d in found.values()), key=lambda i: i["sequence"])
+    return await rehydrate(db, items)
+
+
+async def page(db: Any, session_id: str, after: int, limit: int, last: int) -> list[Doc]:
+    """Items ``after+1 … min(after+limit, last)`` of a Session; ``last`` is the Session
+    document's ``last_sequence`` (Items beyond it are not yet committed to the Session)."""
+    hi = min(after + limit, last)
+    return await items_by_keys(db, [item_key(session_id, n) for n in range(after + 1, hi + 1)])
