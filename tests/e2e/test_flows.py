@@ -419,8 +419,32 @@ async def test_wait_for_turn(api: httpx.AsyncClient) -> None:
     r = await api.post(f"/v1/sessions/{s['id']}/events",
                        json={"type": MESSAGE, "input": [msg(text("wait for me"))]},
                        params={"wait": "true", "timeout_ms": "20000"})
-    assert r.status_code in (200, 202), r.text
-    body = r.json()
-    if r.status_code == 200:
-        assert body["items"][-1]["type"] == "turn"
-        assert body["items"][-1]["state"] in ("completed", "failed")
+    assert r.status_code == 200, r.text
+    kinds = [(i["type"], i.get("state")) for i in r.json()["items"]]
+    assert kinds[0] == ("message", None)
+    assert kinds[-1][0] == "turn" and kinds[-1][1] in ("completed", "failed")
+
+
+async def test_wait_on_function_result_includes_its_application(
+        api: httpx.AsyncClient, items: ItemCollector) -> None:
+    sid, call_id, _ = await _call(api, items, "claude_code", "none")
+    r = await api.post(f"/v1/sessions/{sid}/events",
+                       json={"type": TOOL_RESULT, "call_id": call_id, "success": True,
+                             "output": "done"},
+                       params={"wait": "true", "timeout_ms": "30000"})
+    assert r.status_code == 200, r.text
+    types = [i["type"] for i in r.json()["items"]]
+    assert types[0] == "function_call_output"
+    assert "turn" in types
+    app = [i for i in r.json()["items"] if i["type"] == "function_call_application"]
+    assert [a["state"] for a in app] == ["applied"]
+
+
+async def test_wait_budget_runs_out_with_202(api: httpx.AsyncClient, items: ItemCollector
+                                             ) -> None:
+    sid, _, _ = await _call(api, items, "codex", "none")  # the Turn waits on the call
+    r = await api.post(f"/v1/sessions/{sid}/events",
+                       json={"type": MESSAGE, "input": [msg(text("still there?"))]},
+                       params={"wait": "true", "timeout_ms": "1500"})
+    assert r.status_code == 202, r.text
+    assert r.json()["delivery"] == "steered"
