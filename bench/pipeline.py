@@ -94,7 +94,7 @@ async def _product(infra: Infra, quick: bool, profile: bool) -> tuple[float, Spr
     tag = new_tag("pipe")
     port = free_port()
     settings = infra.settings(tag)
-    args = ["--profile", str(BENCH_DIR / "profile_pipeline")] if profile else []
+    args = ["--profile", str(LOGS / "profile_pipeline")] if profile else []
     await prepare_topics(infra, tag)
     server = start_server("product", "bench.serve_product", args,
                           infra.env(tag, SESSION_CORE_HTTP_PORT=str(port)),
@@ -121,6 +121,9 @@ async def _product(infra: Infra, quick: bool, profile: bool) -> tuple[float, Spr
     finally:
         await collector.stop()
         server.stop()
+        if profile:
+            progress(f"  profile and await timings: {LOGS}/profile_pipeline.txt|.html, "
+                     f"{LOGS}/product.log")
 
 
 async def _baseline(infra: Infra, quick: bool, half: float) -> tuple[Spread, Latency]:
