@@ -64,6 +64,11 @@ class Topics:
         """operators/tests → reference runtimes: misbehaviour switches (keyed by runtime_id)."""
         return self._t("runtime.control")
 
+    def group(self, name: str) -> str:
+        """Consumer group ids carry the prefix too: deployments (and test runs) that share a
+        broker under different prefixes never share a group."""
+        return f"{self.prefix}{name}"
+
     def dlq(self, topic: str) -> str:
         return f"{topic}.dlq"
 

@@ -45,7 +45,7 @@ class AdmissionService:
         self.server_task: asyncio.Task[None] | None = None
         self.broker.subscriber(
             self.topics.session_input,
-            group_id=GROUP,
+            group_id=self.topics.group(GROUP),
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=max_record_bytes(settings),
             ack_policy=AckPolicy.NACK_ON_ERROR,

@@ -58,7 +58,7 @@ class DispatcherService:
         self.cleared: set[str] = set()  # dead Runtimes whose Sessions were already rebound
         self.broker.subscriber(
             self.topics.session_stored,
-            group_id=GROUP,
+            group_id=self.topics.group(GROUP),
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=max_record_bytes(settings),
             ack_policy=AckPolicy.NACK_ON_ERROR,
@@ -66,7 +66,7 @@ class DispatcherService:
         )(self.on_stored)
         self.broker.subscriber(
             self.topics.runtime_observations,
-            group_id=f"{GROUP}-observations",
+            group_id=self.topics.group(f"{GROUP}-observations"),
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=max_record_bytes(settings),
             ack_policy=AckPolicy.NACK_ON_ERROR,

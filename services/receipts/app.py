@@ -90,7 +90,7 @@ class ReceiptService:
         self.done_order: deque[Key] = deque()  # seconds past the deadline at which verdicts fired
         self.broker.subscriber(
             self.topics.runtime_deliveries,
-            group_id=GROUP,
+            group_id=self.topics.group(GROUP),
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=max_record_bytes(settings),
             ack_policy=AckPolicy.NACK_ON_ERROR,
@@ -101,7 +101,7 @@ class ReceiptService:
         )(self.on_deliveries)
         self.broker.subscriber(
             self.topics.runtime_observations,
-            group_id=f"{GROUP}-observations",
+            group_id=self.topics.group(f"{GROUP}-observations"),
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=max_record_bytes(settings),
             ack_policy=AckPolicy.NACK_ON_ERROR,

@@ -128,7 +128,7 @@ class RuntimeService:
         deliveries = AIOKafkaConsumer(
             self.topics.runtime_deliveries,
             bootstrap_servers=self.settings.kafka_bootstrap_servers,
-            group_id=consumer_group(self.config.runtime_id),
+            group_id=self.topics.group(consumer_group(self.config.runtime_id)),
             auto_offset_reset="earliest",
             enable_auto_commit=False,
             max_partition_fetch_bytes=max_record_bytes(self.settings),

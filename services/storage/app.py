@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
+from aiokafka import ConsumerRebalanceListener
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
@@ -40,6 +41,19 @@ GROUP = "session-core-storage"
 INFRA_ERRORS = (ConnectionFailure, AutoReconnect, ServerSelectionTimeoutError, OSError)
 
 
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Partitions moved: what this replica remembers of its Sessions may be stale."""
+
+    def __init__(self, handler: StorageHandler) -> None:
+        self.handler = handler
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        self.handler.invalidate()
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.handler.invalidate()
+
+
 class StorageService:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -56,7 +70,7 @@ class StorageService:
             self.topics.session_admitted,
             self.topics.core_facts,
             self.topics.runtime_observations,
-            group_id=GROUP,
+            group_id=self.topics.group(GROUP),
             batch=True,
             max_records=settings.storage_batch_max,
             batch_timeout_ms=20,
@@ -66,9 +80,17 @@ class StorageService:
             fetch_max_bytes=max_record_bytes(settings) * 2,
             ack_policy=AckPolicy.NACK_ON_ERROR,
             decoder=raw_decoder,
+            listener=_Rebalance(self.handler),
         )(self.on_batch)
 
     async def on_batch(self, body: Any, msg: KafkaMessage) -> None:
+        try:
+            await self._on_batch(msg)
+        except BaseException:
+            self.handler.invalidate()  # the batch will be redelivered: trust only the store
+            raise
+
+    async def _on_batch(self, msg: KafkaMessage) -> None:
         decoded = await decode_batch(self.broker, self.topics, msg.raw_message)
         inputs = []
         for raw, rec in decoded:
@@ -87,6 +109,7 @@ class StorageService:
         except INFRA_ERRORS:
             raise  # the store or broker is away: rewind the batch and retry it
         except Exception:
+            self.handler.invalidate()
             # A record this code cannot process must not stall its partition forever:
             # process one by one and dead-letter the ones that fail.
             log.exception("storage.batch_failed_isolating")
@@ -97,6 +120,7 @@ class StorageService:
                 except INFRA_ERRORS:
                     raise
                 except Exception as exc:
+                    self.handler.invalidate()
                     await to_dlq(self.broker, self.topics, self.topics.session_admitted,
                                  encode(inp), f"processing failed: {exc!r}",
                                  str(inp.get("session_id")).encode())

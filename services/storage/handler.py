@@ -5,6 +5,7 @@ every decision replayable, so redelivery never duplicates or re-numbers an Item.
 from __future__ import annotations
 
 import copy
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,17 +83,59 @@ def _reply(request_id: str, err: errors.ApiError) -> Json:
 
 
 class StorageHandler:
-    def __init__(self, repo: StorageRepository, now: Callable[[], str]) -> None:
+    """While this replica owns its partitions and nothing failed, it is the only writer of
+    their Sessions: it keeps their state in memory and knows no record of the batch was decided
+    before. After start-up, a rebalance or a failed batch (``invalidate``) it trusts only the
+    store: it reads the journal (redelivered records replay their decisions) and every
+    Session's state again."""
+
+    def __init__(self, repo: StorageRepository, now: Callable[[], str],
+                 cache_size: int = 100_000) -> None:
         self.repo = repo
         self.now = now
+        self.cache: OrderedDict[str, SessionState] = OrderedDict()
+        self.cache_size = cache_size
+        self.recent: OrderedDict[str, None] = OrderedDict()  # source keys decided lately
+        self.trusted = False
+
+    def invalidate(self) -> None:
+        self.cache.clear()
+        self.recent.clear()
+        self.trusted = False
+
+    async def _states(self, session_ids: set[str]) -> dict[str, SessionState]:
+        states: dict[str, SessionState] = {}
+        missing = []
+        for sid in session_ids:
+            if self.trusted and sid in self.cache:
+                states[sid] = self.cache[sid]
+            else:
+                missing.append(sid)
+        states.update(await self.repo.sessions(missing))
+        return states
+
+    def _remember(self, states: dict[str, SessionState]) -> None:
+        for sid, st in states.items():
+            self.cache[sid] = st
+            self.cache.move_to_end(sid)
+        while len(self.cache) > self.cache_size:
+            self.cache.popitem(last=False)
 
     async def handle(self, inputs: list[Json]) -> Outputs:
+        out = await self._handle(inputs)
+        self.trusted = True
+        return out
+
+    async def _handle(self, inputs: list[Json]) -> Outputs:
         out = Outputs()
         if not inputs:
             return out
         keys = [source_key(r) for r in inputs]
-        journal = await self.repo.journal(keys)
-        states = await self.repo.sessions(r["session_id"] for r in inputs)
+        # Trusted, only a record this replica decided lately can be a repeat (the same record
+        # twice in the log); otherwise any record may have been decided before.
+        lookup = [k for k in keys if k in self.recent] if self.trusted else keys
+        journal = await self.repo.journal(lookup)
+        states = await self._states({r["session_id"] for r in inputs})
         idem_keys, call_keys = [], []
         for r in inputs:
             if r["schema"] != records.ADMITTED:
@@ -147,6 +190,12 @@ class StorageHandler:
             docs.append(doc)
             chunks.extend(ch)
         await self.repo.write(docs, chunks)
+        self._remember({k: v for k, v in states.items() if v is not None})
+        for k in keys:
+            self.recent[k] = None
+            self.recent.move_to_end(k)
+        while len(self.recent) > self.cache_size:
+            self.recent.popitem(last=False)
         for d in fresh + repeats:  # a repeat answers again, with the same Items (same ids)
             out.items.extend(d.items)
             if d.stored is not None:

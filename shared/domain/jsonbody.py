@@ -5,9 +5,12 @@ UTF-8), no NaN/Infinity. Errors are values (400 invalid_request)."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from shared.domain.errors import ApiError, invalid, join_path
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class _Dup(ValueError):
@@ -62,7 +65,9 @@ def parse_json(raw: bytes) -> Any | ApiError:
         return invalid(f"duplicate key {exc.args[0]!r} in a JSON object", None)
     except ValueError as exc:
         return invalid(f"malformed JSON: {exc}", None)
-    p = bad_unicode_path(value)
+    # Valid UTF-8 cannot encode a surrogate, so one can only come from a \uD800–\uDFFF escape:
+    # walk the value only when the text has one.
+    p = bad_unicode_path(value) if _SURROGATE_ESCAPE.search(text) else None
     if p is not None:
         return invalid("text must be valid Unicode (unpaired surrogate)", p or None)
     return value
