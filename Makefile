@@ -15,6 +15,10 @@ STATE_DIR    ?= $(or $(SESSION_CORE_CACHE),$(HOME)/.cache/session-core)/state/de
 STACK_ARGS   ?=
 # `make up SERVICES=` starts only Kafka and FerretDB
 SERVICES     ?= --with-services
+# one reference Runtime per harness; `make run RUNTIMES=` starts none
+RUNTIMES     ?= $(if $(SERVICES),--runtimes,)
+# `make run DEMO=` skips the scripted demo
+DEMO         ?= $(if $(SERVICES),--demo,)
 PYTEST_ARGS  ?=
 
 .PHONY: help venv install run up down status env test test-unit test-integration test-e2e \
@@ -33,11 +37,11 @@ venv: ## create/reuse the venv (~/.cache/session-core/venv-<hash of pyproject.to
 install: venv ## venv + Kafka jars (Maven Central) + FerretDB build (Go module proxy), all cached
 	@$(STACK) install
 
-run: install ## start Kafka, FerretDB and the four services in the foreground; Ctrl-C stops all
-	@$(STACK) run $(SERVICES) --state-dir $(STATE_DIR) $(STACK_ARGS)
+run: install ## start Kafka, FerretDB, the four services and reference Runtimes in the foreground, play the demo; Ctrl-C stops all
+	@$(STACK) run $(SERVICES) $(RUNTIMES) $(DEMO) --state-dir $(STATE_DIR) $(STACK_ARGS)
 
-up: install ## the same in the background; waits until everything is ready
-	@$(STACK) up $(SERVICES) --state-dir $(STATE_DIR) $(STACK_ARGS)
+up: install ## the same in the background (no demo); waits until everything is ready
+	@$(STACK) up $(SERVICES) $(RUNTIMES) --state-dir $(STATE_DIR) $(STACK_ARGS)
 
 down: ## stop everything `make up` started (SIGTERM, then SIGKILL; no orphans)
 	@$(STACK) down --state-dir $(STATE_DIR)

@@ -676,6 +676,8 @@ class Options:
     http_port: int
     venv: Path
     with_services: bool
+    runtimes: bool
+    demo: bool
     extra: list[tuple[str, str]]
     only: list[str]
     foreground: bool
@@ -810,10 +812,32 @@ def service_components(opts: Options) -> list[Component]:
                                      {**env, "SESSION_CORE_HEALTH_PORT": str(hp)},
                                      _http_ready(url), 90, "service", REPO, url,
                                      f"session-core {name} (health {url}/readyz)"))
+        if opts.runtimes:
+            # one reference Runtime per harness (docs/reference-runtime.md), every placement
+            for harness in RUNTIME_HARNESSES:
+                cmd = [str(exe), "runtime", "--harness", harness,
+                       "--placements", "none,openai_hosted,self_hosted"]
+                out.append(Component(f"runtime-{harness}", cmd, env, lambda: True, 30,
+                                     "service", REPO, "", f"reference Runtime ({harness})",
+                                     min_alive=2.0))
     for name, command in opts.extra:
         out.append(Component(name, ["/bin/sh", "-c", command], env, lambda: True, 30,
                              "service", REPO, "", command, min_alive=2.0))
     return out
+
+
+RUNTIME_HARNESSES = ("claude_code", "codex", "minimax_code")
+
+
+def run_demo(opts: Options) -> None:
+    """``session-core demo`` against the running system (make run's scripted tour)."""
+    env = {**os.environ, **service_env(opts),
+           "SESSION_CORE_API": f"http://127.0.0.1:{opts.http_port}"}
+    log("running the demo (session-core demo) — service logs follow it")
+    rc = subprocess.call([str(opts.venv / "bin" / "session-core"), "demo"], env=env,
+                         cwd=REPO, stdin=subprocess.DEVNULL)
+    if rc != 0:
+        log(f"the demo ended with exit code {rc}; the system keeps running")
 
 
 def parse_extra(values: Sequence[str]) -> list[tuple[str, str]]:
@@ -967,6 +991,8 @@ def make_options(args: argparse.Namespace, foreground: bool = False) -> Options:
         http_port=args.http_port,
         venv=Path(args.venv).expanduser(),
         with_services=bool(getattr(args, "with_services", False)),
+        runtimes=bool(getattr(args, "runtimes", False)),
+        demo=bool(getattr(args, "demo", False)),
         extra=parse_extra(getattr(args, "extra", None) or []),
         only=list(getattr(args, "only", None) or []),
         foreground=foreground,
@@ -1050,6 +1076,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         procs = start_all(opts)
         print_banner(opts)
+        if opts.demo and opts.with_services:
+            run_demo(opts)
         svc = [p for p in procs if p.name not in ("kafka", "ferretdb")]
         if svc:
             follower = threading.Thread(target=_follow, args=(svc, stop), daemon=True)
@@ -1107,6 +1135,8 @@ def build_parser() -> argparse.ArgumentParser:
         common(p)
         p.add_argument("--with-services", action="store_true",
                        help="also start session-core admission|storage|dispatcher|receipts")
+        p.add_argument("--runtimes", action="store_true",
+                       help="with --with-services: also one reference Runtime per harness")
         p.add_argument("--extra", action="append", metavar="NAME=COMMAND",
                        help=f"also start this command (repeatable; or ${EXTRA_ENV}="
                             "'name=cmd;name2=cmd2')")
@@ -1123,6 +1153,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_up)
     p = sub.add_parser("run", help="start in the foreground; Ctrl-C stops everything")
     starting(p)
+    p.add_argument("--demo", action="store_true",
+                   help="once ready, play the scripted demo (session-core demo)")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("down", help="stop everything started from this state dir")
     common(p)
