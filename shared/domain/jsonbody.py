@@ -30,6 +30,10 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# One decoder for every request (json.loads with hooks builds a new one per call).
+_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_no_constants)
+
+
 def bad_unicode_path(value: Any, path: str = "") -> str | None:
     """The JSON path of the first string (or key) holding an unpaired surrogate."""
     if isinstance(value, str):
@@ -60,7 +64,7 @@ def parse_json(raw: bytes) -> Any | ApiError:
     except UnicodeDecodeError:
         return invalid("the body is not valid UTF-8", None)
     try:
-        value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constants)
+        value = _DECODER.decode(text)
     except _Dup as exc:
         return invalid(f"duplicate key {exc.args[0]!r} in a JSON object", None)
     except ValueError as exc:
