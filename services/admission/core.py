@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ from shared.topics import Topics
 
 log = get_logger(__name__)
 Json = dict[str, Any]
+PROFILE_CACHE = 100_000
 
 
 @dataclass
@@ -66,6 +68,9 @@ class Admission:
         self.replies = replies
         self.items = items
         self.limits = rules.Limits.from_settings(settings)
+        # A Session's harness and placement never change and Sessions are never deleted, so
+        # what admission read once stays true: one store read per Session, not per event.
+        self.profiles: OrderedDict[str, tuple[str, str]] = OrderedDict()
 
     # ---- writes --------------------------------------------------------------------
     async def create_session(self, body: Any) -> Answer:
@@ -96,12 +101,10 @@ class Admission:
     async def add_event(self, session_id: str, body: Any) -> Answer:
         if not is_id(session_id, "session"):
             return Answer.error(errors.invalid("malformed session id", "session_id"))
-        session = await self.db.sessions.find_one({"_id": session_id})
-        if session is None:
+        profile = await self._session_profile(session_id)
+        if profile is None:
             return Answer.error(errors.not_found("no such Session", "session_id"))
-        admitted = rules.validate_event(
-            body, session["harness"], session["placement"], self.limits
-        )
+        admitted = rules.validate_event(body, profile[0], profile[1], self.limits)
         if isinstance(admitted, ApiError):
             return Answer.error(admitted)
         rec = admitted.record()
@@ -148,6 +151,20 @@ class Admission:
                     self.db, [call["output_item_key"]])
                 return Answer(202, stored, session_id=session_id)
         return await self._hand_over(record)
+
+    async def _session_profile(self, session_id: str) -> tuple[str, str] | None:
+        hit = self.profiles.get(session_id)
+        if hit is not None:
+            self.profiles.move_to_end(session_id)
+            return hit
+        doc = await self.db.sessions.find_one({"_id": session_id},
+                                              {"harness": 1, "placement": 1})
+        if doc is None:
+            return None
+        self.profiles[session_id] = (doc["harness"], doc["placement"])
+        if len(self.profiles) > PROFILE_CACHE:
+            self.profiles.popitem(last=False)
+        return self.profiles[session_id]
 
     async def _repeat(self, prior: Doc, fp: str, status: int, param: str) -> Answer:
         if prior.get("fingerprint") != fp:
