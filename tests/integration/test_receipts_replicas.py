@@ -1,0 +1,66 @@
+"""Two receipt-tracker replicas that both hold the same pending call (an overlap during a
+rebalance, or a redelivery to the other replica) publish one verdict between them: the verdict
+is claimed in the store first, and whoever loses the claim republishes the *claimed* verdict
+under the same fact id, which storage applies once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from services.receipts.app import ReceiptService
+from shared.kafka import decode, ensure_topics
+from shared.settings import Settings
+from shared.topics import topics_for
+
+pytestmark = pytest.mark.integration
+
+
+async def test_two_replicas_one_verdict_per_call(settings: Settings) -> None:
+    s = settings.model_copy(update={"receipt_window_s": 1.5})
+    topics = topics_for(s)
+    await ensure_topics(s, topics)
+    a, b = ReceiptService(s), ReceiptService(s)
+    await a.start()
+    await b.start()
+    facts = AIOKafkaConsumer(topics.core_facts, bootstrap_servers=s.kafka_bootstrap_servers,
+                             group_id=f"t-{uuid.uuid4().hex}", auto_offset_reset="earliest")
+    await facts.start()
+    try:
+        sid = f"session_{uuid.uuid4().hex}"
+        calls = [f"call_{i}" for i in range(20)]
+        handed = time.time()
+        for cid in calls:
+            rec = {"schema": "runtime.delivery/1", "session_id": sid, "call_id": cid,
+                   "kind": "function_result", "name": "f", "success": True,
+                   "content": [{"type": "input_text", "text": "x"}]}
+            # both replicas hold the call, with the same handed-over time
+            await asyncio.gather(a.open_call(rec, handed), b.open_call(rec, handed))
+        seen: dict[str, list[dict[str, object]]] = {}
+        # the window is 1.5 s: collect for 8 s, long enough to see any second verdict
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            batch = await facts.getmany(timeout_ms=500)
+            for recs in batch.values():
+                for r in recs:
+                    f = decode(r.value)
+                    if f.get("kind") == "application":
+                        seen.setdefault(f["call_id"], []).append(f)
+        assert sorted(seen) == sorted(calls)
+        for cid, published in seen.items():
+            # a call may be published twice (the loser republishes the claim), but every copy
+            # is the same fact: same id, same verdict — storage applies it once
+            assert {p["fact_id"] for p in published} == {f"rcpt:{sid}/{cid}"}
+            assert {(p["state"], p["reason"]) for p in published} == {
+                (published[0]["state"], published[0]["reason"])}
+            assert published[0]["state"] == "uncertain"
+        claims = await a.db.receipt_verdicts.count_documents({})
+        assert claims == len(calls)
+    finally:
+        await facts.stop()
+        await a.stop()
+        await b.stop()
