@@ -32,7 +32,12 @@ async def test_two_replicas_one_verdict_per_call(settings: Settings) -> None:
     await facts.start()
     try:
         sid = f"session_{uuid.uuid4().hex}"
+        await a.db.sessions.insert_one({"_id": sid, "harness": "claude_code"})
         calls = [f"call_{i}" for i in range(20)]
+        confirmed = set(calls[:10])
+        # the calls as storage records them from the harness's function_call observations
+        await a.db.calls.insert_many([{"_id": f"{sid}/{cid}", "name": "f",
+                                       "native": {"session_id": "native-1"}} for cid in calls])
         handed = time.time()
         for cid in calls:
             rec = {"schema": "runtime.delivery/1", "session_id": sid, "call_id": cid,
@@ -40,6 +45,15 @@ async def test_two_replicas_one_verdict_per_call(settings: Settings) -> None:
                    "content": [{"type": "input_text", "text": "x"}]}
             # both replicas hold the call, with the same handed-over time
             await asyncio.gather(a.open_call(rec, handed), b.open_call(rec, handed))
+        # replica A alone sees the native receipt of half the calls; B times them out
+        for cid in confirmed:
+            await a.observe({
+                "schema": "runtime.observation/1", "session_id": sid, "harness": "claude_code",
+                "native": {"type": "user", "uuid": uuid.uuid4().hex, "session_id": "native-1",
+                           "parent_tool_use_id": None, "isReplay": False, "isSynthetic": False,
+                           "message": {"role": "user", "content": [{
+                               "type": "tool_result", "tool_use_id": cid, "is_error": False,
+                               "content": [{"type": "text", "text": "x"}]}]}}}, time.time())
         seen: dict[str, list[dict[str, object]]] = {}
         # the window is 1.5 s: collect for 8 s, long enough to see any second verdict
         deadline = time.monotonic() + 8
@@ -57,7 +71,8 @@ async def test_two_replicas_one_verdict_per_call(settings: Settings) -> None:
             assert {p["fact_id"] for p in published} == {f"rcpt:{sid}/{cid}"}
             assert {(p["state"], p["reason"]) for p in published} == {
                 (published[0]["state"], published[0]["reason"])}
-            assert published[0]["state"] == "uncertain"
+            # B lost the claim for the confirmed calls: it never says "uncertain" about them
+            assert published[0]["state"] == ("applied" if cid in confirmed else "uncertain")
         claims = await a.db.receipt_verdicts.count_documents({})
         assert claims == len(calls)
     finally:
