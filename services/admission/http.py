@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.admission import openapi
 from services.admission.core import Admission, Answer, body_too_large
@@ -219,6 +220,14 @@ def build_http_app(
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """Unknown paths and methods answer in the contract's error shape too."""
+        etype: errors.ErrorType = "not_found" if exc.status_code == 404 else "invalid_request"
+        message = "no such endpoint" if exc.status_code == 404 else str(exc.detail)
+        return JSONResponse({"error": {"type": etype, "message": message, "param": None}},
+                            status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def crash(request: Request, exc: Exception) -> Response:
