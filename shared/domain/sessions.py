@@ -157,6 +157,33 @@ def _has_images(parts: list[Json]) -> bool:
     return any(p.get("type") == "input_image" for p in parts)
 
 
+def _stored_messages(state: SessionState, record: Json, turn_id: str, kind: str,
+                     msgs: list[Json]) -> Json:
+    """The input the dispatcher must deliver (``session.stored``)."""
+    return {
+        "session_id": state.session_id,
+        "harness": state.harness,
+        "placement": state.placement,
+        "turn_id": turn_id,
+        "kind": kind,
+        "event_id": record["event_id"],
+        "messages": [{"role": "user", "content": m["content"]} for m in msgs],
+        "has_images": any(_has_images(m["content"]) for m in msgs),
+        "item_ids": [m["id"] for m in msgs],
+    }
+
+
+def _idempotency(key: str, record: Json, status: int, body: Json) -> Json:
+    """What a repeat under the same client-minted id gets back."""
+    return {
+        "_id": key,
+        "request_id": record["request_id"],
+        "fingerprint": record["fingerprint"],
+        "status": status,
+        "body": body,
+    }
+
+
 def decide_create(record: Json, now: str) -> Decision:
     sid = record["session_id"]
     key = f"req:{record['request_id']}"
@@ -187,27 +214,10 @@ def decide_create(record: Json, now: str) -> Decision:
     # it, so the repeated answer is byte-identical to the first.
     body["items"] = b.items
     d.reply = {"request_id": record["request_id"], "status": 201, "body": body}
-    d.stored = {
-        "session_id": sid,
-        "harness": state.harness,
-        "placement": state.placement,
-        "turn_id": turn_id,
-        "kind": "start",
-        "event_id": record["event_id"],
-        "messages": [{"role": "user", "content": m["content"]} for m in msgs],
-        "has_images": any(_has_images(m["content"]) for m in msgs),
-        "item_ids": [m["id"] for m in msgs],
-    }
+    d.stored = _stored_messages(state, record, turn_id, "start", msgs)
     if record.get("client_request_id"):
         d.idempotency.append(
-            {
-                "_id": f"create:{record['client_request_id']}",
-                "request_id": record["request_id"],
-                "fingerprint": record["fingerprint"],
-                "status": 201,
-                "body": body,
-            }
-        )
+            _idempotency(f"create:{record['client_request_id']}", record, 201, body))
     return d
 
 
@@ -230,27 +240,10 @@ def decide_message(state: SessionState, record: Json, now: str) -> Decision:
     d = Decision(source_key=key, session_id=state.session_id, state=new, items=b.items)
     body = {"event_id": record["event_id"], "delivery": delivery, "items": b.items}
     d.reply = {"request_id": record["request_id"], "status": 202, "body": body}
-    d.stored = {
-        "session_id": state.session_id,
-        "harness": state.harness,
-        "placement": state.placement,
-        "turn_id": turn_id,
-        "kind": kind,
-        "event_id": record["event_id"],
-        "messages": [{"role": "user", "content": m["content"]} for m in msgs],
-        "has_images": any(_has_images(m["content"]) for m in msgs),
-        "item_ids": [m["id"] for m in msgs],
-    }
+    d.stored = _stored_messages(state, record, turn_id, kind, msgs)
     if record.get("client_event_id"):
-        d.idempotency.append(
-            {
-                "_id": f"event:{state.session_id}:{record['client_event_id']}",
-                "request_id": record["request_id"],
-                "fingerprint": record["fingerprint"],
-                "status": 202,
-                "body": body,
-            }
-        )
+        d.idempotency.append(_idempotency(
+            f"event:{state.session_id}:{record['client_event_id']}", record, 202, body))
     return d
 
 
@@ -306,15 +299,8 @@ def decide_tool_result(state: SessionState, record: Json, now: str) -> Decision:
         "item_ids": [item["id"]],
     }
     if record.get("client_event_id"):
-        d.idempotency.append(
-            {
-                "_id": f"event:{state.session_id}:{record['client_event_id']}",
-                "request_id": record["request_id"],
-                "fingerprint": record["fingerprint"],
-                "status": 202,
-                "body": body,
-            }
-        )
+        d.idempotency.append(_idempotency(
+            f"event:{state.session_id}:{record['client_event_id']}", record, 202, body))
     return d
 
 
