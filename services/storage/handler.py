@@ -22,7 +22,7 @@ from shared.domain.sessions import (
     decide_message,
     decide_tool_result,
 )
-from shared.logging import get_logger
+from shared.logging import bound, get_logger
 from shared.storecodec import item_key
 
 log = get_logger(__name__)
@@ -163,7 +163,9 @@ class StorageHandler:
                 if j["state"] is not None:
                     states[j["session_id"]] = SessionState.from_doc(j["state"])
                 continue
-            d = self._decide(r, states, idem, calls, out)
+            with bound(session_id=r["session_id"], request_id=r.get("request_id"),
+                       call_id=r.get("call_id")):
+                d = self._decide(r, states, idem, calls, out)
             if d is None:
                 continue
             fresh.append(d)
