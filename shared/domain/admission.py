@@ -445,13 +445,7 @@ def _validate_create(
     envelope = _envelope(body)
     if isinstance(envelope, ApiError):
         return envelope
-    err = _count_images(walk, limits) or _check_images(walk, limits)
-    if err is not None:
-        return err
-    profile = _profile(harness, placement, profiles)
-    if isinstance(profile, ApiError):
-        return profile
-    err = _check_message_profile(profile, placement, messages, walk)
+    err = _check_against_profile(harness, placement, messages, walk, limits, profiles)
     if err is not None:
         return err
     return AdmittedCreate(
@@ -501,6 +495,25 @@ def _validate_event(
     return invalid(f"event type must be {' or '.join(EVENT_TYPES)}", "type")
 
 
+def _check_against_profile(
+    harness: str,
+    placement: str,
+    messages: list[dict[str, Any]],
+    walk: ContentWalk,
+    limits: Limits,
+    profiles: Mapping[str, HarnessProfile],
+) -> ApiError | None:
+    """The checks after the shape walk, shared by Session creation and message events: image
+    count and image data, then the harness profile (images per placement, whitespace-only)."""
+    err = _count_images(walk, limits) or _check_images(walk, limits)
+    if err is not None:
+        return err
+    profile = _profile(harness, placement, profiles)
+    if isinstance(profile, ApiError):
+        return profile
+    return _check_message_profile(profile, placement, messages, walk)
+
+
 def _message_event(
     body: dict[str, Any],
     harness: str,
@@ -530,13 +543,7 @@ def _message_event(
     envelope = _envelope(body)
     if isinstance(envelope, ApiError):
         return envelope
-    err = _count_images(walk, limits) or _check_images(walk, limits)
-    if err is not None:
-        return err
-    profile = _profile(harness, placement, profiles)
-    if isinstance(profile, ApiError):
-        return profile
-    err = _check_message_profile(profile, placement, messages, walk)
+    err = _check_against_profile(harness, placement, messages, walk, limits, profiles)
     if err is not None:
         return err
     return AdmittedMessageEvent(
