@@ -4,6 +4,7 @@ commits only after its work is durable (AckPolicy.ACK at the subscriber)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import ssl
@@ -11,6 +12,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from faststream.kafka import KafkaBroker
@@ -116,6 +118,42 @@ def _admin_security(settings: Settings) -> dict[str, Any]:
         out["sasl_plain_username"] = settings.kafka_sasl_username
         out["sasl_plain_password"] = settings.kafka_sasl_password
     return out
+
+
+async def assigned_consumer(
+    settings: Settings, topic: str, *, at_end: bool, fetch_max_wait_ms: int = 50
+) -> AIOKafkaConsumer:
+    """A consumer without a group, assigned every partition of ``topic`` and positioned at its
+    end (``at_end``: only what is published from now on) or its beginning, with positions
+    resolved before it is returned — so nothing published after this call can be missed. For
+    per-process tails (answers, Items, the registry, control records), never for work that a
+    consumer group should share."""
+    c = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap_servers,
+        group_id=None,
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=max_record_bytes(settings),
+        fetch_max_bytes=max_record_bytes(settings) * 2,
+        fetch_max_wait_ms=fetch_max_wait_ms,
+        **_admin_security(settings),
+    )
+    await c.start()
+    parts: set[int] | None = None
+    for _ in range(100):
+        parts = c.partitions_for_topic(topic)
+        if parts:
+            break
+        await c._client.force_metadata_update()
+        await asyncio.sleep(0.1)
+    tps = [TopicPartition(topic, p) for p in sorted(parts or [])]
+    c.assign(tps)
+    if at_end:
+        await c.seek_to_end(*tps)
+    else:
+        await c.seek_to_beginning(*tps)
+    for tp in tps:
+        await c.position(tp)
+    return c
 
 
 def encode(record: Mapping[str, Any]) -> bytes:

@@ -6,83 +6,11 @@ answer published after start-up can be missed."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import defaultdict
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-
-from shared.kafka import _admin_security, decode, max_record_bytes
-from shared.logging import get_logger
 from shared.settings import Settings
-
-log = get_logger(__name__)
-
-
-class Tail:
-    def __init__(self, settings: Settings, topic: str) -> None:
-        self.settings = settings
-        self.topic = topic
-        self.consumer: AIOKafkaConsumer | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.ready = asyncio.Event()
-
-    async def start(self) -> None:
-        c = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap_servers,
-            group_id=None,
-            enable_auto_commit=False,
-            max_partition_fetch_bytes=max_record_bytes(self.settings),
-            fetch_max_bytes=max_record_bytes(self.settings) * 2,
-            fetch_max_wait_ms=50,
-            **_admin_security(self.settings),
-        )
-        await c.start()
-        parts = None
-        for _ in range(100):
-            parts = c.partitions_for_topic(self.topic)
-            if parts:
-                break
-            await c._client.force_metadata_update()
-            await asyncio.sleep(0.1)
-        tps = [TopicPartition(self.topic, p) for p in sorted(parts or [])]
-        c.assign(tps)
-        await c.seek_to_end(*tps)
-        for tp in tps:
-            await c.position(tp)
-        self.consumer = c
-        self.ready.set()
-        self.task = asyncio.create_task(self._run(), name=f"tail:{self.topic}")
-
-    async def _run(self) -> None:
-        assert self.consumer is not None
-        while True:
-            try:
-                batches = await self.consumer.getmany(timeout_ms=200)
-                for records in batches.values():
-                    for r in records:
-                        try:
-                            value = decode(r.value or b"")
-                        except ValueError:
-                            continue
-                        if isinstance(value, dict):
-                            self.dispatch(value)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("tail.error", topic=self.topic)
-                await asyncio.sleep(0.5)
-
-    def dispatch(self, value: dict[str, Any]) -> None:  # overridden
-        raise NotImplementedError
-
-    async def stop(self) -> None:
-        if self.task:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-        if self.consumer:
-            await self.consumer.stop()
+from shared.tail import Tail
 
 
 class ReplyTail(Tail):

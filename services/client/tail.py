@@ -9,9 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-
-from shared.kafka import _admin_security, decode, max_record_bytes
+from shared.kafka import assigned_consumer, decode
 from shared.settings import Settings, get_settings
 from shared.topics import topics_for
 
@@ -45,28 +43,14 @@ async def tail_items(
     shown."""
     settings = _settings(bootstrap, topic_prefix)
     topic = topics_for(settings).session_items
-    c = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap_servers,
-        group_id=None,
-        enable_auto_commit=False,
-        max_partition_fetch_bytes=max_record_bytes(settings),
-        fetch_max_bytes=max_record_bytes(settings) * 2,
-        fetch_max_wait_ms=100,
-        **_admin_security(settings),
-    )
-    await c.start()
+    # from the beginning, without a group: it moves nobody's offsets
+    c = await assigned_consumer(settings, topic, at_end=False, fetch_max_wait_ms=100)
     shown = 0
     last = after
     try:
-        parts = c.partitions_for_topic(topic)
-        if not parts:
-            await c._client.force_metadata_update()
-            parts = c.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        tps = list(c.assignment())
         if not tps:
             return 0
-        c.assign(tps)
-        await c.seek_to_beginning(*tps)
         ends = await c.end_offsets(tps)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         caught_up = False

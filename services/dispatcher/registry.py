@@ -4,32 +4,24 @@ registration per Runtime in memory. Malformed registrations go to the DLQ."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiokafka import TopicPartition
-
-from services.admission.tails import Tail
 from shared.domain.binding import RuntimeInfo, from_registration
 from shared.logging import get_logger
+from shared.tail import Tail
 
 log = get_logger(__name__)
 
 
 class RegistryTail(Tail):
+    at_end = False  # the whole compacted topic: every Runtime's latest registration
+
     def __init__(self, settings: Any, topic: str, on_change: Callable[[RuntimeInfo], None]) -> None:
         super().__init__(settings, topic)
         self.runtimes: dict[str, RuntimeInfo] = {}
         self.on_change = on_change
         self.rejected: list[tuple[dict[str, Any], str]] = []
-
-    async def start(self) -> None:
-        await super().start()
-        assert self.consumer is not None
-        tps = [TopicPartition(self.topic, p)
-               for p in sorted(self.consumer.partitions_for_topic(self.topic) or [])]
-        await self.consumer.seek_to_beginning(*tps)
 
     def dispatch(self, value: dict[str, Any]) -> None:
         try:
@@ -47,8 +39,9 @@ class RegistryTail(Tail):
         self.on_change(rt)
 
 
-async def drain_rejected(tail: RegistryTail, dlq: Callable[[dict[str, Any], str], Any]) -> None:
+async def drain_rejected(
+    tail: RegistryTail, dlq: Callable[[dict[str, Any], str], Awaitable[None]]
+) -> None:
     while tail.rejected:
         value, reason = tail.rejected.pop(0)
         await dlq(value, reason)
-    await asyncio.sleep(0)

@@ -21,13 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from services.runtime.harness import Emit, SimulatedHarness
 from services.runtime.switches import Switches
 from shared import records
 from shared.kafka import (
     _admin_security,
+    assigned_consumer,
     decode,
     encode,
     ensure_topics,
@@ -268,25 +269,8 @@ class RuntimeService:
     # ------------------------------------------------------------------ control
 
     async def _assigned_consumer(self, topic: str) -> AIOKafkaConsumer:
-        c = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap_servers,
-            group_id=None,
-            enable_auto_commit=False,
-            fetch_max_wait_ms=50,
-            **_admin_security(self.settings),
-        )
-        await c.start()
+        c = await assigned_consumer(self.settings, topic, at_end=False)
         self._consumers.append(c)
-        parts: set[int] | None = None
-        for _ in range(100):
-            parts = c.partitions_for_topic(topic)
-            if parts:
-                break
-            await c._client.force_metadata_update()  # topic just created
-            await asyncio.sleep(0.1)
-        tps = [TopicPartition(topic, p) for p in sorted(parts or [])]
-        c.assign(tps)
-        await c.seek_to_beginning(*tps)
         return c
 
     async def _catch_up_control(self, c: AIOKafkaConsumer) -> None:

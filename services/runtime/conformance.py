@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 
 from services.runtime.app import RuntimeConfig, RuntimeService, control_record
 from services.runtime.harness import HARNESSES
@@ -53,11 +53,10 @@ from shared.domain.delivery import function_result_delivery, message_delivery, r
 from shared.domain.observations import CallOpened, TurnEnded, classify
 from shared.ids import new_id
 from shared.kafka import (
-    _admin_security,
+    assigned_consumer,
     decode,
     ensure_topics,
     make_broker,
-    max_record_bytes,
     publish,
 )
 from shared.logging import get_logger
@@ -214,32 +213,7 @@ class Wire:
 
 
 async def _assigned(settings: Settings, topic: str, *, end: bool) -> AIOKafkaConsumer:
-    c = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap_servers,
-        group_id=None,
-        enable_auto_commit=False,
-        max_partition_fetch_bytes=max_record_bytes(settings),
-        fetch_max_bytes=max_record_bytes(settings) * 2,
-        fetch_max_wait_ms=50,
-        **_admin_security(settings),
-    )
-    await c.start()
-    parts: set[int] | None = None
-    for _ in range(100):
-        parts = c.partitions_for_topic(topic)
-        if parts:
-            break
-        await c._client.force_metadata_update()  # topic just created
-        await asyncio.sleep(0.1)
-    tps = [TopicPartition(topic, p) for p in sorted(parts or [])]
-    c.assign(tps)
-    if end:
-        await c.seek_to_end(*tps)
-    else:
-        await c.seek_to_beginning(*tps)
-    for tp in tps:
-        await c.position(tp)
-    return c
+    return await assigned_consumer(settings, topic, at_end=end)
 
 
 # --------------------------------------------------------------------------- one Session

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -299,5 +299,3 @@ async def load_reply_items(repo: StorageRepository, reply: Json) -> Json:
         reply["body"]["items"] = await itemstore.items_by_keys(repo.db, [k for k in keys if k])
     return reply
 
-
-Publish = Callable[[str, Json, str | None], Awaitable[None]]

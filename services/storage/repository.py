@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from pymongo import DESCENDING, UpdateOne
+from pymongo import UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
@@ -58,12 +58,6 @@ class StorageRepository:
     async def calls(self, keys: Iterable[str]) -> dict[str, Doc]:
         found = await find_by_ids(self.db.calls, list(keys))
         return {k: unpack(d) or d for k, d in found.items()}
-
-    async def last_sequence(self, session_id: str) -> int:
-        doc = await self.db.items.find_one(
-            {"session_id": session_id}, sort=[("sequence", DESCENDING)], projection={"sequence": 1}
-        )
-        return int(doc["sequence"]) if doc else 0
 
     # ---- the journal: one atomic document per decided record ----------------------
     def journal_doc(self, d: Decision) -> tuple[Doc, list[Doc]]:

@@ -44,11 +44,19 @@ def classify_all(harness: str, native: Any) -> list[CallOpened | TurnEnded]:
                                       arguments=block.get("input"),
                                       native_ids={"session_id": native.get("session_id")}))
         return out
-    c = classify(harness, native)
+    c = _single(harness, native)
     return [] if c is None else [c]
 
 
 def classify(harness: str, native: Any) -> Classified:
+    """The first fact a native record carries (``classify_all`` gives every one)."""
+    facts = classify_all(harness, native)
+    return facts[0] if facts else None
+
+
+def _single(harness: str, native: Any) -> Classified:
+    """The fact of a record that carries at most one: everything but a Claude assistant
+    record's calls."""
     if not isinstance(native, dict):
         return None
     if harness == "codex":
@@ -72,26 +80,8 @@ def classify(harness: str, native: Any) -> Classified:
             return TurnEnded("completed" if status == "completed" else "failed",
                              params.get("turnId"))
         return None
-    if harness == "claude_code":
-        kind = native.get("type")
-        if kind == "assistant" and native.get("parent_tool_use_id") is None:
-            msg = native.get("message")
-            content = msg.get("content") if isinstance(msg, dict) else None
-            if isinstance(content, list):
-                for block in content:
-                    if isinstance(block, dict) and block.get("type") == "tool_use":
-                        if isinstance(block.get("id"), str) and isinstance(block.get("name"), str):
-                            return CallOpened(
-                                call_id=block["id"],
-                                name=block["name"],
-                                arguments=block.get("input"),
-                                native_ids={"session_id": native.get("session_id")},
-                            )
-        if kind == "result":
-            sub = native.get("subtype")
-            return TurnEnded("completed" if sub == "success" else "failed", None)
-    if harness == "minimax_code" and native.get("type") == "result":
-        # MiniMax Code has no public functions; its bridge reports Turn ends Claude-style.
+    # Claude Code's Turn end; MiniMax Code's bridge reports Turn ends the same way.
+    if harness in ("claude_code", "minimax_code") and native.get("type") == "result":
         sub = native.get("subtype")
         return TurnEnded("completed" if sub == "success" else "failed", None)
     return None

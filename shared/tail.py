@@ -1,0 +1,66 @@
+"""Per-process tails of a topic: every partition assigned, no consumer group, positions
+resolved before the tail reports ready (``shared.kafka.assigned_consumer``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+
+from shared.kafka import assigned_consumer, decode
+from shared.logging import get_logger
+from shared.settings import Settings
+
+log = get_logger(__name__)
+
+
+class Tail:
+    """One topic read by this process alone (no consumer group), every record handed to
+    ``dispatch``. ``at_end``: only what is published after ``start`` (answers, Items); else the
+    whole topic first (the compacted registry)."""
+
+    at_end = True
+
+    def __init__(self, settings: Settings, topic: str) -> None:
+        self.settings = settings
+        self.topic = topic
+        self.consumer: AIOKafkaConsumer | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.ready = asyncio.Event()
+
+    async def start(self) -> None:
+        self.consumer = await assigned_consumer(self.settings, self.topic, at_end=self.at_end)
+        self.ready.set()
+        self.task = asyncio.create_task(self._run(), name=f"tail:{self.topic}")
+
+    async def _run(self) -> None:
+        assert self.consumer is not None
+        while True:
+            try:
+                batches = await self.consumer.getmany(timeout_ms=200)
+                for records in batches.values():
+                    for r in records:
+                        try:
+                            value = decode(r.value or b"")
+                        except ValueError:
+                            continue
+                        if isinstance(value, dict):
+                            self.dispatch(value)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("tail.error", topic=self.topic)
+                await asyncio.sleep(0.5)
+
+    def dispatch(self, value: dict[str, Any]) -> None:  # overridden
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        if self.task:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        if self.consumer:
+            await self.consumer.stop()

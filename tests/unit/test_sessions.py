@@ -1,0 +1,87 @@
+"""The Session state machine storage applies (shared/domain/sessions.py): `delivery` values,
+Turn Items, gap-free sequences, function results stored with both public fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.domain.sessions import (
+    SessionState,
+    decide_create,
+    decide_fact,
+    decide_message,
+    decide_tool_result,
+)
+
+NOW = "2026-01-01T00:00:00.000Z"
+MSG = [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]
+
+
+def admitted(n: int, **extra: Any) -> dict[str, Any]:
+    return {"request_id": f"req_{n}", "event_id": f"evt_{n}", "session_id": "session_1",
+            "fingerprint": f"fp{n}", "messages": MSG, **extra}
+
+
+def created() -> SessionState:
+    d = decide_create(admitted(0, harness="codex", placement="none"), NOW)
+    assert d.state is not None
+    return d.state
+
+
+def test_create_starts_a_turn() -> None:
+    d = decide_create(admitted(0, harness="codex", placement="none"), NOW)
+    assert [(i["sequence"], i["type"]) for i in d.items] == [(1, "message"), (2, "turn")]
+    assert d.items[1]["state"] == "started"
+    assert d.state is not None and d.state.turn_running
+    assert d.stored is not None and d.stored["kind"] == "start"
+    assert d.reply is not None and d.reply["status"] == 201
+
+
+def test_message_joining_a_running_turn_is_steered() -> None:
+    s = created()
+    d = decide_message(s, admitted(1), NOW)
+    assert d.reply is not None and d.reply["body"]["delivery"] == "steered"
+    assert d.stored is not None and d.stored["kind"] == "steer"
+    assert d.stored["turn_id"] == s.turn_id
+    assert [i["sequence"] for i in d.items] == [3]
+
+
+def test_message_after_the_turn_ended_starts_a_new_one() -> None:
+    s = created()
+    end = decide_fact(s, {"fact_id": "f1", "kind": "turn", "turn_id": s.turn_id,
+                          "state": "completed"}, NOW)
+    assert end.state is not None and not end.state.turn_running
+    assert [(i["type"], i["state"]) for i in end.items] == [("turn", "completed")]
+    d = decide_message(end.state, admitted(1), NOW)
+    assert d.reply is not None and d.reply["body"]["delivery"] == "started"
+    assert d.stored is not None and d.stored["turn_id"] != s.turn_id
+    assert [i["sequence"] for i in d.items] == [4, 5]  # message, turn started: no gap
+
+
+def test_function_result_resumes_and_public_item_has_both_fields() -> None:
+    s = created()
+    call = decide_fact(s, {"fact_id": "c", "kind": "function_call", "call_id": "c1",
+                           "name": "f", "arguments": {}}, NOW)
+    assert call.state is not None and call.state.open_calls == {"c1": "f"}
+    d = decide_tool_result(call.state, admitted(2, call_id="c1", fields_present=["output"],
+                                                submission_fingerprint="s",
+                                                submission={"call_id": "c1", "success": True,
+                                                            "output": "ok"}), NOW)
+    assert d.reply is not None and d.reply["body"]["delivery"] == "resumed"
+    [item] = d.items
+    assert item["output"] == "ok" and "error" in item and item["error"] is None
+    assert d.state is not None and d.state.open_calls == {}
+    assert d.stored is not None and d.stored["name"] == "f"
+
+
+def test_turn_end_for_an_inactive_turn_changes_nothing() -> None:
+    s = created()
+    d = decide_fact(s, {"fact_id": "x", "kind": "turn", "turn_id": "turn_other",
+                        "state": "failed"}, NOW)
+    assert d.items == [] and d.state is None
+
+
+def test_decisions_are_deterministic() -> None:
+    a = decide_create(admitted(0, harness="codex", placement="none"), NOW)
+    b = decide_create(admitted(0, harness="codex", placement="none"), NOW)
+    assert [i["id"] for i in a.items] == [i["id"] for i in b.items]
