@@ -62,17 +62,50 @@ async def _create_topics() -> None:
     await ensure_topics(s, topics_for(s))
 
 
+def hash_key(argv: list[str]) -> int:
+    """``session-core hash-key <tenant> [<key> | -]``: print the ``api_keys`` entry of a key
+    (``-`` reads it from stdin, out of the shell history). Without a key, a new one is made and
+    shown once on stderr; stdout carries only the entry, so ``$(session-core hash-key t)`` is
+    the entry. docs/security.md."""
+    from shared.domain.tenancy import key_entry, new_key
+
+    p = argparse.ArgumentParser(prog="session-core hash-key", description=hash_key.__doc__)
+    p.add_argument("tenant", help="tenant name: letters, digits, '_', '.', '-' (up to 64)")
+    p.add_argument("key", nargs="?", help="the bearer key; '-' = read it from stdin; "
+                   "omitted = generate one")
+    args = p.parse_args(argv)
+    key = args.key
+    if key == "-":
+        key = sys.stdin.readline().rstrip("\r\n")
+    generated = key is None
+    if generated:
+        key = new_key()
+    try:
+        entry = key_entry(args.tenant, key)
+    except ValueError as exc:
+        print(f"session-core hash-key: {exc}", file=sys.stderr)
+        return 2
+    if generated:
+        print(f"new API key for tenant {args.tenant} (shown once, give it to the tenant): {key}",
+              file=sys.stderr)
+    print(entry)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="session-core", description=__doc__)
     parser.add_argument(
         "command",
-        choices=[*SERVICES, "topics", "runtime", "cli", "conformance", "demo"],
+        choices=[*SERVICES, "topics", "runtime", "cli", "conformance", "demo", "hash-key"],
         help="a service to run, 'topics' to create all topics, 'runtime' for the reference "
-        "runtime, 'cli' for the user CLI, 'conformance' for the runtime qualification kit",
+        "runtime, 'cli' for the user CLI, 'conformance' for the runtime qualification kit, "
+        "'hash-key' to make an API key entry",
     )
     args, rest = parser.parse_known_args(argv[:1])
     rest = argv[1:]
+    if args.command == "hash-key":
+        sys.exit(hash_key(rest))
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format, service=args.command)
     if args.command in SERVICES:

@@ -35,13 +35,27 @@ def max_record_bytes(settings: Settings) -> int:
     return settings.max_body_bytes * 2 + 1024 * 1024
 
 
+# --- security: the one place Kafka clients get TLS and SASL (docs/deploy.md) --------------------
+# FastStream's broker takes a ``BaseSecurity`` (``security``); the plain aiokafka clients (topic
+# admin, tails, the reference runtime) take the same settings as keyword arguments
+# (``client_security``). Both read the ``kafka_*`` settings through ``_ssl_context``.
+
+
+def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
+    if settings.kafka_security_protocol.upper() not in ("SSL", "SASL_SSL"):
+        return None
+    ctx = ssl.create_default_context(cafile=settings.kafka_ssl_cafile)
+    if settings.kafka_ssl_certfile:  # mutual TLS: the client's certificate and key
+        ctx.load_cert_chain(settings.kafka_ssl_certfile, settings.kafka_ssl_keyfile)
+    return ctx
+
+
 def security(settings: Settings) -> BaseSecurity | None:
+    """The FastStream broker's security (``make_broker``)."""
     proto = settings.kafka_security_protocol.upper()
     if proto == "PLAINTEXT":
         return None
-    ctx: ssl.SSLContext | None = None
-    if proto in ("SSL", "SASL_SSL"):
-        ctx = ssl.create_default_context(cafile=settings.kafka_ssl_cafile)
+    ctx = _ssl_context(settings)
     if proto == "SSL":
         return BaseSecurity(ssl_context=ctx, use_ssl=True)
     user, password = settings.kafka_sasl_username or "", settings.kafka_sasl_password or ""
@@ -74,7 +88,7 @@ async def ensure_topics(settings: Settings, topics: Topics) -> None:
         return
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.kafka_bootstrap_servers,
-        **_admin_security(settings),
+        **client_security(settings),
     )
     await admin.start()
     try:
@@ -106,13 +120,14 @@ async def ensure_topics(settings: Settings, topics: Topics) -> None:
         await admin.close()
 
 
-def _admin_security(settings: Settings) -> dict[str, Any]:
+def client_security(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments for every plain aiokafka client (admin, consumer, producer)."""
     proto = settings.kafka_security_protocol.upper()
     if proto == "PLAINTEXT":
         return {}
     out: dict[str, Any] = {"security_protocol": proto}
     if proto in ("SSL", "SASL_SSL"):
-        out["ssl_context"] = ssl.create_default_context(cafile=settings.kafka_ssl_cafile)
+        out["ssl_context"] = _ssl_context(settings)
     if proto.startswith("SASL"):
         out["sasl_mechanism"] = (settings.kafka_sasl_mechanism or "PLAIN").upper()
         out["sasl_plain_username"] = settings.kafka_sasl_username
@@ -135,7 +150,7 @@ async def assigned_consumer(
         max_partition_fetch_bytes=max_record_bytes(settings),
         fetch_max_bytes=max_record_bytes(settings) * 2,
         fetch_max_wait_ms=fetch_max_wait_ms,
-        **_admin_security(settings),
+        **client_security(settings),
     )
     await c.start()
     parts: set[int] | None = None

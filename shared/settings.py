@@ -25,12 +25,16 @@ class Settings(BaseSettings):
     kafka_sasl_mechanism: str | None = None  # PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512
     kafka_sasl_username: str | None = None
     kafka_sasl_password: str | None = None
-    kafka_ssl_cafile: str | None = None
+    kafka_ssl_cafile: str | None = None  # CA bundle for SSL / SASL_SSL (default: system CAs)
+    kafka_ssl_certfile: str | None = None  # client certificate (PEM) for mutual TLS
+    kafka_ssl_keyfile: str | None = None  # its private key (PEM), if not in the certfile
     mongodb_uri: str = Field(
         default="mongodb://127.0.0.1:27017/",
         validation_alias=AliasChoices("MONGODB_URI", "SESSION_CORE_MONGODB_URI"),
     )
     mongodb_database: str = "session_core"
+    mongodb_tls_ca_file: str | None = None  # set → TLS on, with this CA bundle
+    mongodb_tls_certificate_key_file: str | None = None  # client cert + key (PEM): mutual TLS
 
     # --- topics ----------------------------------------------------------------------
     topic_prefix: str = ""  # prepended to every topic name (test isolation, multi-tenancy)
@@ -46,8 +50,11 @@ class Settings(BaseSettings):
     # --- admission HTTP --------------------------------------------------------------
     http_host: str = "0.0.0.0"
     http_port: int = 8080
-    api_keys: str = ""  # comma-separated bearer keys; empty with auth_disabled=false refuses all
-    auth_disabled: bool = False
+    # comma-separated ``tenant:sha256hex`` entries (``session-core hash-key``), never plain keys;
+    # empty with auth_disabled=false refuses every request
+    api_keys: str = ""
+    auth_disabled: bool = False  # local use only: every request is tenant "default"
+    max_inflight_per_tenant: int = Field(default=256, ge=1)  # /v1 requests being handled; 429
     storage_reply_timeout_ms: int = 10_000  # the 504 budget while waiting for storage
     max_concurrent_waits: int = 256  # ?wait=true requests in flight before 429
 

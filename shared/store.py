@@ -15,13 +15,26 @@ from shared.settings import Settings
 Doc = dict[str, Any]
 
 
+def client_options(settings: Settings) -> dict[str, Any]:
+    """The client's keyword arguments. TLS may be set in ``MONGODB_URI`` (``tls=true``,
+    ``tlsCAFile=…``); ``mongodb_tls_ca_file`` / ``mongodb_tls_certificate_key_file`` turn it on
+    from settings instead, so a chart can mount the CA beside a URI kept in a Secret."""
+    opts: dict[str, Any] = {
+        "tz_aware": True,
+        "serverSelectionTimeoutMS": 5_000,
+        "appname": "session-core",
+    }
+    if settings.mongodb_tls_ca_file or settings.mongodb_tls_certificate_key_file:
+        opts["tls"] = True
+    if settings.mongodb_tls_ca_file:
+        opts["tlsCAFile"] = settings.mongodb_tls_ca_file
+    if settings.mongodb_tls_certificate_key_file:
+        opts["tlsCertificateKeyFile"] = settings.mongodb_tls_certificate_key_file
+    return opts
+
+
 def make_client(settings: Settings) -> AsyncMongoClient[Doc]:
-    return AsyncMongoClient(
-        settings.mongodb_uri,
-        tz_aware=True,
-        serverSelectionTimeoutMS=5_000,
-        appname="session-core",
-    )
+    return AsyncMongoClient(settings.mongodb_uri, **client_options(settings))
 
 
 def database(client: AsyncMongoClient[Doc], settings: Settings) -> AsyncDatabase[Doc]:

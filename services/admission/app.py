@@ -17,6 +17,7 @@ from services.admission.tails import ItemTail, ReplyTail
 from shared import records
 from shared.domain import errors
 from shared.domain.jsonbody import parse_json
+from shared.domain.tenancy import DEFAULT_TENANT, TENANT_RE, is_tenant
 from shared.kafka import ensure_topics, make_broker, max_record_bytes, publish, to_dlq
 from shared.logging import bound, get_logger
 from shared.service import raw_decoder
@@ -26,7 +27,7 @@ from shared.topics import topics_for
 
 log = get_logger(__name__)
 GROUP = "session-core-admission"
-ENVELOPE = ("op", "request_id", "session_id", "schema")
+ENVELOPE = ("op", "request_id", "session_id", "schema", "tenant")
 
 
 class AdmissionService:
@@ -77,13 +78,19 @@ class AdmissionService:
             return Answer.error(value)
         op = value.get("op")
         body = {k: v for k, v in value.items() if k not in ENVELOPE}
+        # Producers of session.input are trusted by Kafka ACLs: a record names its tenant, or
+        # belongs to the default tenant (docs/security.md).
+        tenant = value.get("tenant", DEFAULT_TENANT)
+        if not is_tenant(tenant):
+            return Answer.error(errors.invalid(
+                f"tenant must match {TENANT_RE.pattern}", "tenant"))
         if op == records.OP_CREATE:
-            return await self.admission.create_session(body)
+            return await self.admission.create_session(body, tenant=tenant)
         if op == records.OP_EVENT:
             sid = value.get("session_id")
             if not isinstance(sid, str):
                 return Answer.error(errors.invalid("session_id is required", "session_id"))
-            return await self.admission.add_event(sid, body)
+            return await self.admission.add_event(sid, body, tenant=tenant)
         return Answer.error(errors.invalid(
             "op must be 'sessions.create' or 'events.create'", "op"))
 

@@ -19,6 +19,7 @@ from shared.domain import admission as rules
 from shared.domain import errors
 from shared.domain.errors import ApiError
 from shared.domain.sessions import fingerprint
+from shared.domain.tenancy import DEFAULT_TENANT, create_idempotency_key
 from shared.ids import is_id, new_id
 from shared.kafka import now_rfc3339, publish
 from shared.logging import bound, get_logger
@@ -45,6 +46,15 @@ class Answer:
         return cls(err.status, err.body())
 
 
+@dataclass(frozen=True)
+class Profile:
+    """What admission needs of a stored Session; none of it ever changes."""
+
+    harness: str
+    placement: str
+    tenant: str
+
+
 def body_too_large(limit: int) -> ApiError:
     """413 for a body over ``max_body_bytes`` — one wording for HTTP and ``session.input`` (where
     the limit applies to the record value), so both entry points answer identically."""
@@ -68,12 +78,13 @@ class Admission:
         self.replies = replies
         self.items = items
         self.limits = rules.Limits.from_settings(settings)
-        # A Session's harness and placement never change and Sessions are never deleted, so
-        # what admission read once stays true: one store read per Session, not per event.
-        self.profiles: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        # A Session's harness, placement and tenant never change and Sessions are never
+        # deleted, so what admission read once stays true: one store read per Session, not per
+        # event.
+        self.profiles: OrderedDict[str, Profile] = OrderedDict()
 
     # ---- writes --------------------------------------------------------------------
-    async def create_session(self, body: Any) -> Answer:
+    async def create_session(self, body: Any, *, tenant: str) -> Answer:
         admitted = rules.validate_create(body, self.limits)
         if isinstance(admitted, ApiError):
             return Answer.error(admitted)
@@ -82,7 +93,8 @@ class Admission:
         fp = fingerprint({k: v for k, v in body.items() if k != "stream"})
         crid = rec.get("client_request_id")
         if crid:
-            prior = unpack(await self.db.idempotency.find_one({"_id": f"create:{crid}"}))
+            prior = unpack(await self.db.idempotency.find_one(
+                {"_id": create_idempotency_key(tenant, crid)}))
             if prior is not None:
                 return await self._repeat(prior, fp, 201, "client_request_id")
         session_id = new_id("session")
@@ -95,16 +107,16 @@ class Admission:
             "admitted_at": now_rfc3339(),
             "fingerprint": fp,
             **rec,
+            "tenant": tenant,
         }
         return await self._hand_over(record)
 
-    async def add_event(self, session_id: str, body: Any) -> Answer:
-        if not is_id(session_id, "session"):
-            return Answer.error(errors.invalid("malformed session id", "session_id"))
-        profile = await self._session_profile(session_id)
-        if profile is None:
-            return Answer.error(errors.not_found("no such Session", "session_id"))
-        admitted = rules.validate_event(body, profile[0], profile[1], self.limits)
+    async def add_event(self, session_id: str, body: Any, *, tenant: str
+                        ) -> Answer:
+        profile = await self._owned(session_id, tenant)
+        if isinstance(profile, ApiError):
+            return Answer.error(profile)
+        admitted = rules.validate_event(body, profile.harness, profile.placement, self.limits)
         if isinstance(admitted, ApiError):
             return Answer.error(admitted)
         rec = admitted.record()
@@ -132,6 +144,7 @@ class Admission:
             "admitted_at": now_rfc3339(),
             "fingerprint": fp,
             **rec,
+            "tenant": tenant,
         }
         if rec["event_type"] == records.EV_TOOL_RESULT:
             sub_fp = fingerprint(rec["submission"])
@@ -152,19 +165,31 @@ class Admission:
                 return Answer(202, stored, session_id=session_id)
         return await self._hand_over(record)
 
-    async def _session_profile(self, session_id: str) -> tuple[str, str] | None:
+    async def _owned(self, session_id: str, tenant: str) -> Profile | ApiError:
+        """The one gate of every path that names a Session: a malformed id is 400; a Session
+        that does not exist and one of another tenant are the same 404, so a tenant learns
+        nothing of others' Sessions."""
+        if not is_id(session_id, "session"):
+            return errors.invalid("malformed session id", "session_id")
+        profile = await self._session_profile(session_id)
+        if profile is None or profile.tenant != tenant:
+            return errors.not_found("no such Session", "session_id")
+        return profile
+
+    async def _session_profile(self, session_id: str) -> Profile | None:
         hit = self.profiles.get(session_id)
         if hit is not None:
             self.profiles.move_to_end(session_id)
             return hit
         doc = await self.db.sessions.find_one({"_id": session_id},
-                                              {"harness": 1, "placement": 1})
+                                              {"harness": 1, "placement": 1, "tenant": 1})
         if doc is None:
             return None
-        self.profiles[session_id] = (doc["harness"], doc["placement"])
+        profile = Profile(doc["harness"], doc["placement"], doc.get("tenant") or DEFAULT_TENANT)
+        self.profiles[session_id] = profile
         if len(self.profiles) > PROFILE_CACHE:
             self.profiles.popitem(last=False)
-        return self.profiles[session_id]
+        return profile
 
     async def _repeat(self, prior: Doc, fp: str, status: int, param: str) -> Answer:
         if prior.get("fingerprint") != fp:
@@ -208,9 +233,10 @@ class Admission:
                           turn_id=turn_id)
 
     # ---- reads ---------------------------------------------------------------------
-    async def get_session(self, session_id: str) -> Answer:
-        if not is_id(session_id, "session"):
-            return Answer.error(errors.invalid("malformed session id", "session_id"))
+    async def get_session(self, session_id: str, *, tenant: str) -> Answer:
+        owned = await self._owned(session_id, tenant)
+        if isinstance(owned, ApiError):
+            return Answer.error(owned)
         doc = unpack(await self.db.sessions.find_one({"_id": session_id}))
         if doc is None:
             return Answer.error(errors.not_found("no such Session", "session_id"))
@@ -229,9 +255,11 @@ class Admission:
         }
         return Answer(200, body)
 
-    async def list_items(self, session_id: str, after: int, limit: int) -> Answer:
-        if not is_id(session_id, "session"):
-            return Answer.error(errors.invalid("malformed session id", "session_id"))
+    async def list_items(self, session_id: str, after: int, limit: int,
+                         *, tenant: str) -> Answer:
+        owned = await self._owned(session_id, tenant)
+        if isinstance(owned, ApiError):
+            return Answer.error(owned)
         session = await self.db.sessions.find_one({"_id": session_id}, {"last_sequence": 1})
         if session is None:
             return Answer.error(errors.not_found("no such Session", "session_id"))
@@ -245,9 +273,11 @@ class Admission:
         }
         return Answer(200, body)
 
-    async def get_tool_result(self, session_id: str, call_id: str) -> Answer:
-        if not is_id(session_id, "session"):
-            return Answer.error(errors.invalid("malformed session id", "session_id"))
+    async def get_tool_result(self, session_id: str, call_id: str,
+                              *, tenant: str) -> Answer:
+        owned = await self._owned(session_id, tenant)
+        if isinstance(owned, ApiError):
+            return Answer.error(owned)
         call = unpack(await self.db.calls.find_one({"_id": f"{session_id}/{call_id}"}))
         if call is None:
             return Answer.error(errors.not_found("no such call in this Session", "call_id"))

@@ -10,13 +10,14 @@ from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.admission import openapi
 from services.admission.core import Admission, Answer, body_too_large
 from shared.domain import errors
 from shared.domain.jsonbody import parse_json
+from shared.domain.tenancy import DEFAULT_TENANT, ApiKeys, bearer
 from shared.ids import new_id
 from shared.logging import bound, get_logger
 from shared.settings import Settings
@@ -25,10 +26,18 @@ log = get_logger(__name__)
 
 REQUESTS = Counter("session_core_http_requests_total", "HTTP requests", ["route", "status"])
 LATENCY = Histogram("session_core_http_request_seconds", "HTTP latency", ["route"])
+INFLIGHT = Gauge("session_core_http_inflight_requests", "HTTP requests being handled",
+                 ["tenant"])
 
 
 def _json(answer: Answer) -> JSONResponse:
     return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)
+
+
+def _tenant(request: Request) -> str:
+    """The tenant the middleware authenticated (``default`` with auth disabled)."""
+    tenant: str = request.state.tenant
+    return tenant
 
 
 def _err(err: errors.ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -45,27 +54,47 @@ def build_http_app(
         version="1.0.0",
         description="Admits, stores, routes and confirms the input of AI-agent sessions.",
     )
-    keys = {k.strip() for k in settings.api_keys.split(",") if k.strip()}
+    keys = ApiKeys.parse(settings.api_keys)  # a malformed entry stops the service here
     waits = asyncio.Semaphore(settings.max_concurrent_waits)
+    # Requests of each tenant being handled now (docs/security.md, back-pressure).
+    inflight: dict[str, int] = {}
+    app.state.inflight = inflight
+
+    def tenant_of(request: Request) -> str | None:
+        if settings.auth_disabled:
+            return DEFAULT_TENANT
+        key = bearer(request.headers.get("authorization", ""))
+        return None if key is None else keys.tenant_of(key)
 
     @app.middleware("http")
     async def envelope(request: Request, call_next: Callable[[Request], Awaitable[Response]]
                        ) -> Response:
         rid = request.headers.get("x-request-id") or new_id("req")
-        route = request.scope.get("route")
         started = time.perf_counter()
         with bound(request_id=rid):
-            if request.url.path.startswith("/v1/") and not settings.auth_disabled:
-                auth = request.headers.get("authorization", "")
-                if not auth.startswith("Bearer ") or auth[7:] not in keys:
-                    resp: Response = JSONResponse(
-                        {"error": {"type": "unauthorized", "message":
-                                   "missing or wrong bearer API key", "param": None}},
-                        status_code=401,
-                    )
+            if not request.url.path.startswith("/v1/"):
+                resp = await call_next(request)  # probes and metrics: no key, no cap
+            else:
+                tenant = tenant_of(request)
+                if tenant is None:
                     REQUESTS.labels("auth", "401").inc()
-                    return resp
-            resp = await call_next(request)
+                    return _err(errors.ApiError(
+                        "unauthorized", "missing or wrong bearer API key", None))
+                request.state.tenant = tenant
+                if inflight.get(tenant, 0) >= settings.max_inflight_per_tenant:
+                    REQUESTS.labels("inflight", "429").inc()
+                    return _err(errors.ApiError(
+                        "rate_limited", "too many requests of this tenant in flight; retry "
+                        "after the time in Retry-After", None), {"Retry-After": "1"})
+                inflight[tenant] = inflight.get(tenant, 0) + 1
+                INFLIGHT.labels(tenant).inc()
+                try:
+                    resp = await call_next(request)
+                finally:
+                    INFLIGHT.labels(tenant).dec()
+                    inflight[tenant] -= 1
+                    if not inflight[tenant]:
+                        del inflight[tenant]
         route = request.scope.get("route")
         path = getattr(route, "path", "other")
         REQUESTS.labels(path, str(resp.status_code)).inc()
@@ -93,13 +122,13 @@ def build_http_app(
             return _err(body)
         adm = get_admission()
         if isinstance(body, dict) and body.get("stream") is True:
-            return await _stream_create(adm, body)
-        return _json(await adm.create_session(body))
+            return await _stream_create(adm, body, _tenant(request))
+        return _json(await adm.create_session(body, tenant=_tenant(request)))
 
-    async def _stream_create(adm: Admission, body: dict[str, Any]) -> Response:
+    async def _stream_create(adm: Admission, body: dict[str, Any], tenant: str) -> Response:
         # Validate and store first: an admission error is a plain JSON answer, never a stream.
         # Items published before the listener attaches come back from the store.
-        answer = await adm.create_session(body)
+        answer = await adm.create_session(body, tenant=tenant)
         if answer.status >= 300 or answer.session_id is None:
             return _json(answer)
         sid = answer.session_id
@@ -141,14 +170,14 @@ def build_http_app(
             return _err(body)
         adm = get_admission()
         if not wait:
-            return _json(await adm.add_event(session_id, body))
+            return _json(await adm.add_event(session_id, body, tenant=_tenant(request)))
         if waits.locked():
             return _err(errors.ApiError("rate_limited", "too many concurrent waits", None),
                         {"Retry-After": "1"})
         async with waits:
             q = adm.items.listen(session_id)
             try:
-                answer = await adm.add_event(session_id, body)
+                answer = await adm.add_event(session_id, body, tenant=_tenant(request))
                 if answer.status >= 300 or answer.turn_id is None:
                     return _json(answer)
                 return await _wait_turn(answer, q, timeout_ms / 1000)
@@ -189,8 +218,8 @@ def build_http_app(
                 return JSONResponse({**answer.body, "items": items}, status_code=200)
 
     @app.get("/v1/sessions/{session_id}")
-    async def get_session(session_id: str) -> Response:
-        return _json(await get_admission().get_session(session_id))
+    async def get_session(session_id: str, request: Request) -> Response:
+        return _json(await get_admission().get_session(session_id, tenant=_tenant(request)))
 
     @app.get("/v1/sessions/{session_id}/items")
     async def list_items(session_id: str, request: Request) -> Response:
@@ -201,11 +230,12 @@ def build_http_app(
         if not limit_raw.isdigit() or not 1 <= int(limit_raw) <= 1000:
             return _err(errors.invalid("limit must be an integer from 1 to 1000", "limit"))
         return _json(await get_admission().list_items(session_id, int(after_raw),
-                                                      int(limit_raw)))
+                                                      int(limit_raw), tenant=_tenant(request)))
 
     @app.get("/v1/sessions/{session_id}/tool_results/{call_id}")
-    async def get_tool_result(session_id: str, call_id: str) -> Response:
-        return _json(await get_admission().get_tool_result(session_id, call_id))
+    async def get_tool_result(session_id: str, call_id: str, request: Request) -> Response:
+        return _json(await get_admission().get_tool_result(session_id, call_id,
+                                                           tenant=_tenant(request)))
 
     @app.get("/healthz")
     async def healthz() -> Response:

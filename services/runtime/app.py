@@ -27,8 +27,8 @@ from services.runtime.harness import Emit, SimulatedHarness
 from services.runtime.switches import Switches
 from shared import records
 from shared.kafka import (
-    _admin_security,
     assigned_consumer,
+    client_security,
     decode,
     encode,
     ensure_topics,
@@ -108,7 +108,7 @@ class RuntimeService:
             enable_idempotence=True,
             linger_ms=2,
             max_request_size=max_record_bytes(settings),
-            **_admin_security(settings),
+            **client_security(settings),
         )
         self._out: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
@@ -135,7 +135,7 @@ class RuntimeService:
             max_partition_fetch_bytes=max_record_bytes(self.settings),
             fetch_max_bytes=max_record_bytes(self.settings) * 2,
             fetch_max_wait_ms=50,
-            **_admin_security(self.settings),
+            **client_security(self.settings),
         )
         await deliveries.start()
         self._consumers.append(deliveries)

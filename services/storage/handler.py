@@ -22,6 +22,7 @@ from shared.domain.sessions import (
     decide_message,
     decide_tool_result,
 )
+from shared.domain.tenancy import DEFAULT_TENANT, create_idempotency_key
 from shared.logging import bound, get_logger
 from shared.storecodec import item_key
 
@@ -76,6 +77,10 @@ def source_key(rec: Json) -> str:
     if rec["schema"] == records.ADMITTED:
         return f"req:{rec['request_id']}"
     return f"fact:{rec['fact_id']}"
+
+
+def _create_key(r: Json) -> str:
+    return create_idempotency_key(r.get("tenant") or DEFAULT_TENANT, r["client_request_id"])
 
 
 def _reply(request_id: str, err: errors.ApiError) -> Json:
@@ -141,7 +146,7 @@ class StorageHandler:
             if r["schema"] != records.ADMITTED:
                 continue
             if r.get("client_request_id"):
-                idem_keys.append(f"create:{r['client_request_id']}")
+                idem_keys.append(_create_key(r))
             if r.get("client_event_id"):
                 idem_keys.append(f"event:{r['session_id']}:{r['client_event_id']}")
             if r.get("event_type") == records.EV_TOOL_RESULT:
@@ -224,14 +229,15 @@ class StorageHandler:
             return decide_fact(state, r, now)
         rid = r["request_id"]
         if r["op"] == records.OP_CREATE:
-            crid = r.get("client_request_id")
-            if crid and f"create:{crid}" in idem:
-                self._duplicate(idem[f"create:{crid}"], r, out, 201)
+            if r.get("client_request_id") and _create_key(r) in idem:
+                self._duplicate(idem[_create_key(r)], r, out, 201)
                 return None
             if state is not None:  # the same request already decided under this session id
                 return None
             return decide_create(r, now)
-        if state is None:
+        if state is None or state.tenant != (r.get("tenant") or DEFAULT_TENANT):
+            # Admission already answered 404 for another tenant's Session; this guards the
+            # store against any other writer of session.admitted.
             out.replies.append(_reply(rid, errors.not_found("no such Session", "session_id")))
             return None
         ceid = r.get("client_event_id")

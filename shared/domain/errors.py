@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 ErrorType = Literal[
     "invalid_request",
+    "unauthorized",
     "unsupported_or_invalid_configuration",
     "not_found",
     "conflict",
@@ -18,6 +19,7 @@ ErrorType = Literal[
 
 STATUS: dict[str, int] = {
     "invalid_request": 400,
+    "unauthorized": 401,
     "unsupported_or_invalid_configuration": 400,
     "not_found": 404,
     "conflict": 409,

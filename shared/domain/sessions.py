@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from shared.domain.tenancy import DEFAULT_TENANT, create_idempotency_key
+
 Delivery = Literal["started", "steered", "resumed", "duplicate"]
 Json = dict[str, Any]
 
@@ -32,6 +34,7 @@ class SessionState:
     binding: Json | None = None
     metadata: Json | None = None
     open_calls: dict[str, str] = field(default_factory=dict)  # call_id → name
+    tenant: str = DEFAULT_TENANT  # the tenant of the key that created it; never changes
 
     def to_doc(self) -> Json:
         return {
@@ -47,6 +50,7 @@ class SessionState:
             "binding": self.binding,
             "metadata": self.metadata,
             "open_calls": dict(self.open_calls),
+            "tenant": self.tenant,
         }
 
     @classmethod
@@ -64,6 +68,7 @@ class SessionState:
             binding=doc.get("binding"),
             metadata=doc.get("metadata"),
             open_calls=dict(doc.get("open_calls") or {}),
+            tenant=doc.get("tenant") or DEFAULT_TENANT,
         )
 
 
@@ -194,6 +199,7 @@ def decide_create(record: Json, now: str) -> Decision:
         placement=record["placement"],
         created_at=now,
         metadata=copy.deepcopy(record.get("metadata")),
+        tenant=record.get("tenant") or DEFAULT_TENANT,
     )
     turn_id = ids.next("turn")
     b = _Builder(state, ids, now)
@@ -217,7 +223,8 @@ def decide_create(record: Json, now: str) -> Decision:
     d.stored = _stored_messages(state, record, turn_id, "start", msgs)
     if record.get("client_request_id"):
         d.idempotency.append(
-            _idempotency(f"create:{record['client_request_id']}", record, 201, body))
+            _idempotency(create_idempotency_key(state.tenant, record["client_request_id"]),
+                         record, 201, body))
     return d
 
 

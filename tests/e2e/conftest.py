@@ -24,6 +24,7 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from shared.domain.tenancy import key_entry
 from shared.kafka import encode
 from shared.settings import Settings
 from shared.topics import topics_for
@@ -112,7 +113,7 @@ def core(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Core]
         "SESSION_CORE_MONGODB_DATABASE": f"e{tag}",
         "SESSION_CORE_HTTP_PORT": str(port),
         "SESSION_CORE_HTTP_HOST": "127.0.0.1",
-        "SESSION_CORE_API_KEYS": API_KEY,
+        "SESSION_CORE_API_KEYS": key_entry("e2e", API_KEY),  # stored hashed
         "SESSION_CORE_TOPIC_PARTITIONS": "3",
         "SESSION_CORE_BINDING_WAIT_TIMEOUT_S": "20",
         "SESSION_CORE_RUNTIME_HEARTBEAT_TIMEOUT_S": "6",

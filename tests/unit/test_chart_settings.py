@@ -231,6 +231,10 @@ def test_rendered_chart_sets_every_setting() -> None:
         *refs,
         "--set=config.SESSION_CORE_KAFKA_SASL_MECHANISM=PLAIN",
         "--set=config.SESSION_CORE_KAFKA_SSL_CAFILE=/ca.pem",
+        "--set=config.SESSION_CORE_KAFKA_SSL_CERTFILE=/client.pem",
+        "--set=config.SESSION_CORE_KAFKA_SSL_KEYFILE=/client.key",
+        "--set=config.SESSION_CORE_MONGODB_TLS_CA_FILE=/mongo-ca.pem",
+        "--set=config.SESSION_CORE_MONGODB_TLS_CERTIFICATE_KEY_FILE=/mongo-client.pem",
     )
     (configmap,) = [d for d in docs if d["kind"] == "ConfigMap"]
     assert set(configmap["data"]) == set(PLAIN_ENV)

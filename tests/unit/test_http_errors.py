@@ -7,6 +7,7 @@ import httpx
 import pytest
 
 from services.admission.http import build_http_app
+from shared.domain.tenancy import key_entry
 from shared.settings import Settings
 
 
@@ -35,7 +36,8 @@ async def test_unknown_paths_and_methods(method: str, path: str, status: int, et
 
 @pytest.mark.parametrize("auth", [None, "Bearer wrong", "Basic abc", "Bearer "])
 async def test_bad_key_is_refused(auth: str | None) -> None:
-    app = build_http_app(Settings(api_keys="k1,k2"), _unused, _ready)  # type: ignore[arg-type]
+    keys = f"{key_entry('a', 'k1')},{key_entry('b', 'k2')}"
+    app = build_http_app(Settings(api_keys=keys), _unused, _ready)  # type: ignore[arg-type]
     headers = {"Authorization": auth} if auth else {}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://core") as c:
