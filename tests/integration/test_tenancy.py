@@ -156,6 +156,36 @@ async def test_the_same_client_request_id_in_two_tenants_makes_two_sessions(t: T
     assert docs[sid_a] == "acme" and docs[sid_b] == "beta"
 
 
+async def test_storage_refuses_another_tenants_event_that_bypassed_admission(
+        t: Tenants) -> None:
+    """Defence in depth: a ``session.admitted`` record naming another tenant is answered 404 by
+    storage itself and writes no Item."""
+    r = await t.a.post("/v1/sessions", json=_create("acme only"))
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    before = await store_counts(t.system.settings)
+    rid = f"req_{uuid.uuid4().hex}"
+    record = {"schema": records.ADMITTED, "op": records.OP_EVENT, "request_id": rid,
+              "session_id": sid, "event_id": f"evt_{uuid.uuid4().hex}",
+              "admitted_at": "2026-01-01T00:00:00.000Z", "fingerprint": "fp",
+              "event_type": records.EV_MESSAGE, "tenant": "beta",
+              "messages": [{"role": "user", "content": [{"type": "input_text", "text": "b"}]}]}
+    replies = t.system.admission.replies
+    fut = replies.expect(rid)
+    producer = AIOKafkaProducer(bootstrap_servers=t.system.settings.kafka_bootstrap_servers,
+                                acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(t.system.topics.session_admitted, encode(record),
+                                     key=sid.encode())
+        reply = await asyncio.wait_for(fut, 60)
+    finally:
+        replies.forget(rid)
+        await producer.stop()
+    assert (reply["status"], reply["body"]) == (404, NOT_FOUND)
+    assert await store_counts(t.system.settings) == before
+
+
 @pytest.mark.parametrize("auth", [None, "Bearer wrong-key", f"Basic {KEY_A}"])
 async def test_without_a_valid_key_nothing_is_admitted(t: Tenants, auth: str | None) -> None:
     before = await store_counts(t.system.settings)
