@@ -775,15 +775,38 @@ def ferretdb_component(opts: Options) -> Component:
     )
 
 
+def auth_off() -> bool:
+    return os.environ.get("SESSION_CORE_AUTH_DISABLED", "true").lower() in ("1", "true", "yes")
+
+
+def local_api_key(opts: Options) -> str | None:
+    """With auth on and no SESSION_CORE_API_KEYS of yours, the stack makes one local key for
+    tenant "default" (kept in <state-dir>/api-key, mode 0600) and gives the services only its
+    hashed entry (docs/security.md). None when auth is off or you set the keys yourself."""
+    if auth_off() or os.environ.get("SESSION_CORE_API_KEYS"):
+        return None
+    f = opts.state.root / "api-key"
+    if not f.exists():
+        opts.state.root.mkdir(parents=True, exist_ok=True)
+        f.write_text("sck_local_" + uuid.uuid4().hex + "\n")
+        f.chmod(0o600)
+    return f.read_text().strip()
+
+
 def service_env(opts: Options) -> dict[str, str]:
     env = {
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap(opts),
         "MONGODB_URI": mongodb_uri(opts),
         "SESSION_CORE_HTTP_PORT": str(opts.http_port),
         "SESSION_CORE_HTTP_HOST": os.environ.get("SESSION_CORE_HTTP_HOST", "127.0.0.1"),
-        "SESSION_CORE_AUTH_DISABLED": os.environ.get("SESSION_CORE_AUTH_DISABLED", "true"),
+        "SESSION_CORE_AUTH_DISABLED": "true" if auth_off() else "false",
         "PYTHONUNBUFFERED": "1",
     }
+    key = local_api_key(opts) if opts.with_services else None
+    if key is not None:
+        # the same entry format as `session-core hash-key default <key>`
+        env["SESSION_CORE_API_KEYS"] = "default:" + hashlib.sha256(key.encode()).hexdigest()
+        env["SESSION_CORE_API_KEY"] = key  # for the demo and the CLI this stack starts
     if opts.foreground:
         env.setdefault("SESSION_CORE_LOG_FORMAT", os.environ.get("SESSION_CORE_LOG_FORMAT",
                                                                  "console"))
@@ -963,15 +986,23 @@ def print_banner(opts: Options) -> None:
     print(f"  state dir       : {opts.state.root}  (logs in {opts.state.logs})")
     if opts.with_services:
         url = f"http://127.0.0.1:{opts.http_port}"
-        auth_off = service_env(opts)["SESSION_CORE_AUTH_DISABLED"].lower() in ("1", "true", "yes")
         print(f"  API             : {url}   (readiness: curl -fsS {url}/readyz)")
-        if auth_off:
+        key = local_api_key(opts)
+        if auth_off():
             print("  auth            : OFF (SESSION_CORE_AUTH_DISABLED=true, local use only) —"
                   " no Authorization header needed, e.g.")
             print(f"                    curl -fsS {url}/healthz")
+        elif key is not None:
+            print(f"  auth            : ON — local key of tenant 'default' (in "
+                  f"{opts.state.root / 'api-key'}):")
+            print(f"                    export SESSION_CORE_API_KEY={key}")
+            print(f"                    curl -fsS -H \"Authorization: Bearer {key}\" "
+                  f"{url}/v1/sessions/<session_id>")
         else:
-            print("  auth            : ON — send 'Authorization: Bearer <key>' with a key from"
-                  " SESSION_CORE_API_KEYS")
+            print("  auth            : ON — send 'Authorization: Bearer <key>' with a key whose"
+                  " entry is in your SESSION_CORE_API_KEYS")
+            print("                    (tenant:sha256hex entries; make one with"
+                  " `session-core hash-key <tenant>`)")
     print(f"  environment     : export KAFKA_BOOTSTRAP_SERVERS={bootstrap(opts)}"
           f" MONGODB_URI={mongodb_uri(opts)}")
     print()
