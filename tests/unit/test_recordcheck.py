@@ -3,7 +3,10 @@ is poison, with a reason code for the metric label."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
+import socket
 from typing import Any
 
 import pytest
@@ -18,6 +21,8 @@ from shared.domain.recordcheck import (
     Poison,
     accept,
 )
+from shared.health import serve_health
+from shared.kafka import DLQ_RECORDS, dlq_envelope
 
 SID = "session_" + "a" * 32
 GOOD: dict[str, dict[str, Any]] = {
@@ -100,3 +105,42 @@ def test_observation_optional_fields_are_typed_when_present() -> None:
     assert accept(_raw({**obs, "native": None}), frozenset({records.OBSERVATION})) is not None
     got = accept(_raw({**obs, "native": "text"}), frozenset({records.OBSERVATION}))
     assert isinstance(got, Poison) and got.code == INVALID_FIELDS
+
+
+def test_dlq_envelope_keeps_bytes_that_are_not_utf8() -> None:
+    raw, key = b"\xff\x00\xfe", b"\x80k"
+    env = dlq_envelope("a.topic", raw, Poison("undecodable", "x"), key=key, partition=3,
+                       offset=9)
+    assert base64.b64decode(env["value_b64"]) == raw and base64.b64decode(env["key_b64"]) == key
+    assert (env["partition"], env["offset"], env["reason"]) == (3, 9, "undecodable")
+    assert env["source_topic"] == "a.topic" and env["detail"] == "x"
+    json.dumps(env)  # the envelope itself is JSON
+
+
+async def test_health_server_serves_prometheus_metrics() -> None:
+    DLQ_RECORDS.labels("probe.topic", "undecodable").inc()
+
+    async def ready() -> bool:
+        return True
+
+    server = await serve_health(_free_port(), ready)
+    assert server is not None
+    port = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        data = await reader.read()
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"text/plain" in head
+    assert b'session_core_dlq_records_total{reason="undecodable",topic="probe.topic"}' in body
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
