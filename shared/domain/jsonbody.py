@@ -1,8 +1,9 @@
 """Parsing a request body, strictly, for every entry point: valid UTF-8 JSON, no duplicate
 object keys (which value would be "as sent"?), no unpaired surrogates (they cannot be stored as
-UTF-8), no NaN/Infinity, no nesting deeper than ``MAX_DEPTH`` (a stored document must stay within
-the store's nesting limit — MongoDB's is 100 levels — and a 10 000-deep body must not exhaust
-the parser's recursion). Errors are values (400 invalid_request)."""
+UTF-8), no NaN/Infinity, and a body nested so deeply that the parser runs out of recursion
+(10 000 levels) is a 400 like any malformed body, never a crash. How deep a *valid* body may nest
+is the content model's rule (``content.MAX_JSON_DEPTH``). Errors are values (400
+invalid_request)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from typing import Any
 from shared.domain.errors import ApiError, invalid, join_path
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-MAX_DEPTH = 32  # arrays/objects inside each other, the body itself being level 1
 
 
 class _Dup(ValueError):
@@ -72,10 +72,8 @@ def parse_json(raw: bytes) -> Any | ApiError:
         return invalid(f"duplicate key {exc.args[0]!r} in a JSON object", None)
     except ValueError as exc:
         return invalid(f"malformed JSON: {exc}", None)
-    except RecursionError:
-        return too_deep()
-    if depth(value) > MAX_DEPTH:
-        return too_deep()
+    except RecursionError:  # was an unhandled error: a 500 for a 10 000-deep body
+        return invalid("request is nested too deeply", None)
     # Valid UTF-8 cannot encode a surrogate, so one can only come from a \uD800–\uDFFF escape:
     # walk the value only when the text has one.
     p = bad_unicode_path(value) if _SURROGATE_ESCAPE.search(text) else None
@@ -83,25 +81,3 @@ def parse_json(raw: bytes) -> Any | ApiError:
         return invalid("text must be valid Unicode (unpaired surrogate)", p or None)
     return value
 
-
-def too_deep() -> ApiError:
-    return invalid(f"JSON nesting deeper than {MAX_DEPTH} levels", None)
-
-
-def depth(value: Any) -> int:
-    """How deep arrays and objects nest (0 for a scalar), without recursion."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        v, d = stack.pop()
-        if isinstance(v, dict):
-            children: Any = v.values()
-        elif isinstance(v, list):
-            children = v
-        else:
-            continue
-        deepest = max(deepest, d)
-        if d > MAX_DEPTH:
-            break  # already too deep: no need to look further
-        stack.extend((c, d + 1) for c in children if isinstance(c, (dict, list)))
-    return deepest
