@@ -436,6 +436,29 @@ async def _run(core: System, work: Callable[[Harness, str, int], None], name: st
 
 # ---- the tests ------------------------------------------------------------------------------
 
+async def test_the_audit_and_the_listener_do_see_a_connection() -> None:
+    """The detectors themselves: a blocking and an asyncio connection to the listener, and a
+    name lookup, are all seen (so the zeros in the runs below mean something)."""
+    listener = Listener()
+    audit = Audit(allowed_ports=set())
+    try:
+        with audited(audit):
+            socket.create_connection(("127.0.0.1", listener.port), timeout=5).close()
+            _, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+            writer.close()
+            with contextlib.suppress(OSError):
+                socket.getaddrinfo("fetch-me.invalid", 80)
+        for _ in range(50):
+            if listener.accepted >= 2:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        listener.close()
+    assert listener.accepted == 2
+    assert [a[1] for a in audit.outbound()] == [listener.port, listener.port]
+    assert "fetch-me.invalid" in audit.foreign_lookups()
+
+
 async def test_explicit_hostile_cases(core: System) -> None:
     def work(h: Harness, sid: str, port: int) -> None:
         ev = f"/v1/sessions/{sid}/events"
