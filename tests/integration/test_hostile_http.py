@@ -368,8 +368,13 @@ def event_bodies(urls: list[str]) -> st.SearchStrategy[Json]:
         optional={"output": st.one_of(st.text(max_size=20), st.lists(parts(urls), max_size=3),
                                       json_leaf),
                   "error": st.one_of(st.text(max_size=20), json_leaf)})
+    near_valid = st.fixed_dictionaries(
+        {"type": st.just("agent.session.input.message"),
+         "input": valid_ish_messages(urls).filter(lambda m: isinstance(m, list))},
+        optional={"client_event_id": st.uuids().map(str),
+                  "metadata": st.dictionaries(st.text(max_size=8), json_value, max_size=3)})
     other = st.dictionaries(st.text(max_size=8), json_value, max_size=4)
-    return st.one_of(message, result, other)
+    return st.one_of(near_valid, message, result, other)
 
 
 # ---- the fixture ----------------------------------------------------------------------------
