@@ -22,7 +22,7 @@ from pymongo.errors import AutoReconnect, ConnectionFailure, ServerSelectionTime
 from services.storage.handler import Outputs, StorageHandler, load_reply_items, record_to_inputs
 from services.storage.repository import StorageRepository
 from shared import records
-from shared.domain.recordcheck import INVALID_FIELDS, UNPROCESSABLE, Poison
+from shared.domain.recordcheck import UNPROCESSABLE, Poison
 from shared.kafka import (
     DeadLetters,
     broker_send,
@@ -109,7 +109,7 @@ class StorageService:
                     if not isinstance(inp.get("session_id"), str):
                         raise ValueError("record has no session_id")
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
-                await self.dlq.record(raw, Poison(INVALID_FIELDS, repr(exc)[:300]))
+                await self.dlq.record(raw, Poison(UNPROCESSABLE, repr(exc)[:300]))
                 continue
             for inp in found:
                 source[id(inp)] = raw
