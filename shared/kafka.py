@@ -5,10 +5,11 @@ commits only after its work is durable (AckPolicy.ACK at the subscriber)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import ssl
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +23,9 @@ from faststream.security import (
     SASLScram256,
     SASLScram512,
 )
+from prometheus_client import Counter
 
+from shared.domain.recordcheck import Poison
 from shared.logging import get_logger
 from shared.settings import Settings
 from shared.topics import Topics
@@ -195,19 +198,59 @@ async def publish(
     )
 
 
-async def to_dlq(
-    broker: KafkaBroker, topics: Topics, source_topic: str, raw: bytes, reason: str,
-    key: bytes | None = None,
-) -> None:
-    """An undecodable or unprocessable record goes to ``<topic>.dlq`` with the reason; the
-    consumer then moves on (a service never crash-loops on one record)."""
-    envelope = {
+DLQ_RECORDS = Counter(
+    "session_core_dlq_records_total",
+    "Records dead-lettered to <topic>.dlq, by source topic and reason code",
+    ["topic", "reason"],
+)
+Send = Callable[[str, bytes, bytes | None], Awaitable[Any]]
+
+
+def broker_send(broker: KafkaBroker) -> Send:
+    async def send(topic: str, value: bytes, key: bytes | None) -> Any:
+        return await broker.publish(value, topic=topic, key=key,
+                                    headers={"content-type": "application/json"})
+    return send
+
+
+class DeadLetters:
+    """The one way a record leaves its topic unprocessed: to ``<topic>.dlq`` with the reason,
+    the original bytes (value and key, base64, exactly as read), partition and offset, and one
+    increment of ``session_core_dlq_records_total{topic, reason}``. The consumer then moves on
+    (a service never crash-loops on one record)."""
+
+    def __init__(self, send: Send, topics: Topics) -> None:
+        self.send = send
+        self.topics = topics
+
+    async def record(self, r: Any, poison: Poison) -> None:
+        """A consumed record (aiokafka ``ConsumerRecord``) that is poison."""
+        await self.put(r.topic, r.value or b"", poison, key=r.key, partition=r.partition,
+                       offset=r.offset)
+
+    async def put(self, source_topic: str, raw: bytes, poison: Poison, *,
+                  key: bytes | None = None, partition: int | None = None,
+                  offset: int | None = None) -> None:
+        envelope = dlq_envelope(source_topic, raw, poison, key=key, partition=partition,
+                                offset=offset)
+        log.warning("dlq.record", source_topic=source_topic, reason=poison.code,
+                    detail=poison.detail, partition=partition, offset=offset)
+        await self.send(self.topics.dlq(source_topic), encode(envelope), key)
+        DLQ_RECORDS.labels(source_topic, poison.code).inc()
+
+
+def dlq_envelope(source_topic: str, raw: bytes, poison: Poison, *, key: bytes | None,
+                 partition: int | None, offset: int | None) -> dict[str, Any]:
+    return {
         "schema": "dlq.record/1",
         "source_topic": source_topic,
-        "reason": reason,
+        "partition": partition,
+        "offset": offset,
+        "reason": poison.code,
+        "detail": poison.detail,
         "failed_at": now_rfc3339(),
-        "key": key.decode("utf-8", "replace") if key else None,
-        "value": raw.decode("utf-8", "replace"),
+        "key": key.decode("utf-8", "replace") if key is not None else None,
+        "key_b64": base64.b64encode(key).decode() if key is not None else None,
+        "value_b64": base64.b64encode(raw).decode(),  # the original bytes, exactly
+        "value": raw.decode("utf-8", "replace"),  # for reading; may be lossy
     }
-    log.warning("dlq.record", source_topic=source_topic, reason=reason)
-    await broker.publish(encode(envelope), topic=topics.dlq(source_topic), key=key)

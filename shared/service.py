@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
 from typing import Any
 
 from aiokafka.structs import ConsumerRecord
-from faststream.kafka import KafkaBroker
 
-from shared.kafka import decode, to_dlq
+from shared.domain.recordcheck import Poison, accept
+from shared.kafka import DeadLetters
 from shared.logging import get_logger
-from shared.topics import Topics
 
 log = get_logger(__name__)
 
@@ -26,18 +25,19 @@ async def raw_decoder(msg: Any) -> Any:
 
 
 async def decode_batch(
-    broker: KafkaBroker, topics: Topics, raws: tuple[ConsumerRecord[bytes, bytes], ...] | Any
+    dlq: DeadLetters, raws: tuple[ConsumerRecord[bytes, bytes], ...] | Any,
+    schemas: Mapping[str, frozenset[str]],
 ) -> list[tuple[ConsumerRecord[bytes, bytes], dict[str, Any]]]:
+    """The records of a batch that are one of their topic's ``schemas``
+    (``shared.domain.recordcheck``);
+    every other one goes to its topic's DLQ, and the batch goes on without it."""
     if not isinstance(raws, tuple):
         raws = (raws,)
     out = []
     for r in raws:
-        try:
-            value = decode(r.value or b"")
-            if not isinstance(value, dict) or not isinstance(value.get("schema"), str):
-                raise ValueError("record is not a JSON object with a schema field")
-        except ValueError as exc:
-            await to_dlq(broker, topics, r.topic, r.value or b"", f"undecodable: {exc}", r.key)
+        value = accept(r.value or b"", schemas.get(r.topic, frozenset()))
+        if isinstance(value, Poison):
+            await dlq.record(r, value)
             continue
         out.append((r, value))
     return out

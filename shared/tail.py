@@ -9,7 +9,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from shared.kafka import assigned_consumer, decode
+from shared.domain.recordcheck import UNPROCESSABLE, Poison, accept
+from shared.kafka import DeadLetters, assigned_consumer
 from shared.logging import get_logger
 from shared.settings import Settings
 
@@ -19,13 +20,17 @@ log = get_logger(__name__)
 class Tail:
     """One topic read by this process alone (no consumer group), every record handed to
     ``dispatch``. ``at_end``: only what is published after ``start`` (answers, Items); else the
-    whole topic first (the compacted registry)."""
+    whole topic first (the compacted registry). Records that are not one of ``schemas``, or
+    that ``dispatch`` refuses with ``ValueError``/``KeyError``/``TypeError``, go to the DLQ."""
 
     at_end = True
 
-    def __init__(self, settings: Settings, topic: str) -> None:
+    def __init__(self, settings: Settings, topic: str, schemas: frozenset[str],
+                 dlq: DeadLetters) -> None:
         self.settings = settings
         self.topic = topic
+        self.schemas = schemas
+        self.dlq = dlq
         self.consumer: AIOKafkaConsumer | None = None
         self.task: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
@@ -42,17 +47,22 @@ class Tail:
                 batches = await self.consumer.getmany(timeout_ms=200)
                 for records in batches.values():
                     for r in records:
-                        try:
-                            value = decode(r.value or b"")
-                        except ValueError:
-                            continue
-                        if isinstance(value, dict):
-                            self.dispatch(value)
+                        await self._one(r)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("tail.error", topic=self.topic)
                 await asyncio.sleep(0.5)
+
+    async def _one(self, r: Any) -> None:
+        value = accept(r.value or b"", self.schemas)
+        if isinstance(value, Poison):
+            await self.dlq.record(r, value)
+            return
+        try:
+            self.dispatch(value)
+        except (KeyError, TypeError, ValueError) as exc:
+            await self.dlq.record(r, Poison(UNPROCESSABLE, repr(exc)[:300]))
 
     def dispatch(self, value: dict[str, Any]) -> None:  # overridden
         raise NotImplementedError

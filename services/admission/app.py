@@ -17,8 +17,16 @@ from services.admission.tails import ItemTail, ReplyTail
 from shared import records
 from shared.domain import errors
 from shared.domain.jsonbody import parse_json
+from shared.domain.recordcheck import INVALID_FIELDS, UNDECODABLE, Poison
 from shared.domain.tenancy import DEFAULT_TENANT, TENANT_RE, is_tenant
-from shared.kafka import ensure_topics, make_broker, max_record_bytes, publish, to_dlq
+from shared.kafka import (
+    DeadLetters,
+    broker_send,
+    ensure_topics,
+    make_broker,
+    max_record_bytes,
+    publish,
+)
 from shared.logging import bound, get_logger
 from shared.service import raw_decoder
 from shared.settings import Settings
@@ -37,8 +45,9 @@ class AdmissionService:
         self.broker: KafkaBroker = make_broker(settings, "session-core-admission")
         self.client = make_client(settings)
         self.db = database(self.client, settings)
-        self.replies = ReplyTail(settings, self.topics.storage_replies)
-        self.items = ItemTail(settings, self.topics.session_items)
+        self.dlq = DeadLetters(broker_send(self.broker), self.topics)
+        self.replies = ReplyTail(settings, self.topics.storage_replies, self.dlq)
+        self.items = ItemTail(settings, self.topics.session_items, self.dlq)
         self.admission = Admission(settings, self.topics, self.broker, self.db, self.replies,
                                    self.items)
         self.http = build_http_app(settings, lambda: self.admission, self.ready)
@@ -54,16 +63,20 @@ class AdmissionService:
         )(self.on_input)
 
     async def on_input(self, body: Any, msg: KafkaMessage) -> None:
-        """One ``session.input`` record → the same answer the HTTP API would give."""
+        """One ``session.input`` record → the same answer the HTTP API would give. A record
+        that cannot be answered (not JSON, not an object, no string ``request_id``) is poison;
+        one that can is answered, with a 400 when it is not a valid request."""
         raw: Any = msg.raw_message
         value = parse_json(raw.value or b"")
-        rid = None
-        if isinstance(value, dict) and isinstance(value.get("request_id"), str):
-            rid = value["request_id"]
-        if rid is None:
-            await to_dlq(self.broker, self.topics, raw.topic, raw.value or b"",
-                         "no request_id: the answer could not be addressed", raw.key)
+        if isinstance(value, errors.ApiError):
+            await self.dlq.record(raw, Poison(UNDECODABLE, value.message))
             return
+        if not isinstance(value, dict) or not isinstance(value.get("request_id"), str):
+            await self.dlq.record(raw, Poison(
+                UNDECODABLE if not isinstance(value, dict) else INVALID_FIELDS,
+                "no string request_id: the answer could not be addressed"))
+            return
+        rid = value["request_id"]
         with bound(request_id=rid):
             if len(raw.value or b"") > self.settings.max_body_bytes:
                 answer = Answer.error(body_too_large(self.settings.max_body_bytes))
@@ -73,9 +86,7 @@ class AdmissionService:
                           {"schema": records.INPUT_RESULT, "request_id": rid,
                            "status": answer.status, "body": answer.body}, rid)
 
-    async def answer_input(self, value: Any) -> Answer:
-        if isinstance(value, errors.ApiError):
-            return Answer.error(value)
+    async def answer_input(self, value: dict[str, Any]) -> Answer:
         op = value.get("op")
         body = {k: v for k, v in value.items() if k not in ENVELOPE}
         # Producers of session.input are trusted by Kafka ACLs: a record names its tenant, or

@@ -9,13 +9,15 @@ import asyncio
 from collections import defaultdict
 from typing import Any
 
+from shared import records
+from shared.kafka import DeadLetters
 from shared.settings import Settings
 from shared.tail import Tail
 
 
 class ReplyTail(Tail):
-    def __init__(self, settings: Settings, topic: str) -> None:
-        super().__init__(settings, topic)
+    def __init__(self, settings: Settings, topic: str, dlq: DeadLetters) -> None:
+        super().__init__(settings, topic, frozenset({records.STORAGE_REPLY}), dlq)
         self.waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
 
     def expect(self, request_id: str) -> asyncio.Future[dict[str, Any]]:
@@ -35,8 +37,8 @@ class ReplyTail(Tail):
 class ItemTail(Tail):
     """Fans Items out to local listeners by session_id (SSE streams, waits)."""
 
-    def __init__(self, settings: Settings, topic: str) -> None:
-        super().__init__(settings, topic)
+    def __init__(self, settings: Settings, topic: str, dlq: DeadLetters) -> None:
+        super().__init__(settings, topic, frozenset({records.ITEM}), dlq)
         self.listeners: dict[str, set[asyncio.Queue[dict[str, Any]]]] = defaultdict(set)
 
     def listen(self, session_id: str) -> asyncio.Queue[dict[str, Any]]:

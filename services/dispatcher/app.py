@@ -19,13 +19,21 @@ from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
 from pymongo import ASCENDING
 
-from services.dispatcher.registry import RegistryTail, drain_rejected
+from services.dispatcher.registry import RegistryTail
 from shared import records
 from shared.domain import delivery as wire
 from shared.domain.binding import RuntimeInfo, check_delivery, choose, is_alive
 from shared.domain.harness import PROFILES
+from shared.domain.recordcheck import UNPROCESSABLE, Poison
 from shared.ids import new_id
-from shared.kafka import encode, ensure_topics, make_broker, max_record_bytes, publish, to_dlq
+from shared.kafka import (
+    DeadLetters,
+    broker_send,
+    ensure_topics,
+    make_broker,
+    max_record_bytes,
+    publish,
+)
 from shared.logging import bound, get_logger
 from shared.service import decode_batch, raw_decoder
 from shared.settings import Settings
@@ -49,7 +57,11 @@ class DispatcherService:
         self.client = make_client(settings)
         self.db = database(self.client, settings)
         self.instance = new_id("rt").replace("rt_", "dsp_")
-        self.registry = RegistryTail(settings, self.topics.runtime_registrations, self._changed)
+        self.dlq = DeadLetters(broker_send(self.broker), self.topics)
+        self.schemas = {self.topics.session_stored: frozenset({records.STORED}),
+                        self.topics.runtime_observations: frozenset({records.OBSERVATION})}
+        self.registry = RegistryTail(settings, self.topics.runtime_registrations, self._changed,
+                                     self.dlq)
         self.lock = asyncio.Lock()  # one decision at a time per replica
         self.wake = asyncio.Event()
         self.sweeper: asyncio.Task[None] | None = None
@@ -101,17 +113,17 @@ class DispatcherService:
 
     # ---- consumers --------------------------------------------------------------------
     async def on_stored(self, body: Any, msg: KafkaMessage) -> None:
-        for raw, rec in await decode_batch(self.broker, self.topics, msg.raw_message):
-            if rec.get("schema") != records.STORED:
-                await to_dlq(self.broker, self.topics, raw.topic, raw.value or b"",
-                             f"unexpected schema {rec.get('schema')!r}", raw.key)
-                continue
+        for raw, rec in await decode_batch(self.dlq, msg.raw_message, self.schemas):
             with bound(session_id=rec.get("session_id"), turn_id=rec.get("turn_id")):
                 async with self.lock:
-                    await self.accept(rec)
+                    try:
+                        await self.accept(rec)
+                    except (KeyError, TypeError, AttributeError) as exc:
+                        # a record of the right schema this code cannot use: not retried
+                        await self.dlq.record(raw, Poison(UNPROCESSABLE, repr(exc)[:300]))
 
     async def on_observation(self, body: Any, msg: KafkaMessage) -> None:
-        for _raw, rec in await decode_batch(self.broker, self.topics, msg.raw_message):
+        for _raw, rec in await decode_batch(self.dlq, msg.raw_message, self.schemas):
             refusal = rec.get("refusal")
             sid = rec.get("session_id")
             if isinstance(refusal, dict) and isinstance(sid, str):
@@ -282,7 +294,6 @@ class DispatcherService:
                 await asyncio.wait_for(self.wake.wait(), 1.0)
             self.wake.clear()
             try:
-                await drain_rejected(self.registry, self._dlq_registration)
                 if await self._hold_lease():
                     async with self.lock:
                         await self.sweep()
@@ -290,10 +301,6 @@ class DispatcherService:
                 raise
             except Exception:
                 log.exception("dispatcher.sweep_failed")
-
-    async def _dlq_registration(self, value: Doc, reason: str) -> None:
-        await to_dlq(self.broker, self.topics, self.topics.runtime_registrations, encode(value),
-                     reason)
 
     async def _hold_lease(self) -> bool:
         now = time.time()

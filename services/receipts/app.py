@@ -35,7 +35,14 @@ from shared.domain.receipts import (
     match_observation,
     part_keys,
 )
-from shared.kafka import ensure_topics, make_broker, max_record_bytes, publish
+from shared.kafka import (
+    DeadLetters,
+    broker_send,
+    ensure_topics,
+    make_broker,
+    max_record_bytes,
+    publish,
+)
 from shared.logging import bound, get_logger
 from shared.service import decode_batch, raw_decoder
 from shared.settings import Settings
@@ -77,6 +84,9 @@ class ReceiptService:
         self.broker: KafkaBroker = make_broker(settings, "session-core-receipts")
         self.client = make_client(settings)
         self.db = database(self.client, settings)
+        self.dlq = DeadLetters(broker_send(self.broker), self.topics)
+        self.schemas = {self.topics.runtime_deliveries: frozenset({records.DELIVERY}),
+                        self.topics.runtime_observations: frozenset({records.OBSERVATION})}
         self.calls: dict[Key, CallRecord] = {}
         self.by_session: dict[str, set[str]] = defaultdict(set)
         self.deadlines: DeadlineQueue[Key] = DeadlineQueue()
@@ -163,7 +173,7 @@ class ReceiptService:
     # ---- deliveries open the window ---------------------------------------------------------
     async def on_deliveries(self, body: Any, msg: KafkaMessage) -> None:
         batch = [(rec, raw.timestamp / 1000.0)
-                 for raw, rec in await decode_batch(self.broker, self.topics, msg.raw_message)
+                 for raw, rec in await decode_batch(self.dlq, msg.raw_message, self.schemas)
                  if rec.get("kind") == "function_result"]
         if batch:
             await self.open_calls(batch)
@@ -237,7 +247,7 @@ class ReceiptService:
 
     # ---- observations decide -------------------------------------------------------------
     async def on_observations(self, body: Any, msg: KafkaMessage) -> None:
-        for raw, rec in await decode_batch(self.broker, self.topics, msg.raw_message):
+        for raw, rec in await decode_batch(self.dlq, msg.raw_message, self.schemas):
             await self.observe(rec, time.time(), observed_ts=raw.timestamp / 1000.0)
 
     async def observe(self, obs: Doc, now: float, observed_ts: float | None = None) -> None:

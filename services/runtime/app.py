@@ -26,10 +26,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from services.runtime.harness import Emit, SimulatedHarness
 from services.runtime.switches import Switches
 from shared import records
+from shared.domain.recordcheck import UNPROCESSABLE, Poison, accept
 from shared.kafka import (
+    DeadLetters,
     assigned_consumer,
     client_security,
-    decode,
     encode,
     ensure_topics,
     max_record_bytes,
@@ -116,6 +117,15 @@ class RuntimeService:
         self._timers: list[asyncio.TimerHandle] = []
         self.ready = asyncio.Event()
         self.published = 0
+        self.dlq = DeadLetters(self._send, self.topics)
+
+    async def _send(self, topic: str, value: bytes, key: bytes | None) -> Any:
+        return await self.producer.send_and_wait(topic, value, key=key)
+
+    def _mine(self, key: bytes | None) -> bool:
+        """Deliveries and control records are keyed by runtime_id: of a poison record, only
+        the Runtime it is addressed to dead-letters it (every Runtime reads the whole topic)."""
+        return key == self.config.runtime_id.encode()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -202,7 +212,7 @@ class RuntimeService:
                 handled = 0
                 for recs in batches.values():
                     for r in recs:
-                        handled += self._handle_raw(r.value or b"")
+                        handled += await self._handle_raw(r)
                 if batches:
                     await self._out.join()  # observations out before the offsets move on
                     await self.producer.flush()
@@ -215,15 +225,13 @@ class RuntimeService:
                 log.exception("runtime.deliveries_error")
                 await asyncio.sleep(0.5)
 
-    def _handle_raw(self, raw: bytes) -> int:
-        try:
-            value = decode(raw)
-        except ValueError:
-            log.warning("delivery.undecodable")
+    async def _handle_raw(self, r: Any) -> int:
+        value = accept(r.value or b"", frozenset({records.DELIVERY}))
+        if isinstance(value, Poison):
+            if self._mine(r.key):
+                await self.dlq.record(r, value)
             return 0
-        if not isinstance(value, dict) or value.get("schema") != records.DELIVERY:
-            return 0
-        if value.get("runtime_id") != self.config.runtime_id:
+        if value["runtime_id"] != self.config.runtime_id:
             return 0
         with bound(session_id=value.get("session_id"), delivery_id=value.get("delivery_id"),
                    call_id=value.get("call_id")):
@@ -282,7 +290,7 @@ class RuntimeService:
             batches = await c.getmany(timeout_ms=200)
             for recs in batches.values():
                 for r in recs:
-                    self._apply_control(r.value or b"")
+                    await self._apply_control(r)
 
     async def _control(self, c: AIOKafkaConsumer) -> None:
         while True:
@@ -291,7 +299,7 @@ class RuntimeService:
                 changed = False
                 for recs in batches.values():
                     for r in recs:
-                        changed |= self._apply_control(r.value or b"")
+                        changed |= await self._apply_control(r)
                 if changed:
                     await self.register()
             except asyncio.CancelledError:
@@ -300,20 +308,15 @@ class RuntimeService:
                 log.exception("runtime.control_error")
                 await asyncio.sleep(0.5)
 
-    def _apply_control(self, raw: bytes) -> bool:
-        try:
-            value = decode(raw)
-        except ValueError:
+    async def _apply_control(self, r: Any) -> bool:
+        value = accept(r.value or b"", frozenset({records.CONTROL}))
+        if isinstance(value, Poison):
+            if self._mine(r.key):
+                await self.dlq.record(r, value)
             return False
-        if not isinstance(value, dict) or value.get("schema") != records.CONTROL:
+        if value["runtime_id"] != self.config.runtime_id:
             return False
-        if value.get("runtime_id") != self.config.runtime_id:
-            return False
-        changes = value.get("set")
-        if not isinstance(changes, dict):
-            log.warning("control.ignored", reason="no 'set' object")
-            return False
-        changes = dict(changes)
+        changes = dict(value["set"])
         status = changes.pop("status", None)
         try:
             switches = self.harness.switches.updated(changes)
@@ -321,6 +324,7 @@ class RuntimeService:
                 raise ValueError(f"status must be ready or draining, got {status!r}")
         except ValueError as exc:
             log.warning("control.ignored", reason=str(exc))
+            await self.dlq.record(r, Poison(UNPROCESSABLE, str(exc)[:300]))
             return False
         self.harness.set_switches(switches)
         if status is not None:

@@ -120,15 +120,28 @@ def settings_from_args(args: argparse.Namespace, base: Settings | None = None) -
 
 
 async def run(settings: Settings, config: RuntimeConfig) -> None:
+    from shared.health import serve_health
     from shared.service import run_until_stopped
 
     svc = RuntimeService(settings, config)
+    health: asyncio.AbstractServer | None = None
+
+    async def ready() -> bool:
+        return svc.ready.is_set()
 
     async def start() -> None:
+        nonlocal health
         await svc.start()
+        # /healthz, /readyz and /metrics (its DLQ count) when SESSION_CORE_HEALTH_PORT is set
+        health = await serve_health(settings.health_port, ready)
         print(json.dumps(registration(config, svc.harness, svc.status)), flush=True)
 
-    await run_until_stopped(start, svc.stop)
+    async def stop() -> None:
+        if health is not None:
+            health.close()
+        await svc.stop()
+
+    await run_until_stopped(start, stop)
 
 
 def main(argv: list[str] | None = None) -> None:

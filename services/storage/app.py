@@ -22,13 +22,15 @@ from pymongo.errors import AutoReconnect, ConnectionFailure, ServerSelectionTime
 from services.storage.handler import Outputs, StorageHandler, load_reply_items, record_to_inputs
 from services.storage.repository import StorageRepository
 from shared import records
+from shared.domain.recordcheck import UNPROCESSABLE, Poison
 from shared.kafka import (
+    DeadLetters,
+    broker_send,
     encode,
     ensure_topics,
     make_broker,
     max_record_bytes,
     now_rfc3339,
-    to_dlq,
 )
 from shared.logging import get_logger
 from shared.service import decode_batch, raw_decoder
@@ -66,6 +68,12 @@ class StorageService:
             settings.image_chunk_bytes,
         )
         self.handler = StorageHandler(self.repo, now_rfc3339)
+        self.dlq = DeadLetters(broker_send(self.broker), self.topics)
+        self.schemas = {
+            self.topics.session_admitted: frozenset({records.ADMITTED}),
+            self.topics.core_facts: frozenset({records.FACT}),
+            self.topics.runtime_observations: frozenset({records.OBSERVATION}),
+        }
         self.broker.subscriber(
             self.topics.session_admitted,
             self.topics.core_facts,
@@ -91,8 +99,9 @@ class StorageService:
             raise
 
     async def _on_batch(self, msg: KafkaMessage) -> None:
-        decoded = await decode_batch(self.broker, self.topics, msg.raw_message)
+        decoded = await decode_batch(self.dlq, msg.raw_message, self.schemas)
         inputs = []
+        source: dict[int, Any] = {}  # id(input) → the record it came from
         for raw, rec in decoded:
             try:
                 found = record_to_inputs(rec)
@@ -100,9 +109,10 @@ class StorageService:
                     if not isinstance(inp.get("session_id"), str):
                         raise ValueError("record has no session_id")
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
-                await to_dlq(self.broker, self.topics, raw.topic, raw.value or b"",
-                             f"unprocessable: {exc!r}", raw.key)
+                await self.dlq.record(raw, Poison(UNPROCESSABLE, repr(exc)[:300]))
                 continue
+            for inp in found:
+                source[id(inp)] = raw
             inputs.extend(found)
         try:
             out = await self.handler.handle(inputs)
@@ -121,9 +131,8 @@ class StorageService:
                     raise
                 except Exception as exc:
                     self.handler.invalidate()
-                    await to_dlq(self.broker, self.topics, self.topics.session_admitted,
-                                 encode(inp), f"processing failed: {exc!r}",
-                                 str(inp.get("session_id")).encode())
+                    await self.dlq.record(source[id(inp)], Poison(
+                        UNPROCESSABLE, f"processing failed: {exc!r}"[:300]))
                     continue
                 out.items += one.items
                 out.stored += one.stored

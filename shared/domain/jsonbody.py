@@ -1,6 +1,9 @@
 """Parsing a request body, strictly, for every entry point: valid UTF-8 JSON, no duplicate
 object keys (which value would be "as sent"?), no unpaired surrogates (they cannot be stored as
-UTF-8), no NaN/Infinity. Errors are values (400 invalid_request)."""
+UTF-8), no NaN/Infinity, and a body nested so deeply that the parser runs out of recursion
+(10 000 levels) is a 400 like any malformed body, never a crash. How deep a *valid* body may nest
+is the content model's rule (``content.MAX_JSON_DEPTH``). Errors are values (400
+invalid_request)."""
 
 from __future__ import annotations
 
@@ -69,9 +72,12 @@ def parse_json(raw: bytes) -> Any | ApiError:
         return invalid(f"duplicate key {exc.args[0]!r} in a JSON object", None)
     except ValueError as exc:
         return invalid(f"malformed JSON: {exc}", None)
+    except RecursionError:  # was an unhandled error: a 500 for a 10 000-deep body
+        return invalid("request is nested too deeply", None)
     # Valid UTF-8 cannot encode a surrogate, so one can only come from a \uD800–\uDFFF escape:
     # walk the value only when the text has one.
     p = bad_unicode_path(value) if _SURROGATE_ESCAPE.search(text) else None
     if p is not None:
         return invalid("text must be valid Unicode (unpaired surrogate)", p or None)
     return value
+

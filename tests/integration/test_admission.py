@@ -280,7 +280,8 @@ async def test_rejected_requests_answer_exactly_and_write_nothing(core: Core) ->
         assert (answer["status"], answer["body"]) == (r.status_code, r.json()), row.name
 
     # malformed JSON: HTTP answers 400 with the exact error; over session.input the record
-    # cannot carry a request_id, so it goes to the DLQ with its reason (and is not admitted).
+    # cannot carry a request_id, so it goes to the DLQ with its reason (and is not admitted):
+    # the reason code ``undecodable`` and the parser's detail (docs/reliability.md).
     m = markers["malformed JSON"] = uuid.uuid4().hex
     raw = b'{"harness": "codex", "placement": "none", "input": "marker ' + m.encode() + b'",'
     r = await http.post("/v1/sessions", content=raw,
@@ -295,7 +296,8 @@ async def test_rejected_requests_answer_exactly_and_write_nothing(core: Core) ->
         if any(m in d["value"] for d in dlq):
             break
         await asyncio.sleep(0.1)
-    assert any(m in d["value"] and "request_id" in d["reason"] for d in dlq), dlq
+    assert any(m in d["value"] and d["reason"] == "undecodable"
+               and d["detail"].startswith("malformed JSON") for d in dlq), dlq
 
     # the call the rejected result named is still open
     r = await http.get(f"/v1/sessions/{core.claude_sid}/tool_results/{CALL_ID}")

@@ -70,7 +70,11 @@ class ItemCollector:
     async def _run(self) -> None:
         assert self.consumer is not None
         async for r in self.consumer:
-            item = decode(r.value)
+            try:
+                item = decode(r.value)
+                item["session_id"]
+            except (ValueError, TypeError, KeyError):
+                continue  # a poison record (tests put some there): not an Item
             async with self.changed:
                 self.by_session[item["session_id"]].append(item)
                 self.changed.notify_all()

@@ -66,3 +66,17 @@ def test_rejects_exactly_the_values_with_unpaired_surrogates(v: object) -> None:
         assert isinstance(got, ApiError) and "surrogate" in got.message
     else:
         assert got == decoded
+
+
+# ---- nesting depth (issue 10: hostile HTTP input) ----------------------------------------------
+
+@pytest.mark.parametrize("raw", [
+    b"[" * 10_000 + b"]" * 10_000,  # exhausted the parser's recursion: was a 500
+    b'{"a":' * 10_000 + b"1" + b"}" * 10_000,
+    b'{"metadata":' + b"[" * 5_000 + b"]" * 5_000 + b"}",
+])
+def test_a_body_too_deep_for_the_parser_is_a_400_not_a_crash(raw: bytes) -> None:
+    err = parse_json(raw)
+    assert isinstance(err, ApiError)
+    assert err.status == 400 and err.type == "invalid_request"
+    assert "nested too deeply" in err.message

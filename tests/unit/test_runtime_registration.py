@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
+from types import SimpleNamespace
 
 from services.runtime.app import (
     RuntimeConfig,
@@ -13,7 +16,7 @@ from services.runtime.app import (
 )
 from services.runtime.harness import SimulatedHarness
 from services.runtime.switches import Switches
-from shared.kafka import encode
+from shared.kafka import DeadLetters, encode
 from shared.settings import Settings
 
 RT = "rt_" + "c" * 32
@@ -36,21 +39,44 @@ def test_consumer_group_is_per_runtime() -> None:
     assert consumer_group(RT) == f"session-core-runtime-{RT}"
 
 
+def _rec(value: bytes, key: str = RT, offset: int = 0) -> SimpleNamespace:
+    return SimpleNamespace(topic="runtime.control", partition=0, offset=offset,
+                           key=key.encode(), value=value)
+
+
 def test_control_records_change_switches_and_status() -> None:
     async def go() -> None:
         svc = RuntimeService(Settings(), RuntimeConfig(runtime_id=RT, harness="codex"))
-        assert svc._apply_control(encode(control_record(RT, {"replay": True,
-                                                            "status": "draining"})))
+        sent: list[tuple[str, bytes, bytes | None]] = []
+
+        async def send(topic: str, value: bytes, key: bytes | None) -> None:
+            sent.append((topic, value, key))
+
+        svc.dlq = DeadLetters(send, svc.topics)
+        assert await svc._apply_control(_rec(encode(control_record(
+            RT, {"replay": True, "status": "draining"}))))
         assert svc.harness.switches.active() == {"replay": True}
         assert svc.status == "draining"
-        # other runtimes, bad values, wrong schema: ignored, nothing applied
-        assert not svc._apply_control(encode(control_record("rt_" + "d" * 32,
-                                                            {"drop_image": True})))
-        assert not svc._apply_control(encode(control_record(RT, {"replay": "maybe",
-                                                                 "drop_image": True})))
-        assert not svc._apply_control(encode({"schema": "x", "runtime_id": RT,
-                                              "set": {"drop_image": True}}))
-        assert not svc._apply_control(b"not json")
+        assert sent == []
+        # other runtimes: not this one's business, nothing applied, nothing dead-lettered
+        other = "rt_" + "d" * 32
+        assert not await svc._apply_control(_rec(encode(control_record(
+            other, {"drop_image": True})), key=other))
+        assert not await svc._apply_control(_rec(b"not json", key=other))
+        assert sent == []
+        # bad values, wrong schema, not JSON, addressed to this runtime: dead-lettered
+        bad = [encode(control_record(RT, {"replay": "maybe", "drop_image": True})),
+               encode({"schema": "x", "runtime_id": RT, "set": {"drop_image": True}}),
+               encode({"schema": "runtime.control/1", "runtime_id": RT, "set": []}),
+               b"not json"]
+        for n, raw in enumerate(bad):
+            assert not await svc._apply_control(_rec(raw, offset=n))
         assert svc.harness.switches.active() == {"replay": True}
+        assert [t for t, _, _ in sent] == ["runtime.control.dlq"] * 4
+        envelopes = [json.loads(v) for _, v, _ in sent]
+        assert [base64.b64decode(e["value_b64"]) for e in envelopes] == bad
+        assert [e["offset"] for e in envelopes] == [0, 1, 2, 3]
+        assert [e["reason"] for e in envelopes] == [
+            "unprocessable", "unexpected_schema", "invalid_fields", "undecodable"]
 
     asyncio.run(go())

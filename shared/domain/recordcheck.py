@@ -1,0 +1,120 @@
+"""What a consumer accepts from a topic, once, as data: for every record schema, the fields a
+consumer reads without checking and their JSON types. A record that is not a JSON object, has no
+``schema`` string, has a schema the topic does not carry, or misses / mistypes a required field
+is *poison*: it goes to the topic's DLQ (``shared.kafka.DeadLetters``) and the consumer moves on.
+
+Pure: no Kafka, no store. ``check`` returns ``None`` for an acceptable record, else a
+``Poison`` with a short ``code`` (a metric label) and a human-readable ``detail``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shared import records
+
+# Metric label values (low cardinality); the detail says more.
+UNDECODABLE = "undecodable"  # not UTF-8 JSON, or not an object
+NO_SCHEMA = "missing_schema"  # no string ``schema`` field
+UNEXPECTED_SCHEMA = "unexpected_schema"  # a schema this topic does not carry
+INVALID_FIELDS = "invalid_fields"  # a required field missing or of the wrong type
+UNPROCESSABLE = "unprocessable"  # well-formed, but the consumer could not process it
+
+_STR = (str,)
+_INT = (int,)
+_OBJ = (dict,)
+_LIST = (list,)
+_BOOL = (bool,)
+
+# schema → {field: accepted JSON types}. Only what consumers index without a check.
+REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
+    records.ADMITTED: {"request_id": _STR, "session_id": _STR, "op": _STR,
+                       "event_id": _STR, "fingerprint": _STR},
+    records.FACT: {"fact_id": _STR, "session_id": _STR, "kind": _STR},
+    records.OBSERVATION: {"runtime_id": _STR, "session_id": _STR},
+    records.STORED: {"session_id": _STR, "event_id": _STR, "harness": _STR,
+                     "placement": _STR, "kind": _STR},
+    records.DELIVERY: {"delivery_id": _STR, "runtime_id": _STR, "session_id": _STR,
+                       "kind": _STR},
+    records.REGISTRATION: {"runtime_id": _STR, "harness": _STR, "status": _STR,
+                           "placements": _LIST, "heartbeat_at": _STR},
+    records.CONTROL: {"runtime_id": _STR, "set": _OBJ},
+    records.ITEM: {"id": _STR, "session_id": _STR, "sequence": _INT, "type": _STR},
+    records.STORAGE_REPLY: {"request_id": _STR, "status": _INT, "body": _OBJ},
+}
+# Conditional requirements: (schema, field, value) → more required fields.
+WHEN: dict[tuple[str, str, str], dict[str, tuple[type, ...]]] = {
+    (records.DELIVERY, "kind", "function_result"): {"call_id": _STR, "success": _BOOL},
+    (records.ADMITTED, "op", records.OP_EVENT): {"event_type": _STR},
+}
+# Optional fields that, when present and not null, must have this type.
+OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
+    records.OBSERVATION: {"native": _OBJ, "refusal": _OBJ, "harness": _STR},
+}
+
+
+@dataclass(frozen=True)
+class Poison:
+    code: str
+    detail: str
+
+
+def decode_record(raw: bytes) -> Any | Poison:
+    """UTF-8 JSON or a Poison; no NaN/Infinity (they are not JSON)."""
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return Poison(UNDECODABLE, f"not UTF-8 JSON: {exc}"[:300])
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _type_ok(value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and bool not in types:
+        return False  # JSON true is not a number
+    return isinstance(value, types)
+
+
+def check(value: Any, schemas: frozenset[str]) -> Poison | None:
+    """``None`` when ``value`` is a record one of ``schemas`` describes, else why not."""
+    if not isinstance(value, Mapping):
+        return Poison(UNDECODABLE, f"not a JSON object but {type(value).__name__}")
+    schema = value.get("schema")
+    if not isinstance(schema, str):
+        return Poison(NO_SCHEMA, "no string 'schema' field")
+    if schema not in schemas:
+        return Poison(UNEXPECTED_SCHEMA,
+                      f"schema {schema[:80]!r} is not one of {sorted(schemas)}")
+    need = dict(REQUIRED.get(schema, {}))
+    for (s, f, v), more in WHEN.items():
+        if s == schema and value.get(f) == v:
+            need.update(more)
+    for name, types in need.items():
+        if name not in value:
+            return Poison(INVALID_FIELDS, f"{schema}: field {name!r} is missing")
+        if not _type_ok(value[name], types):
+            return Poison(INVALID_FIELDS, f"{schema}: field {name!r} must be "
+                          f"{'/'.join(t.__name__ for t in types)}, "
+                          f"got {type(value[name]).__name__}")
+    for name, types in OPTIONAL.get(schema, {}).items():
+        if value.get(name) is not None and not _type_ok(value[name], types):
+            return Poison(INVALID_FIELDS, f"{schema}: field {name!r} must be "
+                          f"{'/'.join(t.__name__ for t in types)} or null, "
+                          f"got {type(value[name]).__name__}")
+    return None
+
+
+def accept(raw: bytes, schemas: frozenset[str]) -> dict[str, Any] | Poison:
+    """Decode and check one record value: the record, or why it is poison."""
+    value = decode_record(raw)
+    if isinstance(value, Poison):
+        return value
+    problem = check(value, schemas)
+    if problem is not None:
+        return problem
+    assert isinstance(value, dict)
+    return value

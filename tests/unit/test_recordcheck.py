@@ -1,0 +1,146 @@
+"""Which records a consumer accepts from its topic (shared.domain.recordcheck): everything else
+is poison, with a reason code for the metric label."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import socket
+from typing import Any
+
+import pytest
+
+from shared import records
+from shared.domain.recordcheck import (
+    INVALID_FIELDS,
+    NO_SCHEMA,
+    REQUIRED,
+    UNDECODABLE,
+    UNEXPECTED_SCHEMA,
+    Poison,
+    accept,
+)
+from shared.health import serve_health
+from shared.kafka import DLQ_RECORDS, dlq_envelope
+
+SID = "session_" + "a" * 32
+GOOD: dict[str, dict[str, Any]] = {
+    records.ADMITTED: {"schema": records.ADMITTED, "request_id": "req_1", "session_id": SID,
+                       "op": records.OP_CREATE, "event_id": "evt_1", "fingerprint": "f"},
+    records.FACT: {"schema": records.FACT, "fact_id": "f1", "session_id": SID, "kind": "turn"},
+    records.OBSERVATION: {"schema": records.OBSERVATION, "runtime_id": "rt_1",
+                          "session_id": SID, "harness": "codex", "native": {}},
+    records.STORED: {"schema": records.STORED, "session_id": SID, "event_id": "evt_1",
+                     "harness": "codex", "placement": "none", "kind": "start"},
+    records.DELIVERY: {"schema": records.DELIVERY, "delivery_id": "d", "runtime_id": "rt_1",
+                       "session_id": SID, "kind": "start"},
+    records.REGISTRATION: {"schema": records.REGISTRATION, "runtime_id": "rt_1",
+                           "harness": "codex", "status": "ready", "placements": ["none"],
+                           "heartbeat_at": "2026-01-01T00:00:00Z"},
+    records.CONTROL: {"schema": records.CONTROL, "runtime_id": "rt_1", "set": {}},
+    records.ITEM: {"schema": records.ITEM, "id": "item_1", "session_id": SID, "sequence": 1,
+                   "type": "message"},
+    records.STORAGE_REPLY: {"schema": records.STORAGE_REPLY, "request_id": "req_1",
+                            "status": 201, "body": {}},
+}
+
+
+def _raw(v: Any) -> bytes:
+    return json.dumps(v).encode()
+
+
+@pytest.mark.parametrize("schema", sorted(GOOD))
+def test_good_records_are_accepted(schema: str) -> None:
+    assert accept(_raw(GOOD[schema]), frozenset({schema})) == GOOD[schema]
+
+
+@pytest.mark.parametrize("schema", sorted(GOOD))
+def test_every_required_field_missing_or_mistyped_is_poison(schema: str) -> None:
+    good = GOOD[schema]
+    assert set(REQUIRED[schema]) <= set(good)
+    for name in REQUIRED[schema]:
+        missing = {k: v for k, v in good.items() if k != name}
+        got = accept(_raw(missing), frozenset({schema}))
+        assert isinstance(got, Poison) and got.code == INVALID_FIELDS, (schema, name)
+        assert name in got.detail
+        # a list is never a string, number, object or bool here (placements is a list: use 1)
+        wrong = {**good, name: 1 if isinstance(good[name], list) else [1]}
+        got = accept(_raw(wrong), frozenset({schema}))
+        assert isinstance(got, Poison) and got.code == INVALID_FIELDS, (schema, name)
+
+
+@pytest.mark.parametrize(("raw", "code"), [
+    (b"\xff\xfe not utf-8", UNDECODABLE),
+    (b"{not json", UNDECODABLE),
+    (b'{"schema": "runtime.control/1", "x": NaN}', UNDECODABLE),
+    (b"[1, 2]", UNDECODABLE),
+    (b'"a string"', UNDECODABLE),
+    (b"[" * 5000 + b"]" * 5000, UNDECODABLE),
+    (b"{}", NO_SCHEMA),
+    (b'{"schema": 1}', NO_SCHEMA),
+    (b'{"schema": "session.item/1"}', UNEXPECTED_SCHEMA),
+])
+def test_undecodable_and_schemaless_records_are_poison(raw: bytes, code: str) -> None:
+    got = accept(raw, frozenset({records.CONTROL}))
+    assert isinstance(got, Poison) and got.code == code
+
+
+def test_true_is_not_a_number_and_conditional_fields_apply() -> None:
+    item = {**GOOD[records.ITEM], "sequence": True}
+    got = accept(_raw(item), frozenset({records.ITEM}))
+    assert isinstance(got, Poison) and "sequence" in got.detail
+    result = {**GOOD[records.DELIVERY], "kind": "function_result"}
+    got = accept(_raw(result), frozenset({records.DELIVERY}))
+    assert isinstance(got, Poison) and "call_id" in got.detail
+    ok = {**result, "call_id": "c1", "success": True}
+    assert accept(_raw(ok), frozenset({records.DELIVERY})) == ok
+    event = {**GOOD[records.ADMITTED], "op": records.OP_EVENT}
+    got = accept(_raw(event), frozenset({records.ADMITTED}))
+    assert isinstance(got, Poison) and "event_type" in got.detail
+
+
+def test_observation_optional_fields_are_typed_when_present() -> None:
+    obs = GOOD[records.OBSERVATION]
+    assert accept(_raw({**obs, "native": None}), frozenset({records.OBSERVATION})) is not None
+    got = accept(_raw({**obs, "native": "text"}), frozenset({records.OBSERVATION}))
+    assert isinstance(got, Poison) and got.code == INVALID_FIELDS
+
+
+def test_dlq_envelope_keeps_bytes_that_are_not_utf8() -> None:
+    raw, key = b"\xff\x00\xfe", b"\x80k"
+    env = dlq_envelope("a.topic", raw, Poison("undecodable", "x"), key=key, partition=3,
+                       offset=9)
+    assert base64.b64decode(env["value_b64"]) == raw and base64.b64decode(env["key_b64"]) == key
+    assert (env["partition"], env["offset"], env["reason"]) == (3, 9, "undecodable")
+    assert env["source_topic"] == "a.topic" and env["detail"] == "x"
+    json.dumps(env)  # the envelope itself is JSON
+
+
+async def test_health_server_serves_prometheus_metrics() -> None:
+    DLQ_RECORDS.labels("probe.topic", "undecodable").inc()
+
+    async def ready() -> bool:
+        return True
+
+    server = await serve_health(_free_port(), ready)
+    assert server is not None
+    port = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        data = await reader.read()
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"text/plain" in head
+    assert b'session_core_dlq_records_total{reason="undecodable",topic="probe.topic"}' in body
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
