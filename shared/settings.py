@@ -49,7 +49,8 @@ class Settings(BaseSettings):
     api_keys: str = ""  # comma-separated bearer keys; empty with auth_disabled=false refuses all
     auth_disabled: bool = False
     storage_reply_timeout_ms: int = 10_000  # the 504 budget while waiting for storage
-    max_concurrent_waits: int = 256  # ?wait=true requests in flight before 429
+    max_concurrent_waits: int = 256  # ?wait=true requests in flight per replica before 429
+    max_concurrent_waits_per_tenant: int = 64  # … and per tenant per replica before 429
 
     # --- content limits (docs/decisions.md explains each default) -------------------
     max_body_bytes: int = 32 * 1024 * 1024
