@@ -51,6 +51,10 @@ def build_http_app(
     keys = {k.strip() for k in settings.api_keys.split(",") if k.strip()}
     slots = waiting.WaitSlots(settings.max_concurrent_waits,
                               settings.max_concurrent_waits_per_tenant)
+    # Set on shutdown: every wait answers at once with its Items so far (202), so a stopping
+    # replica does not hold its clients (and its own exit) for up to the 600 s budget.
+    closing = asyncio.Event()
+    app.state.closing = closing
 
     @app.middleware("http")
     async def envelope(request: Request, call_next: Callable[[Request], Awaitable[Response]]
@@ -182,13 +186,14 @@ def build_http_app(
         q = adm.items.listen(session_id)
         collect = asyncio.create_task(_collect(adm, session_id, watch, q))
         gone = asyncio.create_task(_disconnected(request))
+        stop = asyncio.create_task(closing.wait())
         try:
-            await asyncio.wait({collect, gone}, timeout=budget,
+            await asyncio.wait({collect, gone, stop}, timeout=budget,
                                return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (collect, gone):
+            for task in (collect, gone, stop):
                 task.cancel()
-            await asyncio.gather(collect, gone, return_exceptions=True)
+            await asyncio.gather(collect, gone, stop, return_exceptions=True)
             adm.items.unlisten(session_id, q)
         if collect.done() and not collect.cancelled():
             collect.result()  # a store error surfaces as the 500 it is
