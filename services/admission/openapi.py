@@ -77,6 +77,11 @@ RESPONSE_SCHEMAS: dict[str, Json] = {
             "reason": _nullable({"type": "string"}),
             "turn_id": _nullable(_ID),
             "event_id": _ID,
+            "metadata": {"type": "object", "description": "the input's metadata, exactly as "
+                         "sent (on the Items the input produced: its messages or its "
+                         "function_call_output)"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "external_actor": {"type": "object"},
         },
     },
     "SessionCreated": {
@@ -150,31 +155,47 @@ def _body(schema: Json) -> Json:
 
 
 _SESSION_ID = {"name": "session_id", "in": "path", "required": True, "schema": _ID}
+_WAIT = [
+    {"name": "wait", "in": "query", "required": False,
+     "schema": {"type": "boolean", "default": False},
+     "description": "answer when the Turn the input started or joined is terminal (200, every "
+                    "Item of the Turn from the input on) or the budget runs out (202, the Items "
+                    "so far; the Turn goes on). Concurrent waits are bounded per replica and "
+                    "per tenant: past the bound, 429 with Retry-After, and nothing is admitted."},
+    {"name": "timeout_ms", "in": "query", "required": False,
+     "schema": {"type": "integer", "minimum": 1, "maximum": 600000, "default": 120000},
+     "description": "the wait budget in milliseconds; outside 1…600000 → 400 (param "
+                    "timeout_ms)"},
+]
+_RATE_LIMITED = {"429": {**_json(_ref("Error"), "rate_limited: too many concurrent waits"),
+                         "headers": {"Retry-After": {"schema": {"type": "integer"},
+                                                     "description": "seconds"}}}}
 
 OPERATIONS: dict[tuple[str, str], Json] = {
     ("/v1/sessions", "post"): {
         "summary": "Create a Session with its first input",
+        "parameters": _WAIT,
         "requestBody": _body(_ref("CreateSessionBody")),
         "responses": {"201": {**_json(_ref("SessionCreated"), "the Session and its Items"),
                               "content": {"application/json": {"schema":
                                                                _ref("SessionCreated")},
                                           "text/event-stream": {"schema": {"type": "string"}}}},
-                      **_errors(400, 401, 409, 413, 504)},
+                      "200": _json(_ref("SessionCreated"), "wait=true: the first Turn ended"),
+                      "202": _json(_ref("SessionCreated"),
+                                   "wait=true: the budget ran out (Items so far)"),
+                      **_errors(400, 401, 409, 413, 504), **_RATE_LIMITED},
     },
     ("/v1/sessions/{session_id}/events", "post"): {
         "summary": "Add one event (a message or a function result)",
         "parameters": [
             _SESSION_ID,
-            {"name": "wait", "in": "query", "required": False, "schema": {"type": "boolean"}},
-            {"name": "timeout_ms", "in": "query", "required": False,
-             "schema": {"type": "integer", "minimum": 0, "maximum": 600000,
-                        "default": 120000}},
+            *_WAIT,
         ],
         "requestBody": _body({"oneOf": [_ref("MessageEventBody"), _ref("ToolResultEventBody")],
                               "discriminator": {"propertyName": "type"}}),
         "responses": {"202": _json(_ref("EventAccepted"), "accepted (Items so far)"),
                       "200": _json(_ref("EventAccepted"), "wait=true: the Turn ended"),
-                      **_errors(400, 401, 404, 409, 413, 429, 504)},
+                      **_errors(400, 401, 404, 409, 413, 504), **_RATE_LIMITED},
     },
     ("/v1/sessions/{session_id}", "get"): {
         "summary": "The Session: harness, placement, binding, status",
