@@ -25,7 +25,8 @@ log = get_logger(__name__)
 
 REQUESTS = Counter("session_core_http_requests_total", "HTTP requests", ["route", "status"])
 LATENCY = Histogram("session_core_http_request_seconds", "HTTP latency", ["route"])
-WAITS_ACTIVE = Gauge("session_core_waits_active", "?wait=true requests waiting now")
+WAITS_ACTIVE = Gauge("session_core_waits_active",
+                     "?wait=true requests admitted and waiting for their Turn now")
 WAITS_REFUSED = Counter("session_core_waits_refused_total", "?wait=true requests refused (429)")
 WAIT_RETRY_AFTER_S = 1
 
@@ -168,7 +169,6 @@ def build_http_app(
             WAITS_REFUSED.inc()
             return _err(errors.ApiError("rate_limited", "too many concurrent waits; retry later",
                                         None), {"Retry-After": str(WAIT_RETRY_AFTER_S)})
-        WAITS_ACTIVE.inc()
         try:
             answer = await admit()
             sid = session_id or answer.session_id
@@ -176,7 +176,6 @@ def build_http_app(
                 return _json(answer)
             return await _wait_turn(request, answer, sid, wr.timeout_ms / 1000)
         finally:
-            WAITS_ACTIVE.dec()
             slots.release(tenant)
 
     async def _wait_turn(request: Request, answer: Answer, session_id: str, budget: float
@@ -187,6 +186,7 @@ def build_http_app(
         collect = asyncio.create_task(_collect(adm, session_id, watch, q))
         gone = asyncio.create_task(_disconnected(request))
         stop = asyncio.create_task(closing.wait())
+        WAITS_ACTIVE.inc()
         try:
             await asyncio.wait({collect, gone, stop}, timeout=budget,
                                return_when=asyncio.FIRST_COMPLETED)
@@ -195,6 +195,7 @@ def build_http_app(
                 task.cancel()
             await asyncio.gather(collect, gone, stop, return_exceptions=True)
             adm.items.unlisten(session_id, q)
+            WAITS_ACTIVE.dec()
         if collect.done() and not collect.cancelled():
             collect.result()  # a store error surfaces as the 500 it is
         if gone.done() and not gone.cancelled():
