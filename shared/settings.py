@@ -56,7 +56,8 @@ class Settings(BaseSettings):
     auth_disabled: bool = False  # local use only: every request is tenant "default"
     max_inflight_per_tenant: int = Field(default=256, ge=1)  # /v1 requests being handled; 429
     storage_reply_timeout_ms: int = 10_000  # the 504 budget while waiting for storage
-    max_concurrent_waits: int = 256  # ?wait=true requests in flight before 429
+    max_concurrent_waits: int = 256  # ?wait=true requests in flight per replica before 429
+    max_concurrent_waits_per_tenant: int = 64  # … and per tenant per replica before 429
 
     # --- content limits (docs/decisions.md explains each default) -------------------
     max_body_bytes: int = 32 * 1024 * 1024

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -36,6 +37,20 @@ from shared.topics import topics_for
 log = get_logger(__name__)
 GROUP = "session-core-admission"
 ENVELOPE = ("op", "request_id", "session_id", "schema", "tenant")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn handles SIGTERM itself and then waits for requests in flight: waiting requests
+    are told first, so they answer 202 with their Items so far instead of holding the exit."""
+
+    def __init__(self, config: uvicorn.Config, closing: asyncio.Event) -> None:
+        super().__init__(config)
+        self.closing = closing
+        self.loop = asyncio.get_running_loop()
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.loop.call_soon_threadsafe(self.closing.set)
+        super().handle_exit(sig, frame)
 
 
 class AdmissionService:
@@ -119,7 +134,7 @@ class AdmissionService:
                 self.http, host=self.settings.http_host, port=self.settings.http_port,
                 log_config=None, access_log=False, lifespan="off",
             )
-            self.server = uvicorn.Server(config)
+            self.server = _Server(config, self.http.state.closing)
             self.server_task = asyncio.create_task(self.server.serve())
             while not self.server.started:
                 if self.server_task.done():
@@ -130,6 +145,7 @@ class AdmissionService:
 
     async def stop(self) -> None:
         if self.server is not None and self.server_task is not None:
+            self.http.state.closing.set()  # waiting requests answer 202 now
             self.server.should_exit = True
             await self.server_task
         await self.broker.stop()

@@ -20,6 +20,7 @@ from shared.domain import errors
 from shared.domain.errors import ApiError
 from shared.domain.sessions import fingerprint
 from shared.domain.tenancy import DEFAULT_TENANT, create_idempotency_key
+from shared.domain.waiting import TurnWatch
 from shared.ids import is_id, new_id
 from shared.kafka import now_rfc3339, publish
 from shared.logging import bound, get_logger
@@ -31,6 +32,7 @@ from shared.topics import Topics
 log = get_logger(__name__)
 Json = dict[str, Any]
 PROFILE_CACHE = 100_000
+CATCH_UP_PAGE = 200
 
 
 @dataclass
@@ -39,7 +41,6 @@ class Answer:
     body: Json
     headers: dict[str, str] = field(default_factory=dict)
     session_id: str | None = None
-    turn_id: str | None = None
 
     @classmethod
     def error(cls, err: ApiError) -> Answer:
@@ -96,7 +97,7 @@ class Admission:
             prior = unpack(await self.db.idempotency.find_one(
                 {"_id": create_idempotency_key(tenant, crid)}))
             if prior is not None:
-                return await self._repeat(prior, fp, 201, "client_request_id")
+                return await self._repeat(prior, fp, 201, "client_request_id", None)
         session_id = new_id("session")
         record = {
             "schema": records.ADMITTED,
@@ -134,7 +135,7 @@ class Admission:
                 await self.db.idempotency.find_one({"_id": f"event:{session_id}:{ceid}"})
             )
             if prior is not None:
-                return await self._repeat(prior, fp, 202, "client_event_id")
+                return await self._repeat(prior, fp, 202, "client_event_id", session_id)
         record: Json = {
             "schema": records.ADMITTED,
             "op": records.OP_EVENT,
@@ -191,7 +192,8 @@ class Admission:
             self.profiles.popitem(last=False)
         return profile
 
-    async def _repeat(self, prior: Doc, fp: str, status: int, param: str) -> Answer:
+    async def _repeat(self, prior: Doc, fp: str, status: int, param: str,
+                      session_id: str | None) -> Answer:
         if prior.get("fingerprint") != fp:
             return Answer.error(errors.conflict(
                 "a different request under this idempotency id is already stored", param))
@@ -200,7 +202,7 @@ class Admission:
         headers = {"Idempotent-Replayed": "true"}
         if status == 202:
             body["delivery"] = "duplicate"
-        return Answer(status, body, headers, session_id=body.get("id"))
+        return Answer(status, body, headers, session_id=session_id or body.get("id"))
 
     async def _hand_over(self, record: Json) -> Answer:
         """Publish to storage with acks=all, then wait for the stored answer. A timeout answers
@@ -225,14 +227,25 @@ class Admission:
             finally:
                 self.replies.forget(rid)
             log.info("admission.stored", status=reply["status"])
-            body = reply["body"]
-            turn_id = None
-            for it in body.get("items", []) if isinstance(body, dict) else []:
-                turn_id = it.get("turn_id") or turn_id
-            return Answer(int(reply["status"]), body, session_id=record["session_id"],
-                          turn_id=turn_id)
+            return Answer(int(reply["status"]), reply["body"], session_id=record["session_id"])
 
     # ---- reads ---------------------------------------------------------------------
+    async def catch_up(self, session_id: str, watch: TurnWatch) -> None:
+        """Feed ``watch`` the Items already stored after what it knows (those published before
+        a waiter attached to the Item tail), and tell it whether its Turn is still running."""
+        doc = await self.db.sessions.find_one(
+            {"_id": session_id}, {"last_sequence": 1, "turn_id": 1, "turn_running": 1})
+        if doc is None:
+            return
+        watch.turn_ended_before(doc.get("turn_id"), bool(doc.get("turn_running")))
+        last = int(doc.get("last_sequence", 0))
+        after = watch.after
+        while after < last:
+            page = await itemstore.page(self.db, session_id, after, CATCH_UP_PAGE, last)
+            for it in page:
+                watch.offer(it)
+            after = min(after + CATCH_UP_PAGE, last)
+
     async def get_session(self, session_id: str, *, tenant: str) -> Answer:
         owned = await self._owned(session_id, tenant)
         if isinstance(owned, ApiError):

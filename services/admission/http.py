@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.admission import openapi
 from services.admission.core import Admission, Answer, body_too_large
-from shared.domain import errors
+from shared.domain import errors, waiting
 from shared.domain.jsonbody import parse_json
 from shared.domain.tenancy import DEFAULT_TENANT, ApiKeys, bearer
 from shared.ids import new_id
@@ -28,6 +28,10 @@ REQUESTS = Counter("session_core_http_requests_total", "HTTP requests", ["route"
 LATENCY = Histogram("session_core_http_request_seconds", "HTTP latency", ["route"])
 INFLIGHT = Gauge("session_core_http_inflight_requests", "HTTP requests being handled",
                  ["tenant"])
+WAITS_ACTIVE = Gauge("session_core_waits_active",
+                     "?wait=true requests admitted and waiting for their Turn now")
+WAITS_REFUSED = Counter("session_core_waits_refused_total", "?wait=true requests refused (429)")
+WAIT_RETRY_AFTER_S = 1
 
 
 def _json(answer: Answer) -> JSONResponse:
@@ -55,7 +59,6 @@ def build_http_app(
         description="Admits, stores, routes and confirms the input of AI-agent sessions.",
     )
     keys = ApiKeys.parse(settings.api_keys)  # a malformed entry stops the service here
-    waits = asyncio.Semaphore(settings.max_concurrent_waits)
     # Requests of each tenant being handled now (docs/security.md, back-pressure).
     inflight: dict[str, int] = {}
     app.state.inflight = inflight
@@ -65,6 +68,12 @@ def build_http_app(
             return DEFAULT_TENANT
         key = bearer(request.headers.get("authorization", ""))
         return None if key is None else keys.tenant_of(key)
+    slots = waiting.WaitSlots(settings.max_concurrent_waits,
+                              settings.max_concurrent_waits_per_tenant)
+    # Set on shutdown: every wait answers at once with its Items so far (202), so a stopping
+    # replica does not hold its clients (and its own exit) for up to the 600 s budget.
+    closing = asyncio.Event()
+    app.state.closing = closing
 
     @app.middleware("http")
     async def envelope(request: Request, call_next: Callable[[Request], Awaitable[Response]]
@@ -117,13 +126,21 @@ def build_http_app(
 
     @app.post("/v1/sessions", status_code=201)
     async def create_session(request: Request) -> Response:
+        wr = waiting.parse_wait(request.query_params)
+        if isinstance(wr, errors.ApiError):
+            return _err(wr)
         body = await read_body(request)
         if isinstance(body, errors.ApiError):
             return _err(body)
         adm = get_admission()
         if isinstance(body, dict) and body.get("stream") is True:
+            if wr.wait:
+                return _err(errors.invalid("stream and wait cannot be combined", "wait"))
             return await _stream_create(adm, body, _tenant(request))
-        return _json(await adm.create_session(body, tenant=_tenant(request)))
+        if not wr.wait:
+            return _json(await adm.create_session(body, tenant=_tenant(request)))
+        return await _waiting(request, wr,
+                              lambda: adm.create_session(body, tenant=_tenant(request)), None)
 
     async def _stream_create(adm: Admission, body: dict[str, Any], tenant: str) -> Response:
         # Validate and store first: an admission error is a plain JSON answer, never a stream.
@@ -160,62 +177,64 @@ def build_http_app(
 
     @app.post("/v1/sessions/{session_id}/events", status_code=202)
     async def add_event(session_id: str, request: Request) -> Response:
-        wait = request.query_params.get("wait", "false").lower() in ("1", "true", "yes")
-        timeout_raw = request.query_params.get("timeout_ms", "120000")
-        if not timeout_raw.isdigit():
-            return _err(errors.invalid("timeout_ms must be a non-negative integer", "timeout_ms"))
-        timeout_ms = min(int(timeout_raw), 600_000)
+        wr = waiting.parse_wait(request.query_params)
+        if isinstance(wr, errors.ApiError):
+            return _err(wr)
         body = await read_body(request)
         if isinstance(body, errors.ApiError):
             return _err(body)
         adm = get_admission()
-        if not wait:
+        if not wr.wait:
             return _json(await adm.add_event(session_id, body, tenant=_tenant(request)))
-        if waits.locked():
-            return _err(errors.ApiError("rate_limited", "too many concurrent waits", None),
-                        {"Retry-After": "1"})
-        async with waits:
-            q = adm.items.listen(session_id)
-            try:
-                answer = await adm.add_event(session_id, body, tenant=_tenant(request))
-                if answer.status >= 300 or answer.turn_id is None:
-                    return _json(answer)
-                return await _wait_turn(answer, q, timeout_ms / 1000)
-            finally:
-                adm.items.unlisten(session_id, q)
+        return await _waiting(request, wr,
+                              lambda: adm.add_event(session_id, body, tenant=_tenant(request)),
+                              session_id)
 
-    async def _wait_turn(answer: Answer, q: asyncio.Queue[dict[str, Any]], budget: float
+    async def _waiting(request: Request, wr: waiting.WaitRequest,
+                       admit: Callable[[], Awaitable[Answer]], session_id: str | None
+                       ) -> Response:
+        """A wait slot first (429 before anything is admitted), then admission exactly as
+        without ``wait``, then the Turn's Items until it ends, the budget runs out or the
+        client goes away (which frees the slot at once)."""
+        tenant = _tenant(request)
+        if not slots.acquire(tenant):
+            WAITS_REFUSED.inc()
+            return _err(errors.ApiError("rate_limited", "too many concurrent waits; retry later",
+                                        None), {"Retry-After": str(WAIT_RETRY_AFTER_S)})
+        try:
+            answer = await admit()
+            sid = session_id or answer.session_id
+            if answer.status >= 300 or sid is None:
+                return _json(answer)
+            return await _wait_turn(request, answer, sid, wr.timeout_ms / 1000)
+        finally:
+            slots.release(tenant)
+
+    async def _wait_turn(request: Request, answer: Answer, session_id: str, budget: float
                          ) -> Response:
-        turn_id = answer.turn_id
-        items = list(answer.body.get("items", []))
-        seen = {it["sequence"] for it in items}
-        # A function result's Turn is done for the caller when the Turn ends AND the result's
-        # application is decided (its Item may follow the Turn's end).
-        calls = {it["call_id"] for it in items if it.get("type") == "function_call_output"}
-        turn_over = False
-        deadline = asyncio.get_running_loop().time() + budget
-        while True:
-            left = deadline - asyncio.get_running_loop().time()
-            if left <= 0:
-                return JSONResponse({**answer.body, "items": items}, status_code=202)
-            try:
-                it = await asyncio.wait_for(q.get(), left)
-            except TimeoutError:
-                continue
-            it = {k: v for k, v in it.items() if k != "schema"}
-            is_application = (it.get("type") == "function_call_application"
-                              and it.get("call_id") in calls)
-            if (it.get("turn_id") != turn_id and not is_application) or (
-                    it.get("sequence") in seen):
-                continue
-            seen.add(it["sequence"])
-            items.append(it)
-            if is_application:
-                calls.discard(it["call_id"])
-            if it.get("type") == "turn" and it.get("state") in ("completed", "failed"):
-                turn_over = True
-            if turn_over and not calls:
-                return JSONResponse({**answer.body, "items": items}, status_code=200)
+        adm = get_admission()
+        watch = waiting.TurnWatch(list(answer.body.get("items", [])))
+        q = adm.items.listen(session_id)
+        collect = asyncio.create_task(_collect(adm, session_id, watch, q))
+        gone = asyncio.create_task(_disconnected(request))
+        stop = asyncio.create_task(closing.wait())
+        WAITS_ACTIVE.inc()
+        try:
+            await asyncio.wait({collect, gone, stop}, timeout=budget,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (collect, gone, stop):
+                task.cancel()
+            await asyncio.gather(collect, gone, stop, return_exceptions=True)
+            adm.items.unlisten(session_id, q)
+            WAITS_ACTIVE.dec()
+        if collect.done() and not collect.cancelled():
+            collect.result()  # a store error surfaces as the 500 it is
+        if gone.done() and not gone.cancelled():
+            log.info("admission.wait_client_gone", session_id=session_id)
+        status = 200 if watch.done else 202
+        return JSONResponse({**answer.body, "items": watch.items()}, status_code=status,
+                            headers=answer.headers)
 
     @app.get("/v1/sessions/{session_id}")
     async def get_session(session_id: str, request: Request) -> Response:
@@ -266,6 +285,24 @@ def build_http_app(
 
     openapi.install(app)
     return app
+
+
+async def _collect(adm: Admission, session_id: str, watch: waiting.TurnWatch,
+                   q: asyncio.Queue[dict[str, Any]]) -> None:
+    """Until the watch is done: the Items already stored (published before the listener
+    attached), then the shared Item tail's."""
+    await adm.catch_up(session_id, watch)
+    while not watch.done:
+        watch.offer(await q.get())
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone away: after the body is read, the next ASGI message is
+    ``http.disconnect`` (the server sends it when the connection closes)."""
+    while True:
+        message = await request.receive()
+        if message.get("type") == "http.disconnect":
+            return
 
 
 def _sse(event: str, data: Any) -> bytes:

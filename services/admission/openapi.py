@@ -77,6 +77,11 @@ RESPONSE_SCHEMAS: dict[str, Json] = {
             "reason": _nullable({"type": "string"}),
             "turn_id": _nullable(_ID),
             "event_id": _ID,
+            "metadata": {"type": "object", "description": "the input's metadata, exactly as "
+                         "sent (on the Items the input produced: its messages or its "
+                         "function_call_output)"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "external_actor": {"type": "object"},
         },
     },
     "SessionCreated": {
@@ -143,9 +148,14 @@ def _errors(*codes: int) -> Json:
             401: "missing or wrong bearer API key",
             404: "not_found (also for a Session of another tenant)", 409: "conflict",
             413: "request_too_large",
-            429: "rate_limited: the tenant's requests in flight are at the cap (Retry-After)",
+            429: "rate_limited: the tenant's requests in flight, or the concurrent waits (per "
+                 "replica, per tenant), are at their cap; retry after Retry-After seconds",
             504: "storage did not answer in time"}
-    return {str(c): _json(_ref("Error"), text[c]) for c in codes}
+    out = {str(c): _json(_ref("Error"), text[c]) for c in codes}
+    if 429 in codes:
+        out["429"]["headers"] = {"Retry-After": {"schema": {"type": "integer"},
+                                                 "description": "seconds"}}
+    return out
 
 
 def _body(schema: Json) -> Json:
@@ -153,25 +163,38 @@ def _body(schema: Json) -> Json:
 
 
 _SESSION_ID = {"name": "session_id", "in": "path", "required": True, "schema": _ID}
+_WAIT = [
+    {"name": "wait", "in": "query", "required": False,
+     "schema": {"type": "boolean", "default": False},
+     "description": "answer when the Turn the input started or joined is terminal (200, every "
+                    "Item of the Turn from the input on) or the budget runs out (202, the Items "
+                    "so far; the Turn goes on). Concurrent waits are bounded per replica and "
+                    "per tenant: past the bound, 429 with Retry-After, and nothing is admitted."},
+    {"name": "timeout_ms", "in": "query", "required": False,
+     "schema": {"type": "integer", "minimum": 1, "maximum": 600000, "default": 120000},
+     "description": "the wait budget in milliseconds; outside 1…600000 → 400 (param "
+                    "timeout_ms)"},
+]
 
 OPERATIONS: dict[tuple[str, str], Json] = {
     ("/v1/sessions", "post"): {
         "summary": "Create a Session with its first input",
+        "parameters": _WAIT,
         "requestBody": _body(_ref("CreateSessionBody")),
         "responses": {"201": {**_json(_ref("SessionCreated"), "the Session and its Items"),
                               "content": {"application/json": {"schema":
                                                                _ref("SessionCreated")},
                                           "text/event-stream": {"schema": {"type": "string"}}}},
+                      "200": _json(_ref("SessionCreated"), "wait=true: the first Turn ended"),
+                      "202": _json(_ref("SessionCreated"),
+                                   "wait=true: the budget ran out (Items so far)"),
                       **_errors(400, 401, 409, 413, 429, 504)},
     },
     ("/v1/sessions/{session_id}/events", "post"): {
         "summary": "Add one event (a message or a function result)",
         "parameters": [
             _SESSION_ID,
-            {"name": "wait", "in": "query", "required": False, "schema": {"type": "boolean"}},
-            {"name": "timeout_ms", "in": "query", "required": False,
-             "schema": {"type": "integer", "minimum": 0, "maximum": 600000,
-                        "default": 120000}},
+            *_WAIT,
         ],
         "requestBody": _body({"oneOf": [_ref("MessageEventBody"), _ref("ToolResultEventBody")],
                               "discriminator": {"propertyName": "type"}}),

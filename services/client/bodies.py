@@ -82,6 +82,8 @@ def create_body(
     stream: bool = False,
     client_request_id: str | None = None,
     metadata: Json | None = None,
+    tags: Sequence[str] = (),
+    actor: str | None = None,
 ) -> Json:
     """``POST /v1/sessions``. ``string_input`` sends a single ``--text`` as the string form of
     ``input`` (one text message, CONTRACT §1)."""
@@ -96,16 +98,43 @@ def create_body(
         body["stream"] = True
     if client_request_id:
         body["client_request_id"] = client_request_id
+    return {**body, **envelope(metadata, tags, actor)}
+
+
+def parse_actor(spec: str) -> Json:
+    """``--actor source:actor_id[:actor name]`` → ``external_actor`` (the name may contain
+    colons; everything after the second one is the name)."""
+    source, sep, rest = spec.partition(":")
+    actor_id, sep2, name = rest.partition(":")
+    if not sep or not source or not actor_id:
+        raise UsageError("--actor takes SOURCE:ACTOR_ID[:NAME], e.g. slack:U0123456789:Alice")
+    actor: Json = {"source": source, "actor_id": actor_id}
+    if sep2:
+        actor["actor_name"] = name
+    return actor
+
+
+def envelope(metadata: Any = None, tags: Sequence[str] = (), actor: str | None = None) -> Json:
+    """The optional ``metadata`` / ``tags`` / ``external_actor`` of any create or event body."""
+    out: Json = {}
     if metadata is not None:
-        body["metadata"] = metadata
-    return body
+        if not isinstance(metadata, dict):
+            raise UsageError("--metadata takes a JSON object, e.g. '{\"thread\": \"42\"}'")
+        out["metadata"] = metadata
+    if tags:
+        out["tags"] = list(tags)
+    if actor is not None:
+        out["external_actor"] = parse_actor(actor)
+    return out
 
 
-def message_event_body(parts: Sequence[Part], client_event_id: str | None = None) -> Json:
+def message_event_body(parts: Sequence[Part], client_event_id: str | None = None,
+                       metadata: Json | None = None, tags: Sequence[str] = (),
+                       actor: str | None = None) -> Json:
     body: Json = {"type": "agent.session.input.message", "input": messages_from_parts(parts)}
     if client_event_id:
         body["client_event_id"] = client_event_id
-    return body
+    return {**body, **envelope(metadata, tags, actor)}
 
 
 def tool_result_body(
@@ -116,6 +145,9 @@ def tool_result_body(
     error: str | None = None,
     output_as_parts: bool = False,
     client_event_id: str | None = None,
+    metadata: Json | None = None,
+    tags: Sequence[str] = (),
+    actor: str | None = None,
 ) -> Json:
     """``agent.session.input.tool_result``. The output is a string when it is one ``--output``
     and no ``--output-image`` (unless ``output_as_parts``), an ordered array of parts when
@@ -137,4 +169,4 @@ def tool_result_body(
         body["error"] = error
     if client_event_id:
         body["client_event_id"] = client_event_id
-    return body
+    return {**body, **envelope(metadata, tags, actor)}

@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -65,6 +65,22 @@ def _add_parts(p: argparse.ArgumentParser, dest: str = "parts") -> None:
                    help="start a new message; later parts go into it")
 
 
+def _add_envelope(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metadata", type=json.loads, metavar="JSON",
+                   help="a JSON object stored with the input and echoed on its Items")
+    p.add_argument("--tag", dest="tags", action="append", default=[], metavar="TAG",
+                   help="a tag (repeatable)")
+    p.add_argument("--actor", metavar="SOURCE:ACTOR_ID[:NAME]",
+                   help="external_actor, e.g. slack:U0123456789:Alice")
+
+
+def _add_wait(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wait", action="store_true",
+                   help="answer when the Turn ends (?wait=true), printing its Items")
+    p.add_argument("--timeout-ms", type=int, default=120_000,
+                   help="with --wait: the budget (1…600000 ms; default 120000)")
+
+
 def _common(p: argparse.ArgumentParser, suppress: bool) -> None:
     def d(value: Any) -> Any:
         return argparse.SUPPRESS if suppress else value
@@ -101,15 +117,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "Turn ends (with --follow: until Ctrl-C)")
     p.add_argument("--follow", action="store_true", help="with --stream: keep streaming")
     p.add_argument("--client-request-id", help="idempotency id (a repeat returns the Session)")
-    p.add_argument("--metadata", type=json.loads, help="a JSON object stored with the Session")
+    _add_envelope(p)
+    _add_wait(p)
 
     p = cmd("send", "send a message event")
     p.add_argument("session")
     _add_parts(p)
     p.add_argument("--client-event-id")
-    p.add_argument("--wait", action="store_true",
-                   help="answer when the Turn ends (?wait=true), printing its Items")
-    p.add_argument("--timeout-ms", type=int, default=120_000)
+    _add_envelope(p)
+    _add_wait(p)
 
     p = cmd("result", "submit a function result")
     p.add_argument("session")
@@ -125,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="send even a single --output as an array of parts")
     p.add_argument("--error", help="the error text")
     p.add_argument("--client-event-id")
-    p.add_argument("--wait", action="store_true")
-    p.add_argument("--timeout-ms", type=int, default=120_000)
+    _add_envelope(p)
+    _add_wait(p)
 
     p = cmd("items", "list a Session's Items (recovery read)")
     p.add_argument("session")
@@ -239,18 +255,15 @@ def cmd_create(api: Api, args: argparse.Namespace) -> int:
     body = create_body(
         harness=args.harness, placement=args.placement, parts=args.parts or [],
         string_input=args.string_input, stream=args.stream,
-        client_request_id=args.client_request_id, metadata=args.metadata,
+        client_request_id=args.client_request_id, metadata=args.metadata, tags=args.tags,
+        actor=args.actor,
     )
+    if args.stream and args.wait:
+        raise UsageError("--stream and --wait cannot be combined")
     if not args.stream:
-        status, data = api.call("POST", "/v1/sessions", body)
-        data = _ok(status, data)
-        if args.json:
-            _print_json(data)
-        else:
-            print(f"session {data.get('id')} ({data.get('harness')}, {data.get('placement')}) "
-                  f"status={data.get('status')}")
-            _print_items(data.get("items", []))
-        return 0
+        return _post(api, args, "/v1/sessions", body, lambda d: (
+            f"session {d.get('id')} ({d.get('harness')}, {d.get('placement')}) "
+            f"status={d.get('status')}"))
     with api.stream("/v1/sessions", body) as resp:
         if resp.status_code >= 400 or not resp.headers.get("content-type", "").startswith(
                 "text/event-stream"):
@@ -300,41 +313,45 @@ def sse_events(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
             data.append(line[5:].lstrip(" "))
 
 
-def _post_event(api: Api, args: argparse.Namespace, body: Json) -> int:
-    path = f"/v1/sessions/{args.session}/events"
+def _post(api: Api, args: argparse.Namespace, path: str, body: Json,
+          headline: Callable[[Json], str]) -> int:
+    """POST a create or event body; with ``--wait`` the answer is the Turn's Items (200), or
+    the Items so far when the budget ran out (202: exit code 1)."""
     if not args.wait:
         status, data = api.call("POST", path, body)
-        data = _ok(status, data)
-        if args.json:
-            _print_json(data)
-        else:
-            print(f"event {data.get('event_id')} delivery={data.get('delivery')}")
-            _print_items(data.get("items", []))
-        return 0
-    params = {"wait": "true", "timeout_ms": str(args.timeout_ms)}
-    with progress("waiting for the Turn to end", args.timeout_ms / 1000):
-        status, data = api.call("POST", path, body, params=params)
+    else:
+        params = {"wait": "true", "timeout_ms": str(args.timeout_ms)}
+        with progress("waiting for the Turn to end", args.timeout_ms / 1000):
+            status, data = api.call("POST", path, body, params=params)
     data = _ok(status, data)
+    expired = args.wait and status == 202
     if args.json:
         _print_json(data)
-        return 0 if status == 200 else 1
-    print(f"event {data.get('event_id')} delivery={data.get('delivery')}")
+        return 1 if expired else 0
+    print(headline(data))
     _print_items(data.get("items", []))
-    if status == 202:
+    if expired:
         print(f"the Turn did not end within {args.timeout_ms} ms (Items so far above)",
               file=sys.stderr)
         return 1
     return 0
 
 
+def _post_event(api: Api, args: argparse.Namespace, body: Json) -> int:
+    return _post(api, args, f"/v1/sessions/{args.session}/events", body,
+                 lambda d: f"event {d.get('event_id')} delivery={d.get('delivery')}")
+
+
 def cmd_send(api: Api, args: argparse.Namespace) -> int:
-    return _post_event(api, args, message_event_body(args.parts or [], args.client_event_id))
+    return _post_event(api, args, message_event_body(
+        args.parts or [], args.client_event_id, args.metadata, args.tags, args.actor))
 
 
 def cmd_result(api: Api, args: argparse.Namespace) -> int:
     body = tool_result_body(
         call_id=args.call_id, success=args.success, output_parts=args.output or [],
         error=args.error, output_as_parts=args.output_parts, client_event_id=args.client_event_id,
+        metadata=args.metadata, tags=args.tags, actor=args.actor,
     )
     return _post_event(api, args, body)
 

@@ -80,7 +80,23 @@ def item_line(item: Mapping[str, Any]) -> str:
                  if k not in ("id", "session_id", "sequence", "type", "created_at", "schema")}
         body = json.dumps(extra, ensure_ascii=False)[:120]
     when = str(item.get("created_at", ""))[11:23]
-    return f"#{seq:<4} {when:<12} {kind:<26} {body}"
+    return f"#{seq:<4} {when:<12} {kind:<26} {body}{envelope_suffix(item)}"
+
+
+def envelope_suffix(item: Mapping[str, Any]) -> str:
+    """`` from slack:U1 (Alice) #tag meta={…}`` for an Item that echoes the input's envelope."""
+    out = ""
+    actor = item.get("external_actor")
+    if isinstance(actor, Mapping):
+        out += f" from {actor.get('source')}:{actor.get('actor_id')}"
+        if actor.get("actor_name"):
+            out += f" ({actor['actor_name']})"
+    tags = item.get("tags")
+    if isinstance(tags, list) and tags:
+        out += " " + " ".join(f"#{t}" for t in tags)
+    if item.get("metadata") is not None:
+        out += " meta=" + json.dumps(item["metadata"], ensure_ascii=False)[:MAX_TEXT]
+    return out
 
 
 def session_lines(session: Mapping[str, Any]) -> list[str]:

@@ -75,6 +75,12 @@ class Limits:
     max_parts_per_message: int = 1_000
     max_messages_per_request: int = 100
     max_id_length: int = 255  # client_request_id, client_event_id, call_id
+    # metadata, tags and external_actor (docs/admission.md "Metadata, tags, external actor")
+    max_metadata_bytes: int = 16 * 1024  # compact JSON, UTF-8 (each metadata object)
+    max_metadata_keys: int = 64  # top-level keys of each metadata object
+    max_tags: int = 20
+    max_tag_length: int = 64  # characters
+    max_actor_field_length: int = 255  # source, actor_id, actor_name (characters)
 
     @classmethod
     def from_settings(cls, s: Settings) -> Limits:
@@ -250,62 +256,101 @@ def _id_field(
     return check_string(value, name) or value
 
 
-def _envelope(body: dict[str, Any]) -> Envelope | ApiError:
+def _metadata(raw: object, param: str, limits: Limits) -> dict[str, Any] | ApiError:
+    """A metadata object: plain JSON (``copy_json``), at most ``max_metadata_keys`` top-level
+    keys and ``max_metadata_bytes`` as compact UTF-8 JSON. Never interpreted."""
+    if not isinstance(raw, dict):
+        return invalid(f"{param} must be an object, got {type_name(raw)}", param)
+    copied = copy_json(raw, param)
+    if isinstance(copied, ApiError):
+        return copied
+    assert isinstance(copied, dict)
+    if len(copied) > limits.max_metadata_keys:
+        return invalid(f"{param} has more than {limits.max_metadata_keys} keys", param)
+    size = len(json.dumps(copied, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > limits.max_metadata_bytes:
+        return invalid(
+            f"{param} is {size} bytes as JSON; the limit is {limits.max_metadata_bytes}", param
+        )
+    return copied
+
+
+def _tags(raw: object, limits: Limits) -> list[str] | ApiError:
+    if not isinstance(raw, list):
+        return invalid(f"tags must be an array of strings, got {type_name(raw)}", "tags")
+    if len(raw) > limits.max_tags:
+        return invalid(f"more than {limits.max_tags} tags", f"tags[{limits.max_tags}]")
+    for i, t in enumerate(raw):
+        p = f"tags[{i}]"
+        if not isinstance(t, str):
+            return invalid(f"a tag must be a string, got {type_name(t)}", p)
+        if len(t) > limits.max_tag_length:
+            return invalid(f"a tag is longer than {limits.max_tag_length} characters", p)
+        err = check_string(t, p)
+        if err is not None:
+            return err
+    return list(raw)
+
+
+def _envelope(body: dict[str, Any], limits: Limits) -> Envelope | ApiError:
     metadata: dict[str, Any] | None = None
     if body.get("metadata") is not None:
-        if not isinstance(body["metadata"], dict):
-            return invalid(
-                f"metadata must be an object, got {type_name(body['metadata'])}", "metadata"
-            )
-        m = copy_json(body["metadata"], "metadata")
+        m = _metadata(body["metadata"], "metadata", limits)
         if isinstance(m, ApiError):
             return m
         metadata = m
     tags: list[str] | None = None
     if body.get("tags") is not None:
-        raw_tags = body["tags"]
-        if not isinstance(raw_tags, list):
-            return invalid(f"tags must be an array of strings, got {type_name(raw_tags)}", "tags")
-        for i, t in enumerate(raw_tags):
-            if not isinstance(t, str):
-                return invalid(f"a tag must be a string, got {type_name(t)}", f"tags[{i}]")
-            err = check_string(t, f"tags[{i}]")
-            if err is not None:
-                return err
-        tags = list(raw_tags)
+        t = _tags(body["tags"], limits)
+        if isinstance(t, ApiError):
+            return t
+        tags = t
     actor: dict[str, Any] | None = None
     if body.get("external_actor") is not None:
-        a = _external_actor(body["external_actor"])
+        a = _external_actor(body["external_actor"], limits)
         if isinstance(a, ApiError):
             return a
         actor = a
     return Envelope(metadata, tags, actor)
 
 
-def _external_actor(raw: object) -> dict[str, Any] | ApiError:
+def _external_actor(raw: object, limits: Limits) -> dict[str, Any] | ApiError:
+    """``source`` and ``actor_id`` required non-empty strings, ``actor_name`` a string or null,
+    ``metadata`` an object (same limits as top-level metadata) or null; no other keys."""
     p = "external_actor"
     if not isinstance(raw, dict):
         return invalid(f"external_actor must be an object, got {type_name(raw)}", p)
     for k in raw:
         if k not in EXTERNAL_ACTOR_FIELDS:
             return invalid(f"unknown field {k!r}", f"{p}.{k}" if isinstance(k, str) else p)
-    for name in ("source", "actor_id"):
+    out: dict[str, Any] = {}
+    for name in EXTERNAL_ACTOR_FIELDS:
+        fp = f"{p}.{name}"
         if name not in raw:
-            return invalid(f"external_actor.{name} is required", f"{p}.{name}")
+            if name in ("source", "actor_id"):
+                return invalid(f"{fp} is required", fp)
+            continue
         v = raw[name]
-        if not isinstance(v, str) or not v:
-            return invalid(f"external_actor.{name} must be a non-empty string", f"{p}.{name}")
-    name_v = raw.get("actor_name")
-    if name_v is not None and not isinstance(name_v, str):
-        return invalid("external_actor.actor_name must be a string or null", f"{p}.actor_name")
-    meta = raw.get("metadata")
-    if meta is not None and not isinstance(meta, dict):
-        return invalid("external_actor.metadata must be an object or null", f"{p}.metadata")
-    copied = copy_json(raw, p)
-    if isinstance(copied, ApiError):
-        return copied
-    assert isinstance(copied, dict)
-    return copied
+        if name == "metadata":
+            if v is not None:
+                m = _metadata(v, fp, limits)
+                if isinstance(m, ApiError):
+                    return m
+                v = m
+        elif name == "actor_name" and v is None:
+            pass
+        elif not isinstance(v, str) or (not v and name != "actor_name"):
+            what = "a string or null" if name == "actor_name" else "a non-empty string"
+            return invalid(f"{fp} must be {what}, got {type_name(v)}", fp)
+        elif len(v) > limits.max_actor_field_length:
+            return invalid(f"{fp} is longer than {limits.max_actor_field_length} characters", fp)
+        else:
+            err = check_string(v, fp)
+            if err is not None:
+                return err
+        out[name] = v
+    # exactly as sent: the keys in the order they came
+    return {k: out[k] for k in raw}
 
 
 def _count_images(walk: ContentWalk, limits: Limits) -> ApiError | None:
@@ -442,7 +487,7 @@ def _validate_create(
     client_request_id = _id_field(body, "client_request_id", limits, required=False)
     if isinstance(client_request_id, ApiError):
         return client_request_id
-    envelope = _envelope(body)
+    envelope = _envelope(body, limits)
     if isinstance(envelope, ApiError):
         return envelope
     err = _check_against_profile(harness, placement, messages, walk, limits, profiles)
@@ -540,7 +585,7 @@ def _message_event(
     client_event_id = _id_field(body, "client_event_id", limits, required=False)
     if isinstance(client_event_id, ApiError):
         return client_event_id
-    envelope = _envelope(body)
+    envelope = _envelope(body, limits)
     if isinstance(envelope, ApiError):
         return envelope
     err = _check_against_profile(harness, placement, messages, walk, limits, profiles)
@@ -611,7 +656,7 @@ def _tool_result(
     client_event_id = _id_field(body, "client_event_id", limits, required=False)
     if isinstance(client_event_id, ApiError):
         return client_event_id
-    envelope = _envelope(body)
+    envelope = _envelope(body, limits)
     if isinstance(envelope, ApiError):
         return envelope
     err = _count_images(walk, limits) or _check_images(walk, limits)

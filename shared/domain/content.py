@@ -51,12 +51,21 @@ class Message(BaseModel):
     content: Annotated[list[InputContent], Field(min_length=1)]
 
 
+# The documented shape of the envelope fields; the limits are enforced by the raw-JSON walk in
+# admission.py (metadata: 16 KiB as compact JSON and 64 keys; docs/admission.md).
+Metadata = Annotated[dict[str, Any], Field(max_length=64, description=(
+    "free-form JSON object, stored and echoed exactly as sent, never interpreted; at most 64 "
+    "keys and 16 KiB as compact UTF-8 JSON"))]
+Tags = Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=20)]
+ActorField = Annotated[str, Field(min_length=1, max_length=255)]
+
+
 class ExternalActor(BaseModel):
     model_config = _STRICT
-    source: Annotated[str, Field(min_length=1)]
-    actor_id: Annotated[str, Field(min_length=1)]
-    actor_name: str | None = None
-    metadata: dict[str, Any] | None = None
+    source: ActorField
+    actor_id: ActorField
+    actor_name: Annotated[str, Field(max_length=255)] | None = None
+    metadata: Metadata | None = None
 
 
 IdString = Annotated[str, Field(min_length=1, max_length=255)]
@@ -69,8 +78,8 @@ class CreateSessionBody(BaseModel):
     input: Annotated[str, Field(min_length=1)] | Annotated[list[Message], Field(min_length=1)]
     stream: bool = False
     client_request_id: IdString | None = None
-    metadata: dict[str, Any] | None = None
-    tags: list[str] | None = None
+    metadata: Metadata | None = None
+    tags: Tags | None = None
     external_actor: ExternalActor | None = None
 
 
@@ -79,8 +88,8 @@ class MessageEventBody(BaseModel):
     type: Literal["agent.session.input.message"]
     input: Annotated[list[Message], Field(min_length=1)]
     client_event_id: IdString | None = None
-    metadata: dict[str, Any] | None = None
-    tags: list[str] | None = None
+    metadata: Metadata | None = None
+    tags: Tags | None = None
     external_actor: ExternalActor | None = None
 
 
@@ -92,8 +101,8 @@ class ToolResultEventBody(BaseModel):
     output: str | Annotated[list[InputContent], Field(min_length=1)] | None = None
     error: str | None = None
     client_event_id: IdString | None = None
-    metadata: dict[str, Any] | None = None
-    tags: list[str] | None = None
+    metadata: Metadata | None = None
+    tags: Tags | None = None
     external_actor: ExternalActor | None = None
 
 

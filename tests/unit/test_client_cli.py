@@ -255,3 +255,54 @@ def test_item_lines(item: dict[str, Any], line_part: str) -> None:
     line = render.item_line({"sequence": 7, "created_at": "2026-01-01T10:00:00.000Z", **item})
     assert line.startswith("#7")
     assert line_part in line
+
+
+def test_create_with_wait_and_envelope(api: type[FakeApi]) -> None:
+    api.answer = (200, {"id": SID, "items": []})
+    code = cli.run(["create", "--harness", "codex", "--text", "hi", "--wait", "--timeout-ms",
+                    "9000", "--metadata", '{"thread": "42"}', "--tag", "a", "--tag", "b",
+                    "--actor", "slack:U1:Alice: the admin"])
+    assert code == 0
+    method, path, body, params = api.calls[0]
+    assert (method, path, params) == ("POST", "/v1/sessions",
+                                      {"wait": "true", "timeout_ms": "9000"})
+    assert body["metadata"] == {"thread": "42"} and body["tags"] == ["a", "b"]
+    assert body["external_actor"] == {"source": "slack", "actor_id": "U1",
+                                      "actor_name": "Alice: the admin"}
+    api.answer = (202, {"id": SID, "items": []})
+    assert cli.run(["create", "--harness", "codex", "--text", "hi", "--wait"]) == 1
+
+
+def test_event_bodies_carry_the_envelope(api: type[FakeApi]) -> None:
+    api.answer = (202, {"event_id": "evt_1", "delivery": "resumed", "items": []})
+    assert cli.run(["result", SID, "call_1", "--success", "--tag", "ci",
+                    "--actor", "github:bot"]) == 0
+    assert api.calls[0][2]["tags"] == ["ci"]
+    assert api.calls[0][2]["external_actor"] == {"source": "github", "actor_id": "bot"}
+    assert cli.run(["send", SID, "--text", "x", "--metadata", "{}"]) == 0
+    assert api.calls[1][2]["metadata"] == {}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["send", SID, "--text", "x", "--actor", "slack"], "SOURCE:ACTOR_ID"),
+        (["send", SID, "--text", "x", "--actor", ":U1"], "SOURCE:ACTOR_ID"),
+        (["send", SID, "--text", "x", "--metadata", "[1]"], "JSON object"),
+        (["create", "--harness", "codex", "--text", "x", "--stream", "--wait"], "combined"),
+    ],
+)
+def test_envelope_usage_errors(api: type[FakeApi], capsys: pytest.CaptureFixture[str],
+                               argv: list[str], message: str) -> None:
+    assert cli.run(argv) == 2
+    assert api.calls == []
+    assert message in capsys.readouterr().err
+
+
+def test_item_line_shows_the_envelope() -> None:
+    line = render.item_line({"sequence": 1, "type": "message", "role": "user",
+                             "content": [{"type": "input_text", "text": "hi"}],
+                             "tags": ["x"], "metadata": {"k": 1},
+                             "external_actor": {"source": "slack", "actor_id": "U1",
+                                                "actor_name": "Alice"}})
+    assert line.endswith(' from slack:U1 (Alice) #x meta={"k": 1}')
