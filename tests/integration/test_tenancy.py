@@ -50,10 +50,23 @@ def _client(system: System, key: str | None) -> httpx.AsyncClient:
 async def tenants(settings: Settings) -> AsyncIterator[Tenants]:
     """Admission and storage (no dispatcher: a Turn runs until the test ends it), auth on with
     two tenants, each capped at ``CAP`` requests in flight."""
+    async for t in _tenants(settings, max_inflight_per_tenant=CAP):
+        yield t
+
+
+@pytest.fixture(name="t_waits")
+async def tenants_one_wait(settings: Settings) -> AsyncIterator[Tenants]:
+    """The same, with one concurrent ``?wait`` per tenant (and room for everything else)."""
+    async for t in _tenants(settings, max_concurrent_waits_per_tenant=1,
+                            max_concurrent_waits=10, max_inflight_per_tenant=50):
+        yield t
+
+
+async def _tenants(settings: Settings, **limits: int) -> AsyncIterator[Tenants]:
     keys = f"{key_entry('acme', KEY_A)},{key_entry('beta', KEY_B)}"
     s = settings.model_copy(update={
-        "auth_disabled": False, "api_keys": keys, "max_inflight_per_tenant": CAP,
-        "topic_partitions": 2, "http_port": 0})
+        "auth_disabled": False, "api_keys": keys, "topic_partitions": 2, "http_port": 0,
+        **limits})
     system = await System(s).start(services=("storage", "admission"))
     kafka = await InputClient(s).start()
     a, b = _client(system, KEY_A), _client(system, KEY_B)
@@ -225,19 +238,66 @@ async def test_a_tenant_at_its_cap_gets_429_while_another_is_served(t: Tenants) 
     assert (await t.b.get(f"/v1/sessions/{served.json()['id']}")).status_code == 200
 
     # the Turn ends: the waits answer and acme's slots are free again
-    producer = AIOKafkaProducer(bootstrap_servers=t.system.settings.kafka_bootstrap_servers,
+    await _end_turn(t.system, sid, turn_id)
+    done = await asyncio.wait_for(asyncio.gather(*held), 60)
+    assert [d.status_code for d in done] == [200] * CAP
+    assert (await t.a.get(f"/v1/sessions/{sid}")).status_code == 200
+
+
+async def _end_turn(system: System, sid: str, turn_id: str) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=system.settings.kafka_bootstrap_servers,
                                 acks="all")
     await producer.start()
     try:
-        await producer.send_and_wait(t.system.topics.core_facts, encode({
+        await producer.send_and_wait(system.topics.core_facts, encode({
             "schema": records.FACT, "fact_id": f"test:{sid}:turn_end", "session_id": sid,
             "kind": "turn", "turn_id": turn_id, "state": "completed", "reason": None}),
             key=sid.encode())
     finally:
         await producer.stop()
-    done = await asyncio.wait_for(asyncio.gather(*held), 60)
-    assert [d.status_code for d in done] == [200] * CAP
+
+
+async def test_a_tenant_at_its_wait_bound_gets_429_while_another_tenant_waits(
+        t_waits: Tenants) -> None:
+    """Issue 11: concurrent waits are bounded per tenant; past the bound 429 with Retry-After,
+    decided before anything is admitted; another tenant's wait is still accepted."""
+    t = t_waits
+    r = await t.a.post("/v1/sessions", json=_create("acme's long turn"))
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    turn_id = next(i["turn_id"] for i in r.json()["items"] if i["type"] == "turn")
+    marker = uuid.uuid4().hex
+    held = asyncio.create_task(t.a.post(
+        f"/v1/sessions/{sid}/events", json=_message(f"wait {marker}"),
+        params={"wait": "true", "timeout_ms": "90000"}))
+    await t.system.items.wait_for(
+        sid, lambda i: i["type"] == "message" and marker in str(i["content"]), timeout=60)
+    assert not held.done()
+
+    before = (await store_counts(t.system.settings), await _admitted_count(t.system))
+    refused = await t.a.post(f"/v1/sessions/{sid}/events", json=_message("a second wait"),
+                             params={"wait": "true", "timeout_ms": "1000"})
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["error"]["type"] == "rate_limited"
+    assert int(refused.headers["Retry-After"]) >= 1
+    refused = await t.a.post("/v1/sessions", json=_create("a wait on creation"),
+                             params={"wait": "true", "timeout_ms": "1000"})
+    assert refused.status_code == 429, refused.text
+    assert (await store_counts(t.system.settings), await _admitted_count(t.system)) == before
+    # acme without wait is served; beta's wait has its own slot (its budget runs out: 202)
     assert (await t.a.get(f"/v1/sessions/{sid}")).status_code == 200
+    other = await t.b.post("/v1/sessions", json=_create("beta waits too"),
+                           params={"wait": "true", "timeout_ms": "1500"})
+    assert other.status_code == 202, other.text
+    assert [i["type"] for i in other.json()["items"]][:1] == ["message"]
+
+    await _end_turn(t.system, sid, turn_id)
+    done = await asyncio.wait_for(held, 60)
+    assert done.status_code == 200, done.text
+    assert done.json()["items"][-1]["type"] == "turn"
+    again = await t.a.post(f"/v1/sessions/{sid}/events", json=_message("acme's slot is free"),
+                           params={"wait": "true", "timeout_ms": "1000"})
+    assert again.status_code in (200, 202), again.text
 
 
 async def test_with_auth_disabled_everyone_is_the_default_tenant(settings: Settings) -> None:
