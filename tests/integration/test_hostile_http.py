@@ -39,6 +39,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from shared.domain.tenancy import key_entry
 from shared.settings import Settings
 from tests.support.system import System, png_data_uri
 
@@ -391,7 +392,8 @@ def event_bodies(urls: list[str]) -> st.SearchStrategy[Json]:
 @pytest.fixture
 async def core(settings: Settings) -> AsyncIterator[System]:
     """admission (serving HTTP on its own port, auth on) and storage only."""
-    s = settings.model_copy(update={"auth_disabled": False, "api_keys": KEY})
+    s = settings.model_copy(update={"auth_disabled": False,
+                                    "api_keys": key_entry("hostile", KEY)})
     sys_ = await System(s).start(services=("storage", "admission"))
     try:
         yield sys_
