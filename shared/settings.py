@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     api_keys: str = ""  # comma-separated bearer keys; empty with auth_disabled=false refuses all
     auth_disabled: bool = False
     storage_reply_timeout_ms: int = 10_000  # the 504 budget while waiting for storage
+    # admission's store reads (idempotency, Session profile, GETs, /readyz): how long PyMongo
+    # looks for a reachable server before admission answers 503 `unavailable` (docs/admission.md)
+    store_request_timeout_ms: int = 2_000
     max_concurrent_waits: int = 256  # ?wait=true requests in flight before 429
 
     # --- content limits (docs/decisions.md explains each default) -------------------

@@ -45,7 +45,7 @@ RESPONSE_SCHEMAS: dict[str, Json] = {
                 "type": {"type": "string", "enum": [
                     "invalid_request", "unsupported_or_invalid_configuration", "not_found",
                     "conflict", "request_too_large", "rate_limited", "unauthorized", "timeout",
-                    "internal_error"]},
+                    "internal_error", "unavailable"]},
                 "message": {"type": "string"},
                 "param": _nullable({"type": "string"}),
             }}},
@@ -141,7 +141,9 @@ def _json(schema: Json, description: str) -> Json:
 def _errors(*codes: int) -> Json:
     text = {400: "invalid_request or unsupported_or_invalid_configuration",
             401: "missing or wrong bearer API key", 404: "not_found", 409: "conflict",
-            413: "request_too_large", 429: "rate_limited", 504: "storage did not answer in time"}
+            413: "request_too_large", 429: "rate_limited",
+            503: "unavailable: the store or the broker is unreachable (Retry-After)",
+            504: "storage did not answer in time"}
     return {str(c): _json(_ref("Error"), text[c]) for c in codes}
 
 
@@ -159,7 +161,7 @@ OPERATIONS: dict[tuple[str, str], Json] = {
                               "content": {"application/json": {"schema":
                                                                _ref("SessionCreated")},
                                           "text/event-stream": {"schema": {"type": "string"}}}},
-                      **_errors(400, 401, 409, 413, 504)},
+                      **_errors(400, 401, 409, 413, 503, 504)},
     },
     ("/v1/sessions/{session_id}/events", "post"): {
         "summary": "Add one event (a message or a function result)",
@@ -174,12 +176,13 @@ OPERATIONS: dict[tuple[str, str], Json] = {
                               "discriminator": {"propertyName": "type"}}),
         "responses": {"202": _json(_ref("EventAccepted"), "accepted (Items so far)"),
                       "200": _json(_ref("EventAccepted"), "wait=true: the Turn ended"),
-                      **_errors(400, 401, 404, 409, 413, 429, 504)},
+                      **_errors(400, 401, 404, 409, 413, 429, 503, 504)},
     },
     ("/v1/sessions/{session_id}", "get"): {
         "summary": "The Session: harness, placement, binding, status",
         "parameters": [_SESSION_ID],
-        "responses": {"200": _json(_ref("Session"), "the Session"), **_errors(400, 401, 404)},
+        "responses": {"200": _json(_ref("Session"), "the Session"),
+                      **_errors(400, 401, 404, 503)},
     },
     ("/v1/sessions/{session_id}/items", "get"): {
         "summary": "Public Items in sequence order",
@@ -191,13 +194,14 @@ OPERATIONS: dict[tuple[str, str], Json] = {
              "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}},
         ],
         "responses": {"200": _json(_ref("ItemPage"), "a page of Items"),
-                      **_errors(400, 401, 404)},
+                      **_errors(400, 401, 404, 503)},
     },
     ("/v1/sessions/{session_id}/tool_results/{call_id}", "get"): {
         "summary": "A function call, its stored submission and its application state",
         "parameters": [_SESSION_ID, {"name": "call_id", "in": "path", "required": True,
                                      "schema": {"type": "string"}}],
-        "responses": {"200": _json(_ref("ToolResult"), "the call"), **_errors(400, 401, 404)},
+        "responses": {"200": _json(_ref("ToolResult"), "the call"),
+                      **_errors(400, 401, 404, 503)},
     },
     ("/healthz", "get"): {"summary": "Liveness", "security": [],
                           "responses": {"200": _json(_ref("Health"), "alive")}},
