@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.chaos.conftest import API_KEY, Row, probe
-from tests.chaos.load import Load, check, read_items, read_topic
+from tests.chaos.load import Load, verify
 from tests.conftest import Stack
 from tests.support.processes import Core
 
@@ -42,14 +42,7 @@ async def run_scenario(core: Core, api: httpx.AsyncClient, record: Callable[[Row
     await asyncio.wait_for(running, 400)
     assert core.dead() == [], core.logs_tail()
 
-    store = {}
-    for run in load.runs:
-        if run.session_id is not None:
-            items = await read_items(api, run.session_id)
-            assert items is not None, run.session_id
-            store[run.session_id] = items
-    topic = await read_topic(core.settings)
-    v = check(load, store, topic)
+    v = await verify(api, core, load)
     answers = Counter(s for t, s in load.statuses if t >= t_fault)
     record(Row(fault=fault, sent=v.sent, acked=v.acked, retried=v.retried, lost=len(v.lost),
                duplicated=len(v.duplicated), down_s=t_restored - t_fault,

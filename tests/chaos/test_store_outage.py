@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaProducer
 from shared.kafka import assigned_consumer, encode
 from shared.topics import topics_for
 from tests.chaos.conftest import API_KEY, Row, probe
-from tests.chaos.load import Load, check, read_items, read_topic
+from tests.chaos.load import Load, read_items, verify
 from tests.conftest import Stack
 from tests.support.processes import Core
 
@@ -43,7 +43,8 @@ async def test_store_outage(chaos_core: Core, chaos_stack: Stack, api: httpx.Asy
     core = chaos_core
     topics = topics_for(core.settings)
     results = await assigned_consumer(core.settings, topics.session_input_results, at_end=True)
-    existing = (await api.post("/v1/sessions", json={"harness": "codex", "input": "before"}))
+    existing = await api.post("/v1/sessions", json={"harness": "codex", "placement": "none",
+                                                    "input": "before"})
     assert existing.status_code == 201, existing.text
     sid = existing.json()["id"]
 
@@ -59,9 +60,11 @@ async def test_store_outage(chaos_core: Core, chaos_stack: Stack, api: httpx.Asy
         await asyncio.sleep(0.2)
     # writes and reads: 503 unavailable + Retry-After, quickly
     answers = await asyncio.gather(
-        timed(api.post("/v1/sessions", json={"harness": "codex", "input": "during",
+        timed(api.post("/v1/sessions", json={"harness": "codex", "placement": "none",
+                                             "input": "during",
                                              "client_request_id": str(uuid.uuid4())})),
-        timed(api.post("/v1/sessions", json={"harness": "claude_code", "input": "during"})),
+        timed(api.post("/v1/sessions", json={"harness": "claude_code", "placement": "none",
+                                             "input": "during"})),
         timed(api.post(f"/v1/sessions/{sid}/events", json={
             "type": "agent.session.input.message", "input": "during"})),
         timed(api.get(f"/v1/sessions/{sid}/items")),
@@ -75,7 +78,7 @@ async def test_store_outage(chaos_core: Core, chaos_stack: Stack, api: httpx.Asy
     rid = f"chaos-{uuid.uuid4().hex}"
     marker = f"via session.input {rid}"
     await core_publish(core, topics.session_input, {
-        "op": "sessions.create", "request_id": rid, "harness": "codex",
+        "op": "sessions.create", "request_id": rid, "harness": "codex", "placement": "none",
         "input": marker, "client_request_id": str(uuid.uuid4())}, rid)
 
     await asyncio.sleep(max(0.0, OUTAGE_S - (time.monotonic() - t_stop)))
@@ -105,13 +108,7 @@ async def test_store_outage(chaos_core: Core, chaos_stack: Stack, api: httpx.Asy
                                       if it["type"] == "message"] == [marker]
 
     assert core.dead() == [], core.logs_tail()
-    store = {}
-    for run in load.runs:
-        if run.session_id is not None:
-            items = await read_items(api, run.session_id)
-            assert items is not None
-            store[run.session_id] = items
-    v = check(load, store, await read_topic(core.settings))
+    v = await verify(api, core, load)
     during = Counter(s for t, s in load.statuses if t_stop <= t <= t_back)
     record(Row(fault="FerretDB kill -9 (store outage) + restart", sent=v.sent, acked=v.acked,
                retried=v.retried, lost=len(v.lost), duplicated=len(v.duplicated),
