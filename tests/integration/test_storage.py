@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from PIL import Image
 from pymongo import AsyncMongoClient
 
+from services.storage.handler import StorageHandler, source_key
 from shared import records
 from shared.kafka import encode, now_rfc3339
 from shared.settings import Settings
@@ -289,6 +290,27 @@ async def test_the_handler_called_twice_decides_once(core: System) -> None:
     assert json.dumps(again.replies) == json.dumps(both.replies[:1])
     stored = await all_items(core, rec["session_id"])
     assert [i["sequence"] for i in stored] == [1, 2, 3]
+
+
+async def test_a_record_the_previous_owner_decided_is_replayed_after_a_rebalance(
+        core: System) -> None:
+    """Issue 10, rebalance: replica B is trusted (it has been running) and gets a partition
+    whose previous owner A decided a record without committing its offset. The record is
+    checked against the journal (``verify``: the first batch past the committed offset) and
+    replayed — the same Items, the same sequence — instead of decided again at a new one."""
+    a = StorageHandler(core.storage.repo, now_rfc3339)
+    b = StorageHandler(core.storage.repo, now_rfc3339)
+    create = admitted_create("owner A")
+    await a.handle([create])
+    await b.handle([admitted_create("B has been running")])  # B is trusted now
+    ev = admitted_event(create["session_id"], "decided by A, not committed")
+    decided = await a.handle([ev])
+    again = await b.handle([ev], verify=frozenset({source_key(ev)}))
+    assert json.dumps(again.items) == json.dumps(decided.items)
+    stored = await all_items(core, create["session_id"])
+    assert [i["sequence"] for i in stored] == [1, 2, 3]
+    texts = [p["text"] for i in stored if i["type"] == "message" for p in i["content"]]
+    assert texts.count("decided by A, not committed") == 1
 
 
 # ---- idempotency and delivery ------------------------------------------------------------------
