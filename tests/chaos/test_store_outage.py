@@ -23,6 +23,7 @@ from shared.topics import topics_for
 from tests.chaos.conftest import API_KEY, Row, probe
 from tests.chaos.load import Load, read_items, verify
 from tests.conftest import Stack
+from tests.integration.test_storage import admitted_event
 from tests.support.processes import Core
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
@@ -81,6 +82,11 @@ async def test_store_outage(chaos_core: Core, chaos_stack: Stack, api: httpx.Asy
         "op": "sessions.create", "request_id": rid, "harness": "codex", "placement": "none",
         "input": marker, "client_request_id": str(uuid.uuid4())}, rid)
 
+    # admitted input already on Kafka: a record on session.admitted (as admission hands it
+    # over) that storage cannot write now — it must be written once the store is back
+    on_kafka = f"on session.admitted during the outage {uuid.uuid4().hex}"
+    await core_publish(core, topics.session_admitted, admitted_event(sid, on_kafka), sid)
+
     await asyncio.sleep(max(0.0, OUTAGE_S - (time.monotonic() - t_stop)))
     assert (await api.get("/readyz")).status_code == 503
     await asyncio.to_thread(chaos_stack.start, "ferretdb")
@@ -106,6 +112,14 @@ async def test_store_outage(chaos_core: Core, chaos_stack: Stack, api: httpx.Asy
     via_kafka = await read_items(api, answer["body"]["id"])
     assert via_kafka is not None and [it["content"][0]["text"] for it in via_kafka
                                       if it["type"] == "message"] == [marker]
+
+    stored = await read_items(api, sid)
+    assert stored is not None
+    assert [it["sequence"] for it in stored] == list(range(1, len(stored) + 1))
+    assert [it for it in stored if it["type"] == "message"
+            and it["content"][0]["text"] == on_kafka] != []
+    assert len([it for it in stored if it["type"] == "message"
+                and it["content"][0]["text"] == on_kafka]) == 1
 
     assert core.dead() == [], core.logs_tail()
     v = await verify(api, core, load)
