@@ -82,18 +82,25 @@ async def test_kill_broker(chaos_core: Core, chaos_stack: Stack, api: httpx.Asyn
                        lambda: chaos_stack.start("kafka"))
 
 
+@pytest.mark.parametrize("leave", ["sigterm", "kill"])
 async def test_rebalance(chaos_core: Core, api: httpx.AsyncClient,
-                         record: Callable[[Row], None]) -> None:
-    """A second storage and dispatcher replica join mid-load (their groups rebalance), stay
-    ``DOWN_S``, and leave (SIGTERM: a clean leave, another rebalance)."""
+                         record: Callable[[Row], None], leave: str) -> None:
+    """A second storage and dispatcher replica join mid-load (their groups rebalance), take
+    partitions, and leave: cleanly (SIGTERM), or crashing (``kill -9``: the group notices only
+    after the session timeout, and the survivor takes over partitions whose last batch may be
+    written but not committed)."""
     def join() -> None:
         chaos_core.spawn("storage-2", "storage")
         chaos_core.spawn("dispatcher-2", "dispatcher")
 
-    def leave() -> None:
+    def go() -> None:
         time.sleep(5.0)  # let them join the groups and take partitions before they leave
-        chaos_core.stop("storage-2")
-        chaos_core.stop("dispatcher-2")
+        for name in ("storage-2", "dispatcher-2"):
+            if leave == "kill":
+                chaos_core.kill(name)
+            else:
+                chaos_core.stop(name)
 
+    how = "leave (SIGTERM)" if leave == "sigterm" else "are killed (kill -9)"
     await run_scenario(chaos_core, api, record,
-                       "rebalance: storage + dispatcher replica join, then leave", join, leave)
+                       f"rebalance: storage + dispatcher replica join, then {how}", join, go)
