@@ -111,7 +111,8 @@ class StorageHandler:
                 states[sid] = self.cache[sid]
             else:
                 missing.append(sid)
-        states.update(await self.repo.sessions(missing))
+        loaded = await self.repo.sessions(missing)
+        states.update(await self.repo.roll_forward(loaded, missing))
         return states
 
     def _remember(self, states: dict[str, SessionState]) -> None:
