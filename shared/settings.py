@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     auth_disabled: bool = False  # local use only: every request is tenant "default"
     max_inflight_per_tenant: int = Field(default=256, ge=1)  # /v1 requests being handled; 429
     storage_reply_timeout_ms: int = 10_000  # the 504 budget while waiting for storage
+    # admission's store reads (idempotency, Session profile, GETs, /readyz): how long PyMongo
+    # looks for a reachable server before admission answers 503 `unavailable` (docs/admission.md)
+    store_request_timeout_ms: int = 2_000
     max_concurrent_waits: int = 256  # ?wait=true requests in flight per replica before 429
     max_concurrent_waits_per_tenant: int = 64  # … and per tenant per replica before 429
 

@@ -5,23 +5,33 @@ streams): correctness rests on unique indexes and one writer per Session."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from pymongo import ASCENDING, AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import ConnectionFailure
 
 from shared.settings import Settings
 
 Doc = dict[str, Any]
 
+# The store is away (no server reachable, connection refused or reset, a network timeout):
+# PyMongo raises these — ConnectionFailure is the base of AutoReconnect, NetworkTimeout,
+# ServerSelectionTimeoutError and WaitQueueTimeoutError. Nothing else means "unreachable".
+STORE_UNREACHABLE: tuple[type[Exception], ...] = (ConnectionFailure,)
 
-def client_options(settings: Settings) -> dict[str, Any]:
-    """The client's keyword arguments. TLS may be set in ``MONGODB_URI`` (``tls=true``,
-    ``tlsCAFile=…``); ``mongodb_tls_ca_file`` / ``mongodb_tls_certificate_key_file`` turn it on
-    from settings instead, so a chart can mount the CA beside a URI kept in a Secret."""
+def client_options(settings: Settings, server_selection_ms: int = 5_000) -> dict[str, Any]:
+    """The client's keyword arguments. ``server_selection_ms`` bounds how long an operation
+    waits for a reachable server before it raises; services on the request path pass
+    ``store_request_timeout_ms`` so an outage answers 503 quickly instead of hanging. TLS may be
+    set in ``MONGODB_URI`` (``tls=true``, ``tlsCAFile=…``); ``mongodb_tls_ca_file`` /
+    ``mongodb_tls_certificate_key_file`` turn it on from settings instead, so a chart can mount
+    the CA beside a URI kept in a Secret."""
     opts: dict[str, Any] = {
         "tz_aware": True,
-        "serverSelectionTimeoutMS": 5_000,
+        "serverSelectionTimeoutMS": server_selection_ms,
+        "connectTimeoutMS": min(server_selection_ms, 20_000),
         "appname": "session-core",
     }
     if settings.mongodb_tls_ca_file or settings.mongodb_tls_certificate_key_file:
@@ -33,8 +43,8 @@ def client_options(settings: Settings) -> dict[str, Any]:
     return opts
 
 
-def make_client(settings: Settings) -> AsyncMongoClient[Doc]:
-    return AsyncMongoClient(settings.mongodb_uri, **client_options(settings))
+def make_client(settings: Settings, server_selection_ms: int = 5_000) -> AsyncMongoClient[Doc]:
+    return AsyncMongoClient(settings.mongodb_uri, **client_options(settings, server_selection_ms))
 
 
 def database(client: AsyncMongoClient[Doc], settings: Settings) -> AsyncDatabase[Doc]:
@@ -58,6 +68,30 @@ async def ping(client: AsyncMongoClient[Doc]) -> bool:
         return True
     except Exception:
         return False
+
+
+class StoreWatch:
+    """Whether the store answered a ping lately. ``require()`` raises ``ConnectionFailure`` (so
+    the caller's one mapping turns it into 503 ``unavailable``) when the last ping, at most
+    ``fresh_s`` old, failed. Admission asks before handing input to storage: input it cannot
+    see written is refused up front instead of answered 504 after the storage budget."""
+
+    def __init__(self, client: AsyncMongoClient[Doc], fresh_s: float = 1.0) -> None:
+        self.client = client
+        self.fresh_s = fresh_s
+        self._checked = -1e9
+        self._up = False
+
+    async def up(self) -> bool:
+        now = time.monotonic()
+        if now - self._checked > self.fresh_s:
+            self._up = await ping(self.client)
+            self._checked = time.monotonic()
+        return self._up
+
+    async def require(self) -> None:
+        if not await self.up():
+            raise ConnectionFailure("the store did not answer a ping")
 
 
 PK_LOOKUPS_MAX = 8

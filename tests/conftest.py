@@ -52,6 +52,9 @@ class Stack:
     kafka_port: int = 0
     mongo_port: int = 0
     controller_port: int = 0
+    # environment for stack.py (None: this process's); a private stack drops the two
+    # infrastructure variables so stack.py starts both components itself
+    env: dict[str, str] | None = None
     _closers: list[Any] = field(default_factory=list, repr=False)
 
     # --- control (local stack only; fault tests use these to take a component away) ---------
@@ -65,17 +68,18 @@ class Stack:
                "--kafka-port", str(self.kafka_port), "--mongo-port", str(self.mongo_port),
                "--kafka-controller-port", str(self.controller_port)]
         proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+                              timeout=timeout, check=False, env=self.env)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
                                f"{proc.stdout}\n{proc.stderr}")
         return proc.stdout
 
-    def stop(self, component: str) -> None:
-        """Stop ``kafka`` or ``ferretdb`` (SIGTERM, then SIGKILL) and wait until it is gone."""
+    def stop(self, component: str, kill: bool = False) -> None:
+        """Stop ``kafka`` or ``ferretdb`` (SIGTERM, then SIGKILL; ``kill``: SIGKILL at once, a
+        crash) and wait until it is gone."""
         if not self.controllable:
             pytest.skip(f"cannot stop {component} of a {self.kind} stack")
-        self._run("down", "--only", component)
+        self._run("down", "--only", component, *(["--kill"] if kill else []))
 
     def start(self, component: str) -> None:
         """Start ``kafka`` or ``ferretdb`` again and wait until it is ready."""
@@ -131,12 +135,18 @@ def _testcontainers_stack() -> Stack:  # pragma: no cover - needs a Docker engin
                  kind="testcontainers", _closers=[mongo.stop, kafka.stop])
 
 
-def _local_stack(state_dir: Path) -> Stack:
+def _local_stack(state_dir: Path, private: bool = False) -> Stack:
+    """``private``: Kafka and FerretDB of its own even when the environment names others
+    (tests that kill the infrastructure must not kill a shared one)."""
     st = Stack(bootstrap="", mongodb_uri="", kind="local", state_dir=state_dir,
                kafka_port=_free_port(), mongo_port=_free_port(), controller_port=_free_port())
-    st.bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or f"127.0.0.1:{st.kafka_port}"
-    st.mongodb_uri = (os.environ.get("MONGODB_URI")
-                      or f"mongodb://127.0.0.1:{st.mongo_port}/")
+    env = dict(os.environ)
+    if private:
+        env.pop("KAFKA_BOOTSTRAP_SERVERS", None)
+        env.pop("MONGODB_URI", None)
+        st.env = env
+    st.bootstrap = env.get("KAFKA_BOOTSTRAP_SERVERS") or f"127.0.0.1:{st.kafka_port}"
+    st.mongodb_uri = env.get("MONGODB_URI") or f"mongodb://127.0.0.1:{st.mongo_port}/"
     t0 = time.monotonic()
     try:
         st.up()

@@ -566,9 +566,11 @@ def _signal_group(proc: Proc, sig: signal.Signals) -> None:
         pass
 
 
-def stop_many(state: State, procs: Sequence[Proc], timeout: float) -> None:
-    """SIGTERM every process group at once, wait up to ``timeout``, SIGKILL what is left, and
-    wait until no member of any group is left (reaping our own children)."""
+def stop_many(state: State, procs: Sequence[Proc], timeout: float,
+              first: signal.Signals = signal.SIGTERM) -> None:
+    """SIGTERM (or ``first``: SIGKILL for a crash) every process group at once, wait up to
+    ``timeout``, SIGKILL what is left, and wait until no member of any group is left (reaping
+    our own children)."""
     live = []
     for proc in procs:
         if proc.group_alive():
@@ -578,8 +580,8 @@ def stop_many(state: State, procs: Sequence[Proc], timeout: float) -> None:
     if not live:
         return
     for proc in live:
-        log(f"{proc.name}: SIGTERM to process group {proc.pgid}")
-        _signal_group(proc, signal.SIGTERM)
+        log(f"{proc.name}: {first.name} to process group {proc.pgid}")
+        _signal_group(proc, first)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and any(_group_members(p.pgid) for p in live):
         time.sleep(0.1)
@@ -606,12 +608,13 @@ def stop_many(state: State, procs: Sequence[Proc], timeout: float) -> None:
         log(f"{proc.name}: stopped")
 
 
-def stop_in_order(state: State, procs: Sequence[Proc], timeout: float) -> None:
+def stop_in_order(state: State, procs: Sequence[Proc], timeout: float,
+                  first: signal.Signals = signal.SIGTERM) -> None:
     """Services (and extra commands) first, then the infrastructure."""
     infra = [p for p in procs if p.name in ("kafka", "ferretdb")]
     rest = [p for p in procs if p.name not in ("kafka", "ferretdb")]
-    stop_many(state, rest, timeout)
-    stop_many(state, infra, timeout)
+    stop_many(state, rest, timeout, first)
+    stop_many(state, infra, timeout, first)
 
 
 # ------------------------------------------------------------------------------------------
@@ -1048,7 +1051,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     if not procs:
         log(f"nothing running for {st.root}")
         return 0
-    stop_in_order(st, procs, args.timeout)
+    stop_in_order(st, procs, args.timeout, signal.SIGKILL if args.kill else signal.SIGTERM)
     return 0
 
 
@@ -1190,6 +1193,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("down", help="stop everything started from this state dir")
     common(p)
     p.add_argument("--only", action="append", metavar="NAME", help="stop only this component")
+    p.add_argument("--kill", action="store_true",
+                   help="SIGKILL at once, no graceful stop (crash tests: kill -9)")
     p.add_argument("--timeout", type=float, default=30.0,
                    help="seconds between SIGTERM and SIGKILL")
     p.set_defaults(func=cmd_down)

@@ -31,7 +31,7 @@ from shared.kafka import (
 from shared.logging import bound, get_logger
 from shared.service import raw_decoder
 from shared.settings import Settings
-from shared.store import database, make_client, ping
+from shared.store import StoreWatch, database, make_client, ping
 from shared.topics import topics_for
 
 log = get_logger(__name__)
@@ -58,13 +58,13 @@ class AdmissionService:
         self.settings = settings
         self.topics = topics_for(settings)
         self.broker: KafkaBroker = make_broker(settings, "session-core-admission")
-        self.client = make_client(settings)
+        self.client = make_client(settings, settings.store_request_timeout_ms)
         self.db = database(self.client, settings)
         self.dlq = DeadLetters(broker_send(self.broker), self.topics)
         self.replies = ReplyTail(settings, self.topics.storage_replies, self.dlq)
         self.items = ItemTail(settings, self.topics.session_items, self.dlq)
         self.admission = Admission(settings, self.topics, self.broker, self.db, self.replies,
-                                   self.items)
+                                   self.items, StoreWatch(self.client))
         self.http = build_http_app(settings, lambda: self.admission, self.ready)
         self.server: uvicorn.Server | None = None
         self.server_task: asyncio.Task[None] | None = None

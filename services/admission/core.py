@@ -25,7 +25,7 @@ from shared.ids import is_id, new_id
 from shared.kafka import now_rfc3339, publish
 from shared.logging import bound, get_logger
 from shared.settings import Settings
-from shared.store import Doc
+from shared.store import Doc, StoreWatch
 from shared.storecodec import unpack
 from shared.topics import Topics
 
@@ -71,6 +71,7 @@ class Admission:
         db: AsyncDatabase[Doc],
         replies: ReplyTail,
         items: ItemTail,
+        store: StoreWatch,
     ) -> None:
         self.settings = settings
         self.topics = topics
@@ -78,6 +79,7 @@ class Admission:
         self.db = db
         self.replies = replies
         self.items = items
+        self.store = store
         self.limits = rules.Limits.from_settings(settings)
         # A Session's harness, placement and tenant never change and Sessions are never
         # deleted, so what admission read once stays true: one store read per Session, not per
@@ -205,10 +207,13 @@ class Admission:
         return Answer(status, body, headers, session_id=session_id or body.get("id"))
 
     async def _hand_over(self, record: Json) -> Answer:
-        """Publish to storage with acks=all, then wait for the stored answer. A timeout answers
+        """Publish to storage with acks=all, then wait for the stored answer. With the store
+        unreachable nothing is published (``StoreWatch.require`` raises; the HTTP layer answers
+        503, the ``session.input`` consumer retries the record). A timeout answers
         504 and loses nothing: the record is in Kafka and storage will store it; a retry with the
         same idempotency id returns the stored result."""
         rid = record["request_id"]
+        await self.store.require()  # the store is away: 503 now, nothing published
         with bound(session_id=record["session_id"], request_id=rid):
             fut = self.replies.expect(rid)
             try:

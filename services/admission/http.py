@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
@@ -21,8 +22,14 @@ from shared.domain.tenancy import DEFAULT_TENANT, ApiKeys, bearer
 from shared.ids import new_id
 from shared.logging import bound, get_logger
 from shared.settings import Settings
+from shared.store import STORE_UNREACHABLE
 
 log = get_logger(__name__)
+
+# Exceptions that mean a dependency is unreachable (not a bug): answered 503 ``unavailable``.
+UNAVAILABLE: tuple[type[Exception], ...] = (*STORE_UNREACHABLE, KafkaConnectionError,
+                                            KafkaTimeoutError)
+RETRY_AFTER_S = "1"
 
 REQUESTS = Counter("session_core_http_requests_total", "HTTP requests", ["route", "status"])
 LATENCY = Histogram("session_core_http_request_seconds", "HTTP latency", ["route"])
@@ -277,6 +284,19 @@ def build_http_app(
         message = "no such endpoint" if exc.status_code == 404 else str(exc.detail)
         return JSONResponse({"error": {"type": etype, "message": message, "param": None}},
                             status_code=exc.status_code, headers=exc.headers)
+
+    async def dependency_away(request: Request, exc: Exception) -> Response:
+        """The one place where "the store (or broker) is unreachable" becomes an answer: 503
+        ``unavailable`` with ``Retry-After``. Raised before anything was written, or while
+        handing over — then the input may be on Kafka and a retry with the same idempotency id
+        returns the stored result."""
+        log.warning("http.unavailable", path=request.url.path, error=repr(exc))
+        return _err(errors.unavailable(
+            "a dependency (the store or the broker) is unreachable; nothing is lost by "
+            "retrying with the same idempotency id"), {"Retry-After": RETRY_AFTER_S})
+
+    for exc_type in UNAVAILABLE:
+        app.add_exception_handler(exc_type, dependency_away)
 
     @app.exception_handler(Exception)
     async def crash(request: Request, exc: Exception) -> Response:

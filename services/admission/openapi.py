@@ -45,7 +45,7 @@ RESPONSE_SCHEMAS: dict[str, Json] = {
                 "type": {"type": "string", "enum": [
                     "invalid_request", "unsupported_or_invalid_configuration", "not_found",
                     "conflict", "request_too_large", "rate_limited", "unauthorized", "timeout",
-                    "internal_error"]},
+                    "internal_error", "unavailable"]},
                 "message": {"type": "string"},
                 "param": _nullable({"type": "string"}),
             }}},
@@ -150,11 +150,13 @@ def _errors(*codes: int) -> Json:
             413: "request_too_large",
             429: "rate_limited: the tenant's requests in flight, or the concurrent waits (per "
                  "replica, per tenant), are at their cap; retry after Retry-After seconds",
+            503: "unavailable: the store or the broker is unreachable (Retry-After)",
             504: "storage did not answer in time"}
     out = {str(c): _json(_ref("Error"), text[c]) for c in codes}
-    if 429 in codes:
-        out["429"]["headers"] = {"Retry-After": {"schema": {"type": "integer"},
-                                                 "description": "seconds"}}
+    for code in (429, 503):
+        if code in codes:
+            out[str(code)]["headers"] = {"Retry-After": {"schema": {"type": "integer"},
+                                                         "description": "seconds"}}
     return out
 
 
@@ -188,7 +190,7 @@ OPERATIONS: dict[tuple[str, str], Json] = {
                       "200": _json(_ref("SessionCreated"), "wait=true: the first Turn ended"),
                       "202": _json(_ref("SessionCreated"),
                                    "wait=true: the budget ran out (Items so far)"),
-                      **_errors(400, 401, 409, 413, 429, 504)},
+                      **_errors(400, 401, 409, 413, 429, 503, 504)},
     },
     ("/v1/sessions/{session_id}/events", "post"): {
         "summary": "Add one event (a message or a function result)",
@@ -200,13 +202,13 @@ OPERATIONS: dict[tuple[str, str], Json] = {
                               "discriminator": {"propertyName": "type"}}),
         "responses": {"202": _json(_ref("EventAccepted"), "accepted (Items so far)"),
                       "200": _json(_ref("EventAccepted"), "wait=true: the Turn ended"),
-                      **_errors(400, 401, 404, 409, 413, 429, 504)},
+                      **_errors(400, 401, 404, 409, 413, 429, 503, 504)},
     },
     ("/v1/sessions/{session_id}", "get"): {
         "summary": "The Session: harness, placement, binding, status",
         "parameters": [_SESSION_ID],
         "responses": {"200": _json(_ref("Session"), "the Session"),
-                      **_errors(400, 401, 404, 429)},
+                      **_errors(400, 401, 404, 429, 503)},
     },
     ("/v1/sessions/{session_id}/items", "get"): {
         "summary": "Public Items in sequence order",
@@ -218,14 +220,14 @@ OPERATIONS: dict[tuple[str, str], Json] = {
              "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}},
         ],
         "responses": {"200": _json(_ref("ItemPage"), "a page of Items"),
-                      **_errors(400, 401, 404, 429)},
+                      **_errors(400, 401, 404, 429, 503)},
     },
     ("/v1/sessions/{session_id}/tool_results/{call_id}", "get"): {
         "summary": "A function call, its stored submission and its application state",
         "parameters": [_SESSION_ID, {"name": "call_id", "in": "path", "required": True,
                                      "schema": {"type": "string"}}],
         "responses": {"200": _json(_ref("ToolResult"), "the call"),
-                      **_errors(400, 401, 404, 429)},
+                      **_errors(400, 401, 404, 429, 503)},
     },
     ("/healthz", "get"): {"summary": "Liveness", "security": [],
                           "responses": {"200": _json(_ref("Health"), "alive")}},

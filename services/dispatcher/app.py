@@ -159,9 +159,13 @@ class DispatcherService:
         if pending == 0 and rt is not None:
             await self.deliver(b, rt, rec)
             return
-        await self.db.pending_deliveries.insert_one(
-            {"_id": f"{sid}:{rec['event_id']}", "session_id": sid, "n": time.time_ns(),
-             "queued_at": time.time(), "record": rec})
+        # Idempotent: a record redelivered after a crash (queued, offset not committed) must
+        # not fail on its own pending entry — that stalled the partition for good. The first
+        # queueing keeps its place (n) and its wait clock (queued_at).
+        await self.db.pending_deliveries.update_one(
+            {"_id": f"{sid}:{rec['event_id']}"},
+            {"$setOnInsert": {"session_id": sid, "n": time.time_ns(),
+                              "queued_at": time.time(), "record": rec}}, upsert=True)
         if b.get("status") != "waiting_for_runtime":
             await self._unbind(b, "the bound runtime is gone")
         await self.try_bind(sid)

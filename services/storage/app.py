@@ -12,14 +12,20 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
-from aiokafka import ConsumerRebalanceListener
+from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
 from pymongo.errors import AutoReconnect, ConnectionFailure, ServerSelectionTimeoutError
 
-from services.storage.handler import Outputs, StorageHandler, load_reply_items, record_to_inputs
+from services.storage.handler import (
+    Outputs,
+    StorageHandler,
+    load_reply_items,
+    record_to_inputs,
+    source_key,
+)
 from services.storage.repository import StorageRepository
 from shared import records
 from shared.domain.recordcheck import UNPROCESSABLE, Poison
@@ -44,16 +50,34 @@ INFRA_ERRORS = (ConnectionFailure, AutoReconnect, ServerSelectionTimeoutError, O
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Partitions moved: what this replica remembers of its Sessions may be stale."""
+    """Partitions move. One writer per Session holds only if a replica finishes the batch it is
+    writing BEFORE it gives its partitions up: aiokafka awaits ``on_partitions_revoked`` before
+    this member rejoins, and no member is assigned anything before every member has revoked, so
+    waiting here for the batch lock fences the old owner off. (Without it, a replica went on
+    writing a batch while the new owner decided the same Sessions from the store: two Items at
+    one sequence, an admitted message missing from the store — found by the chaos suite.)
+    What this replica remembers of its Sessions may be stale afterwards."""
 
-    def __init__(self, handler: StorageHandler) -> None:
-        self.handler = handler
+    def __init__(self, service: StorageService) -> None:
+        self.service = service
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
-        self.handler.invalidate()
+        svc = self.service
+        async with svc.batch_lock:
+            # Hand over exactly what was written: commit the processed offsets of the revoked
+            # partitions (the framework's commit after the batch may come too late, mid-
+            # rebalance), so the new owner starts after them instead of re-deciding them.
+            done = {tp: svc.processed.pop(tp) for tp in revoked if tp in svc.processed}
+            if done and svc.consumer is not None:
+                try:
+                    await svc.consumer.commit(done)
+                except Exception as exc:  # the new owner replays them from the journal
+                    log.warning("storage.revoke_commit_failed", error=repr(exc))
+            svc.handler.invalidate()
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
-        self.handler.invalidate()
+        self.service.fresh |= set(assigned)
+        self.service.handler.invalidate()
 
 
 class StorageService:
@@ -74,6 +98,14 @@ class StorageService:
             self.topics.core_facts: frozenset({records.FACT}),
             self.topics.runtime_observations: frozenset({records.OBSERVATION}),
         }
+        self.batch_lock = asyncio.Lock()  # held while a batch is decided and written
+        self.processed: dict[TopicPartition, int] = {}  # next offset after written records
+        self.consumer: Any = None  # the subscriber's AIOKafkaConsumer (seen with a batch)
+        # After an assignment, the previous owner of a partition (crashed, or its commit lost
+        # in the rebalance) may have written up to one batch past the committed offset:
+        # records before verify_until are checked against the journal even when trusted.
+        self.fresh: set[TopicPartition] = set()
+        self.verify_until: dict[TopicPartition, int] = {}
         self.broker.subscriber(
             self.topics.session_admitted,
             self.topics.core_facts,
@@ -88,19 +120,39 @@ class StorageService:
             fetch_max_bytes=max_record_bytes(settings) * 2,
             ack_policy=AckPolicy.NACK_ON_ERROR,
             decoder=raw_decoder,
-            listener=_Rebalance(self.handler),
+            listener=_Rebalance(self),
         )(self.on_batch)
 
     async def on_batch(self, body: Any, msg: KafkaMessage) -> None:
-        try:
-            await self._on_batch(msg)
-        except BaseException:
-            self.handler.invalidate()  # the batch will be redelivered: trust only the store
-            raise
+        async with self.batch_lock:
+            # A batch fetched before a rebalance may hold records of partitions this replica
+            # no longer owns (their new owner reads them from the committed offset): skip them.
+            raws = msg.raw_message if isinstance(msg.raw_message, tuple) else (msg.raw_message,)
+            self.consumer = msg.consumer  # the AIOKafkaConsumer that fetched the batch
+            owned = self.consumer.assignment()
+            mine = tuple(r for r in raws if TopicPartition(r.topic, r.partition) in owned)
+            if len(mine) < len(raws):
+                log.warning("storage.skipped_revoked", records=len(raws) - len(mine))
+            if not mine:
+                return
+            try:
+                await self._on_batch(mine)
+            except BaseException:
+                self.handler.invalidate()  # the batch will be redelivered: trust only the store
+                raise
+            for r in mine:
+                tp = TopicPartition(r.topic, r.partition)
+                self.processed[tp] = max(self.processed.get(tp, 0), r.offset + 1)
 
-    async def _on_batch(self, msg: KafkaMessage) -> None:
-        decoded = await decode_batch(self.dlq, msg.raw_message, self.schemas)
+    async def _on_batch(self, raws: tuple[Any, ...]) -> None:
+        for r in raws:
+            tp = TopicPartition(r.topic, r.partition)
+            if tp in self.fresh:  # the first record since it was assigned: the committed one
+                self.fresh.discard(tp)
+                self.verify_until[tp] = r.offset + self.settings.storage_batch_max
+        decoded = await decode_batch(self.dlq, raws, self.schemas)
         inputs = []
+        verify: set[str] = set()
         source: dict[int, Any] = {}  # id(input) → the record it came from
         for raw, rec in decoded:
             try:
@@ -114,8 +166,10 @@ class StorageService:
             for inp in found:
                 source[id(inp)] = raw
             inputs.extend(found)
+            if raw.offset < self.verify_until.get(TopicPartition(raw.topic, raw.partition), 0):
+                verify.update(source_key(inp) for inp in found)
         try:
-            out = await self.handler.handle(inputs)
+            out = await self.handler.handle(inputs, frozenset(verify))
         except INFRA_ERRORS:
             raise  # the store or broker is away: rewind the batch and retry it
         except Exception:

@@ -116,7 +116,8 @@ class StorageHandler:
                 states[sid] = self.cache[sid]
             else:
                 missing.append(sid)
-        states.update(await self.repo.sessions(missing))
+        loaded = await self.repo.sessions(missing)
+        states.update(await self.repo.roll_forward(loaded, missing))
         return states
 
     def _remember(self, states: dict[str, SessionState]) -> None:
@@ -126,19 +127,25 @@ class StorageHandler:
         while len(self.cache) > self.cache_size:
             self.cache.popitem(last=False)
 
-    async def handle(self, inputs: list[Json]) -> Outputs:
-        out = await self._handle(inputs)
-        self.trusted = True
+    async def handle(self, inputs: list[Json], verify: frozenset[str] = frozenset()
+                     ) -> Outputs:
+        """``verify``: source keys that another writer may have decided although this replica
+        is trusted (records just after a partition was assigned to it)."""
+        out = await self._handle(inputs, verify)
+        if inputs:  # an empty batch read nothing from the store: it proves nothing
+            self.trusted = True
         return out
 
-    async def _handle(self, inputs: list[Json]) -> Outputs:
+    async def _handle(self, inputs: list[Json], verify: frozenset[str]) -> Outputs:
         out = Outputs()
         if not inputs:
             return out
         keys = [source_key(r) for r in inputs]
         # Trusted, only a record this replica decided lately can be a repeat (the same record
-        # twice in the log); otherwise any record may have been decided before.
-        lookup = [k for k in keys if k in self.recent] if self.trusted else keys
+        # twice in the log), or one the previous owner of its partition may have decided;
+        # otherwise any record may have been decided before.
+        lookup = ([k for k in keys if k in self.recent or k in verify] if self.trusted
+                  else keys)
         journal = await self.repo.journal(lookup)
         states = await self._states({r["session_id"] for r in inputs})
         idem_keys, call_keys = [], []

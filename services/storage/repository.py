@@ -16,7 +16,7 @@ from shared import imagerefs as images
 from shared import itemstore
 from shared.domain.sessions import Decision, SessionState
 from shared.store import Doc, find_by_ids
-from shared.storecodec import dumps, item_doc, pack, unpack
+from shared.storecodec import dumps, item_doc, item_key, pack, unpack
 
 DUPLICATE_KEY = 11000
 
@@ -82,23 +82,76 @@ class StorageRepository:
         return doc, chunks
 
     async def write(self, journal_docs: list[Doc], chunks: list[Doc]) -> None:
-        """Apply decided records: chunks, journal, Items, calls, idempotency, Sessions."""
+        """Apply decided records: chunks, Items, journal (the commit point), calls, idempotency,
+        Sessions. Items go before the journal so that a crash in between leaves Items without a
+        journal entry — found and removed by ``roll_forward`` — never a journal entry that
+        nothing points to."""
         await insert_ignoring_duplicates(self.db.image_chunks, _dedupe(chunks))
+        await self._insert_items(journal_docs)
         await insert_ignoring_duplicates(
             self.db.journal,
             [{"_id": j["_id"], "session_id": j["session_id"], "payload": dumps(j)}
              for j in journal_docs],
         )
-        await self.apply(journal_docs)
+        await self._apply_rest(journal_docs)
 
     async def apply(self, journal_docs: list[Doc]) -> None:
-        items: list[Doc] = []
+        """Apply journaled decisions again (idempotent): a replay, or a roll-forward."""
+        await self._insert_items(journal_docs)
+        await self._apply_rest(journal_docs)
+
+    async def _insert_items(self, journal_docs: list[Doc]) -> None:
+        items = [item_doc(it, f"{j['_id']}#{it['sequence']}")
+                 for j in journal_docs for it in j["items"]]
+        await insert_ignoring_duplicates(self.db.items, items)
+
+    async def roll_forward(self, states: dict[str, SessionState], session_ids: Iterable[str]
+                           ) -> dict[str, SessionState]:
+        """Bring Session states up to what the store really holds. A crash (``kill -9``, the
+        store going away mid-write) can leave a decided record's Items and journal entry
+        written but its Session document not advanced; the next record of that Session —
+        possibly from another topic, so before the redelivery of the first — would then be
+        decided at the same sequence, and its Items silently lost to the unique index (seen
+        in the chaos suite). So, while not trusted, for each Session: if an Item exists just
+        after its ``last_sequence``, finish that Item's journal entry and take its state;
+        Items without a journal entry (the crash came between the two writes: nobody was
+        answered, nothing published) are removed so their sequences can be decided again."""
+        out = dict(states)
+        pending = list(dict.fromkeys(session_ids))
+        while pending:
+            nxt = {sid: (out[sid].last_sequence if sid in out else 0) + 1 for sid in pending}
+            found = await find_by_ids(self.db.items, [item_key(s, q) for s, q in nxt.items()])
+            heads = {sid: found[item_key(sid, q)] for sid, q in nxt.items()
+                     if item_key(sid, q) in found}
+            journal = await self.journal(
+                {d["source_key"].rsplit("#", 1)[0] for d in heads.values()})
+            pending = []
+            for sid, doc in heads.items():
+                j = journal.get(doc["source_key"].rsplit("#", 1)[0])
+                if j is None or j.get("state") is None:
+                    await self._drop_orphans(sid, nxt[sid])
+                    continue
+                await self.apply([j])
+                out[sid] = SessionState.from_doc(j["state"])
+                pending.append(sid)
+        return out
+
+    async def _drop_orphans(self, sid: str, first: int) -> None:
+        seq = first
+        while True:
+            doc = await self.db.items.find_one({"_id": item_key(sid, seq)})
+            if doc is None:
+                return
+            if await self.db.journal.find_one({"_id": doc["source_key"].rsplit("#", 1)[0]}):
+                return  # decided and journaled: not an orphan (cannot follow one; stop)
+            await self.db.items.delete_one({"_id": doc["_id"]})
+            seq += 1
+
+    async def _apply_rest(self, journal_docs: list[Doc]) -> None:
         call_ops: list[UpdateOne] = []
         idem: list[Doc] = []
         latest: dict[str, Doc] = {}
         for j in journal_docs:
-            for it in j["items"]:
-                items.append(item_doc(it, f"{j['_id']}#{it['sequence']}"))
             for cu in j["call_updates"]:
                 upd: Doc = {}
                 if "set" in cu:
@@ -109,7 +162,6 @@ class StorageRepository:
             idem.extend(pack(x) for x in j["idempotency"])
             if j["state"] is not None:
                 latest[j["session_id"]] = j["state"]
-        await insert_ignoring_duplicates(self.db.items, items)
         if call_ops:
             await self.db.calls.bulk_write(call_ops, ordered=True)
         await insert_ignoring_duplicates(self.db.idempotency, idem)

@@ -15,6 +15,7 @@ ErrorType = Literal[
     "rate_limited",
     "timeout",
     "internal_error",
+    "unavailable",
 ]
 
 STATUS: dict[str, int] = {
@@ -27,6 +28,7 @@ STATUS: dict[str, int] = {
     "rate_limited": 429,
     "internal_error": 500,
     "timeout": 504,
+    "unavailable": 503,
 }
 
 
@@ -62,6 +64,12 @@ def conflict(message: str, param: str | None = None) -> ApiError:
 
 def too_large(message: str, param: str | None = None) -> ApiError:
     return ApiError("request_too_large", message, param)
+
+
+def unavailable(message: str) -> ApiError:
+    """503: a dependency (the store, the broker) is away, so the answer cannot be guaranteed;
+    nothing was written, and a retry with the same idempotency id is safe."""
+    return ApiError("unavailable", message, None)
 
 
 def join_path(base: str, key: str | int) -> str:

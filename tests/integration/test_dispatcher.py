@@ -408,3 +408,22 @@ async def test_claude_64_user_messages_per_native_turn(system: System) -> None:
         assert d["messages"] == [msg(text("fresh"))]
     finally:
         await inbox.close()
+
+
+async def test_redelivered_record_waiting_for_a_runtime_is_queued_once(
+        short_wait_system: System) -> None:
+    """Crash safety (issue 10): a stored record queued for a Runtime and then redelivered (the
+    dispatcher crashed before committing its offset) is accepted again without error — it used
+    to raise DuplicateKeyError on its own pending entry, so the partition never moved on."""
+    system = short_wait_system
+    disp = system.dispatcher
+    sid = "session_" + "ab" * 16
+    rec: Json = {"schema": "session.stored/1", "session_id": sid, "event_id": "evt_" + "cd" * 16,
+                 "turn_id": "turn_" + "ef" * 16, "kind": "start", "harness": "minimax_code",
+                 "placement": "self_hosted", "has_images": False,
+                 "messages": [msg(text("waiting"))]}
+    async with disp.lock:
+        await disp.accept(rec)
+        await disp.accept(rec)  # the redelivery
+    docs = [d async for d in disp.db.pending_deliveries.find({"session_id": sid})]
+    assert len(docs) == 1 and docs[0]["record"] == rec

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from PIL import Image
 from pymongo import AsyncMongoClient
 
+from services.storage.handler import StorageHandler, source_key
 from shared import records
 from shared.kafka import encode, now_rfc3339
 from shared.settings import Settings
@@ -289,6 +290,69 @@ async def test_the_handler_called_twice_decides_once(core: System) -> None:
     assert json.dumps(again.replies) == json.dumps(both.replies[:1])
     stored = await all_items(core, rec["session_id"])
     assert [i["sequence"] for i in stored] == [1, 2, 3]
+
+
+async def test_a_record_the_previous_owner_decided_is_replayed_after_a_rebalance(
+        core: System) -> None:
+    """Issue 10, rebalance: replica B is trusted (it has been running) and gets a partition
+    whose previous owner A decided a record without committing its offset. The record is
+    checked against the journal (``verify``: the first batch past the committed offset) and
+    replayed — the same Items, the same sequence — instead of decided again at a new one."""
+    a = StorageHandler(core.storage.repo, now_rfc3339)
+    b = StorageHandler(core.storage.repo, now_rfc3339)
+    create = admitted_create("owner A")
+    await a.handle([create])
+    await b.handle([admitted_create("B has been running")])  # B is trusted now
+    ev = admitted_event(create["session_id"], "decided by A, not committed")
+    decided = await a.handle([ev])
+    again = await b.handle([ev], verify=frozenset({source_key(ev)}))
+    assert json.dumps(again.items) == json.dumps(decided.items)
+    stored = await all_items(core, create["session_id"])
+    assert [i["sequence"] for i in stored] == [1, 2, 3]
+    texts = [p["text"] for i in stored if i["type"] == "message" for p in i["content"]]
+    assert texts.count("decided by A, not committed") == 1
+
+
+async def _crash_after_items(core: System, orphan: bool) -> tuple[str, list[Json]]:
+    """Owner A decides a message, and "crashes" after its Items (and, unless ``orphan``, its
+    journal entry) are written but before its Session document advanced: the document is put
+    back as it was. A fresh replica B then decides the Session's next record — one from another
+    topic, so before the redelivery of A's record."""
+    a = StorageHandler(core.storage.repo, now_rfc3339)
+    create = admitted_create("crash")
+    sid = create["session_id"]
+    await a.handle([create])
+    db = core.storage.repo.db
+    before = await db.sessions.find_one({"_id": sid})
+    first = admitted_event(sid, "decided by A before the crash")
+    await a.handle([first])
+    await db.sessions.replace_one({"_id": sid}, before)
+    if orphan:
+        await db.journal.delete_one({"_id": source_key(first)})
+    b = StorageHandler(core.storage.repo, now_rfc3339)
+    await b.handle([admitted_event(sid, "decided by B after the restart")])
+    return sid, await all_items(core, sid)
+
+
+async def test_a_decision_whose_session_update_was_lost_is_rolled_forward(core: System) -> None:
+    """Issue 10 (found by the chaos suite, storage kill -9): B must not decide its record at
+    the sequence A's Items already hold (they would be lost to the unique index)."""
+    sid, items = await _crash_after_items(core, orphan=False)
+    assert [i["sequence"] for i in items] == [1, 2, 3, 4]
+    texts = [p["text"] for i in items if i["type"] == "message" for p in i["content"]]
+    assert texts == ["crash", "decided by A before the crash", "decided by B after the restart"]
+    doc = await core.storage.repo.db.sessions.find_one({"_id": sid})
+    assert doc is not None and doc["last_sequence"] == 4
+
+
+async def test_items_without_a_journal_entry_are_removed(core: System) -> None:
+    """The crash came between A's Items and its journal entry: nobody was answered and nothing
+    was published, so the Items go and B decides at that sequence (A's record, redelivered
+    later, is decided again after it)."""
+    _, items = await _crash_after_items(core, orphan=True)
+    assert [i["sequence"] for i in items] == [1, 2, 3]
+    texts = [p["text"] for i in items if i["type"] == "message" for p in i["content"]]
+    assert texts == ["crash", "decided by B after the restart"]
 
 
 # ---- idempotency and delivery ------------------------------------------------------------------

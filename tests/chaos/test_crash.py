@@ -1,0 +1,106 @@
+"""Issue 10 part 1, crash safety: while the load generator sends messages and function results
+to several Sessions (codex and claude_code, through the reference Runtimes), each service is
+``kill -9``ed and restarted, two at once, the Kafka broker is ``kill -9``ed and restarted, and a
+second storage and dispatcher replica join and leave the consumer groups. Afterwards every input
+the client got a 201/202 for (or retried with the same idempotency id) is in the store and on
+``session.items`` exactly once, in order per Session, with gap-free sequences."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from tests.chaos.conftest import API_KEY, Row, probe
+from tests.chaos.load import Load, verify
+from tests.conftest import Stack
+from tests.support.processes import Core
+
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
+
+WARMUP_S = 2.5  # load runs this long before the fault
+DOWN_S = 3.0  # how long the killed component stays dead
+
+
+async def run_scenario(core: Core, api: httpx.AsyncClient, record: Callable[[Row], None],
+                       fault: str, inject: Callable[[], None], restore: Callable[[], None],
+                       sessions: int = 6) -> None:
+    load = Load(core.base_url, API_KEY, uuid.uuid4().hex[:8], sessions=sessions)
+    running = asyncio.create_task(load.run())
+    await asyncio.sleep(WARMUP_S)
+    t_fault = time.monotonic()
+    await asyncio.to_thread(inject)
+    await asyncio.sleep(DOWN_S)
+    await asyncio.to_thread(restore)
+    t_restored = time.monotonic()
+    recovered = await probe(api)
+    await asyncio.wait_for(running, 400)
+    assert core.dead() == [], core.logs_tail()
+
+    v = await verify(api, core, load)
+    answers = Counter(s for t, s in load.statuses if t >= t_fault)
+    record(Row(fault=fault, sent=v.sent, acked=v.acked, retried=v.retried, lost=len(v.lost),
+               duplicated=len(v.duplicated), down_s=t_restored - t_fault,
+               recover_s=recovered - t_restored,
+               answers=", ".join(f"{k}×{n}" for k, n in sorted(answers.items())),
+               refused_steers=len(load.refused_steers)))
+    assert load.problems == []
+    assert v.acked == v.sent, [i for i in load.inputs if not i.acked]
+    assert v.lost == [] and v.duplicated == [] and v.gaps == [], (v.lost, v.duplicated, v.gaps)
+
+
+def kill_restart(core: Core, *names: str) -> tuple[Callable[[], None], Callable[[], None]]:
+    def inject() -> None:
+        for n in names:
+            core.kill(n)
+
+    def restore() -> None:
+        for n in names:
+            core.respawn(n)
+
+    return inject, restore
+
+
+@pytest.mark.parametrize("names", [
+    ("admission",), ("storage",), ("dispatcher",), ("receipts",), ("admission", "storage"),
+], ids=lambda names: "+".join(names))
+async def test_kill_services(chaos_core: Core, api: httpx.AsyncClient,
+                             record: Callable[[Row], None], names: tuple[str, ...]) -> None:
+    inject, restore = kill_restart(chaos_core, *names)
+    await run_scenario(chaos_core, api, record, f"kill -9 {' + '.join(names)}", inject, restore)
+
+
+async def test_kill_broker(chaos_core: Core, chaos_stack: Stack, api: httpx.AsyncClient,
+                           record: Callable[[Row], None]) -> None:
+    await run_scenario(chaos_core, api, record, "kill -9 Kafka broker",
+                       lambda: chaos_stack.stop("kafka", kill=True),
+                       lambda: chaos_stack.start("kafka"))
+
+
+@pytest.mark.parametrize("leave", ["sigterm", "kill"])
+async def test_rebalance(chaos_core: Core, api: httpx.AsyncClient,
+                         record: Callable[[Row], None], leave: str) -> None:
+    """A second storage and dispatcher replica join mid-load (their groups rebalance), take
+    partitions, and leave: cleanly (SIGTERM), or crashing (``kill -9``: the group notices only
+    after the session timeout, and the survivor takes over partitions whose last batch may be
+    written but not committed)."""
+    def join() -> None:
+        chaos_core.spawn("storage-2", "storage")
+        chaos_core.spawn("dispatcher-2", "dispatcher")
+
+    def go() -> None:
+        time.sleep(5.0)  # let them join the groups and take partitions before they leave
+        for name in ("storage-2", "dispatcher-2"):
+            if leave == "kill":
+                chaos_core.kill(name)
+            else:
+                chaos_core.stop(name)
+
+    how = "leave (SIGTERM)" if leave == "sigterm" else "are killed (kill -9)"
+    await run_scenario(chaos_core, api, record,
+                       f"rebalance: storage + dispatcher replica join, then {how}", join, go)

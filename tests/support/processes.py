@@ -1,0 +1,158 @@
+"""The services and reference Runtimes as real processes (``python -m services.cli …``), each in
+its own process group, so tests can stop them gracefully (SIGTERM), crash them (SIGKILL, a real
+``kill -9``) and start them again with the same arguments. Used by the e2e and chaos suites."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from shared.domain.tenancy import key_entry
+from shared.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+SERVICES = ("storage", "dispatcher", "receipts", "admission")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Core:
+    base_url: str
+    env: dict[str, str]
+    settings: Settings
+    runtime_ids: dict[str, str]
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    log_dir: Path | None = None
+    args: dict[str, tuple[tuple[str, ...], dict[str, str] | None]] = field(default_factory=dict)
+
+    def spawn(self, name: str, *args: str, env: dict[str, str] | None = None
+              ) -> subprocess.Popen[bytes]:
+        assert self.log_dir is not None
+        log = open(self.log_dir / f"{name}.log", "ab")
+        p = subprocess.Popen([sys.executable, "-m", "services.cli", *args], cwd=REPO,
+                             env={**self.env, **(env or {})}, stdout=log, stderr=log,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+        self.procs[name] = p
+        self.args[name] = (args, env)
+        return p
+
+    def kill(self, name: str) -> None:
+        """``kill -9`` the process group of ``name`` and reap it: no shutdown code runs."""
+        p = self.procs.pop(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait(10)
+
+    def respawn(self, name: str) -> subprocess.Popen[bytes]:
+        """Start ``name`` again with the arguments it was first started with."""
+        args, env = self.args[name]
+        return self.spawn(name, *args, env=env)
+
+    def dead(self) -> list[str]:
+        return [n for n, p in self.procs.items() if p.poll() is not None]
+
+    def logs_tail(self, chars: int = 3000) -> str:
+        assert self.log_dir is not None
+        return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-chars:]}"
+                         for f in sorted(self.log_dir.glob("*.log")))
+
+    def stop_all(self, grace: float = 15.0) -> None:
+        """SIGTERM every process at once, then SIGKILL what is left after ``grace`` seconds."""
+        procs = [p for p in self.procs.values() if p.poll() is None]
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for p in procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait(5)
+        self.procs.clear()
+
+    def stop(self, name: str) -> None:
+        p = self.procs.pop(name, None)
+        if p is None or p.poll() is not None:
+            return
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(5)
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        """Until admission's ``/readyz`` answers 200; raises with the logs if a process died."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if httpx.get(f"{self.base_url}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            dead = self.dead()
+            if dead or time.monotonic() > deadline:
+                raise RuntimeError(f"core did not get ready (dead: {dead})\n{self.logs_tail()}")
+            time.sleep(0.3)
+
+
+def launch(stack: Any, log_dir: Path, runtimes: dict[str, list[str]], api_key: str,
+           extra_env: dict[str, str] | None = None, prefix: str = "e") -> Core:
+    """Create the topics, start the four services and one reference Runtime per entry of
+    ``runtimes`` (name → CLI arguments) on ``stack`` with topics and a database of their own,
+    and wait until admission is ready. The caller must ``stop_all()``."""
+    tag = uuid.uuid4().hex[:8]
+    port = free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap,
+        "MONGODB_URI": stack.mongodb_uri,
+        "SESSION_CORE_TOPIC_PREFIX": f"{prefix}{tag}.",
+        "SESSION_CORE_MONGODB_DATABASE": f"{prefix}{tag}",
+        "SESSION_CORE_HTTP_PORT": str(port),
+        "SESSION_CORE_HTTP_HOST": "127.0.0.1",
+        "SESSION_CORE_API_KEYS": key_entry("e2e", api_key),  # stored hashed
+        "SESSION_CORE_TOPIC_PARTITIONS": "3",
+        "SESSION_CORE_BINDING_WAIT_TIMEOUT_S": "20",
+        "SESSION_CORE_RUNTIME_HEARTBEAT_TIMEOUT_S": "6",
+        "SESSION_CORE_LOG_FORMAT": "json",
+        **(extra_env or {}),
+    }
+    settings = Settings(**{"KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap,
+                           "MONGODB_URI": stack.mongodb_uri, "topic_prefix": f"{prefix}{tag}.",
+                           "mongodb_database": f"{prefix}{tag}"})
+    ids = {name: f"rt_{uuid.uuid4().hex}" for name in runtimes}
+    c = Core(base_url=f"http://127.0.0.1:{port}", env=env, settings=settings, runtime_ids=ids,
+             log_dir=log_dir)
+    subprocess.run([sys.executable, "-m", "services.cli", "topics"], cwd=REPO, env=env,
+                   check=True, stdin=subprocess.DEVNULL, timeout=120)
+    try:
+        for svc in SERVICES:
+            c.spawn(svc, svc)
+        for name, args in runtimes.items():
+            c.spawn(f"runtime-{name}", "runtime", "--runtime-id", ids[name], "--heartbeat-s",
+                    "1", *args)
+        c.wait_ready()
+    except BaseException:
+        c.stop_all()
+        raise
+    return c
