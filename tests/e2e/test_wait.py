@@ -14,8 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import API_KEY, Core, _free_port
+from tests.e2e.conftest import API_KEY
 from tests.e2e.test_flows import MESSAGE, TOOL_RESULT, create, event, stored_items, wait_item
+from tests.support.processes import Core, free_port
 from tests.support.system import ItemCollector, msg, text
 
 pytestmark = pytest.mark.e2e
@@ -148,7 +149,7 @@ async def test_repeated_client_request_id_under_wait(api: httpx.AsyncClient) -> 
 @pytest.fixture(scope="module")
 async def bounded(core: Core) -> AsyncIterator[httpx.AsyncClient]:
     """A second admission replica allowing one wait (per replica and per tenant)."""
-    port = _free_port()
+    port = free_port()
     name = "admission-bounded"
     core.spawn(name, "admission", env={"SESSION_CORE_HTTP_PORT": str(port),
                                        "SESSION_CORE_MAX_CONCURRENT_WAITS": "1",
