@@ -15,7 +15,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 from faststream.kafka import KafkaBroker
 from faststream.security import (
     BaseSecurity,
@@ -29,6 +29,7 @@ from shared.domain.recordcheck import Poison
 from shared.logging import get_logger
 from shared.settings import Settings
 from shared.topics import Topics
+from shared.watch import Watch
 
 log = get_logger(__name__)
 
@@ -185,6 +186,14 @@ def decode(raw: bytes) -> Any:
 
 def now_rfc3339() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def broker_watch(broker: KafkaBroker, fresh_s: float = 1.0) -> Watch:
+    """The broker answered lately (a cluster description within 1 s); ``require()`` raises
+    ``KafkaConnectionError`` (→ 503) instead of letting a publish wait on the producer's own
+    timeouts while the broker is away."""
+    return Watch(lambda: broker.ping(timeout=1.0),
+                 lambda: KafkaConnectionError("the Kafka broker did not answer"), fresh_s)
 
 
 async def publish(

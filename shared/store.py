@@ -5,7 +5,6 @@ streams): correctness rests on unique indexes and one writer per Session."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from pymongo import ASCENDING, AsyncMongoClient
@@ -13,6 +12,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ConnectionFailure
 
 from shared.settings import Settings
+from shared.watch import Watch
 
 Doc = dict[str, Any]
 
@@ -70,28 +70,10 @@ async def ping(client: AsyncMongoClient[Doc]) -> bool:
         return False
 
 
-class StoreWatch:
-    """Whether the store answered a ping lately. ``require()`` raises ``ConnectionFailure`` (so
-    the caller's one mapping turns it into 503 ``unavailable``) when the last ping, at most
-    ``fresh_s`` old, failed. Admission asks before handing input to storage: input it cannot
-    see written is refused up front instead of answered 504 after the storage budget."""
-
-    def __init__(self, client: AsyncMongoClient[Doc], fresh_s: float = 1.0) -> None:
-        self.client = client
-        self.fresh_s = fresh_s
-        self._checked = -1e9
-        self._up = False
-
-    async def up(self) -> bool:
-        now = time.monotonic()
-        if now - self._checked > self.fresh_s:
-            self._up = await ping(self.client)
-            self._checked = time.monotonic()
-        return self._up
-
-    async def require(self) -> None:
-        if not await self.up():
-            raise ConnectionFailure("the store did not answer a ping")
+def store_watch(client: AsyncMongoClient[Doc], fresh_s: float = 1.0) -> Watch:
+    """The store answered a ping lately; ``require()`` raises ``ConnectionFailure`` (→ 503)."""
+    return Watch(lambda: ping(client),
+                 lambda: ConnectionFailure("the store did not answer a ping"), fresh_s)
 
 
 PK_LOOKUPS_MAX = 8

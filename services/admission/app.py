@@ -23,6 +23,7 @@ from shared.domain.tenancy import DEFAULT_TENANT, TENANT_RE, is_tenant
 from shared.kafka import (
     DeadLetters,
     broker_send,
+    broker_watch,
     ensure_topics,
     make_broker,
     max_record_bytes,
@@ -31,7 +32,7 @@ from shared.kafka import (
 from shared.logging import bound, get_logger
 from shared.service import raw_decoder
 from shared.settings import Settings
-from shared.store import StoreWatch, database, make_client, ping
+from shared.store import database, make_client, ping, store_watch
 from shared.topics import topics_for
 
 log = get_logger(__name__)
@@ -64,7 +65,8 @@ class AdmissionService:
         self.replies = ReplyTail(settings, self.topics.storage_replies, self.dlq)
         self.items = ItemTail(settings, self.topics.session_items, self.dlq)
         self.admission = Admission(settings, self.topics, self.broker, self.db, self.replies,
-                                   self.items, StoreWatch(self.client))
+                                   self.items,
+                                   (store_watch(self.client), broker_watch(self.broker)))
         self.http = build_http_app(settings, lambda: self.admission, self.ready)
         self.server: uvicorn.Server | None = None
         self.server_task: asyncio.Task[None] | None = None

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,9 +27,10 @@ from shared.ids import is_id, new_id
 from shared.kafka import now_rfc3339, publish
 from shared.logging import bound, get_logger
 from shared.settings import Settings
-from shared.store import Doc, StoreWatch
+from shared.store import Doc
 from shared.storecodec import unpack
 from shared.topics import Topics
+from shared.watch import Watch
 
 log = get_logger(__name__)
 Json = dict[str, Any]
@@ -71,7 +74,7 @@ class Admission:
         db: AsyncDatabase[Doc],
         replies: ReplyTail,
         items: ItemTail,
-        store: StoreWatch,
+        watches: Sequence[Watch],
     ) -> None:
         self.settings = settings
         self.topics = topics
@@ -79,7 +82,7 @@ class Admission:
         self.db = db
         self.replies = replies
         self.items = items
-        self.store = store
+        self.watches = watches  # the store and the broker: 503 before a hand-over
         self.limits = rules.Limits.from_settings(settings)
         # A Session's harness, placement and tenant never change and Sessions are never
         # deleted, so what admission read once stays true: one store read per Session, not per
@@ -208,20 +211,23 @@ class Admission:
 
     async def _hand_over(self, record: Json) -> Answer:
         """Publish to storage with acks=all, then wait for the stored answer. With the store
-        unreachable nothing is published (``StoreWatch.require`` raises; the HTTP layer answers
-        503, the ``session.input`` consumer retries the record). A timeout answers
+        or the broker unreachable nothing is published (``Watch.require`` raises; the HTTP layer
+        answers 503, the ``session.input`` consumer retries the record). A timeout answers
         504 and loses nothing: the record is in Kafka and storage will store it; a retry with the
         same idempotency id returns the stored result."""
         rid = record["request_id"]
-        await self.store.require()  # the store is away: 503 now, nothing published
+        for watch in self.watches:  # the store or the broker is away: 503 now, nothing sent
+            await watch.require()
         with bound(session_id=record["session_id"], request_id=rid):
             fut = self.replies.expect(rid)
             try:
-                await publish(self.broker, self.topics.session_admitted, record,
-                              record["session_id"])
+                budget = self.settings.storage_reply_timeout_ms / 1000
+                started = time.monotonic()
+                # bounded too: a broker lost after the watch's probe must not hold the request
+                await asyncio.wait_for(publish(self.broker, self.topics.session_admitted,
+                                               record, record["session_id"]), budget)
                 reply = await asyncio.wait_for(
-                    fut, self.settings.storage_reply_timeout_ms / 1000
-                )
+                    fut, max(0.0, budget - (time.monotonic() - started)))
             except TimeoutError:
                 log.warning("admission.storage_timeout")
                 return Answer(504, {"error": {

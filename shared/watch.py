@@ -1,0 +1,34 @@
+"""Whether a dependency (the store, the Kafka broker) answered a probe lately.
+
+Admission asks before it hands input to storage: input it cannot see written is refused up front
+with 503 ``unavailable`` (the HTTP layer's one mapping of "unreachable" exceptions) instead of a
+504 after the storage budget or a request hanging on the producer's timeouts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+
+class Watch:
+    """``require()`` raises ``unreachable()`` when the last probe, at most ``fresh_s`` old,
+    failed; one probe per ``fresh_s`` whatever the request rate."""
+
+    def __init__(self, probe: Callable[[], Awaitable[bool]],
+                 unreachable: Callable[[], Exception], fresh_s: float = 1.0) -> None:
+        self.probe = probe
+        self.unreachable = unreachable
+        self.fresh_s = fresh_s
+        self._checked = -1e9
+        self._up = False
+
+    async def up(self) -> bool:
+        now = time.monotonic()
+        if now - self._checked > self.fresh_s:
+            self._up = await self.probe()
+            self._checked = time.monotonic()
+        return self._up
+
+    async def require(self) -> None:
+        if not await self.up():
+            raise self.unreachable()

@@ -1,0 +1,51 @@
+"""``shared.watch.Watch``: admission's "is the store / broker there?" check before a hand-over —
+one probe per ``fresh_s`` whatever the request rate, and the dependency's own exception (which
+the HTTP layer maps to 503 ``unavailable``) while the last probe failed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiokafka.errors import KafkaConnectionError
+from pymongo.errors import ConnectionFailure
+
+from shared.watch import Watch
+
+
+class Probe:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.answer = True
+
+    async def __call__(self) -> bool:
+        self.calls += 1
+        return self.answer
+
+
+async def test_one_probe_per_fresh_period_and_the_failure_raises() -> None:
+    probe = Probe()
+    w = Watch(probe, lambda: ConnectionFailure("store away"), fresh_s=0.2)
+    for _ in range(50):
+        await w.require()
+    assert probe.calls == 1
+    probe.answer = False
+    await w.require()  # still the fresh answer: no probe yet
+    assert probe.calls == 1
+    await asyncio.sleep(0.25)
+    with pytest.raises(ConnectionFailure, match="store away"):
+        await w.require()
+    assert probe.calls == 2
+    probe.answer = True
+    await asyncio.sleep(0.25)
+    await w.require()  # back: requests go through again
+    assert probe.calls == 3
+
+
+async def test_the_broker_watch_raises_a_kafka_connection_error() -> None:
+    probe = Probe()
+    probe.answer = False
+    w = Watch(probe, lambda: KafkaConnectionError("broker away"))
+    with pytest.raises(KafkaConnectionError):
+        await w.require()
+    assert not await w.up()
