@@ -139,10 +139,22 @@ class StorageService:
                 await self._on_batch(mine)
             except BaseException:
                 self.handler.invalidate()  # the batch will be redelivered: trust only the store
+                self.verify_again(mine)
                 raise
             for r in mine:
                 tp = TopicPartition(r.topic, r.partition)
                 self.processed[tp] = max(self.processed.get(tp, 0), r.offset + 1)
+
+    def verify_again(self, raws: tuple[Any, ...]) -> None:
+        """A failed batch may have been decided and journaled in part. Its records come back
+        — possibly split over several batches and interleaved differently across the three
+        topics — after the handler trusts its memory again (the first good batch makes it so):
+        each of them is checked against the journal whenever it comes (replayed, never decided
+        again at another sequence; the chaos store outage saw an Item published at a sequence
+        the store gave another decision)."""
+        for r in raws:
+            tp = TopicPartition(r.topic, r.partition)
+            self.verify_until[tp] = max(self.verify_until.get(tp, 0), r.offset + 1)
 
     async def _on_batch(self, raws: tuple[Any, ...]) -> None:
         for r in raws:
@@ -178,9 +190,12 @@ class StorageService:
             # process one by one and dead-letter the ones that fail.
             log.exception("storage.batch_failed_isolating")
             out = Outputs()
+            # the failed attempt may have journaled some: every one is checked, not only the
+            # first (the first good one makes the handler trusted again)
+            everything = frozenset(source_key(i) for i in inputs)
             for inp in inputs:
                 try:
-                    one = await self.handler.handle([inp])
+                    one = await self.handler.handle([inp], everything)
                 except INFRA_ERRORS:
                     raise
                 except Exception as exc:

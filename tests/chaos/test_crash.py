@@ -12,6 +12,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -29,7 +30,7 @@ DOWN_S = 3.0  # how long the killed component stays dead
 
 async def run_scenario(core: Core, api: httpx.AsyncClient, record: Callable[[Row], None],
                        fault: str, inject: Callable[[], None], restore: Callable[[], None],
-                       sessions: int = 6) -> None:
+                       sessions: int = 6) -> Counter[Any]:
     load = Load(core.base_url, API_KEY, uuid.uuid4().hex[:8], sessions=sessions)
     running = asyncio.create_task(load.run())
     await asyncio.sleep(WARMUP_S)
@@ -52,6 +53,7 @@ async def run_scenario(core: Core, api: httpx.AsyncClient, record: Callable[[Row
     assert load.problems == []
     assert v.acked == v.sent, [i for i in load.inputs if not i.acked]
     assert v.lost == [] and v.duplicated == [] and v.gaps == [], (v.lost, v.duplicated, v.gaps)
+    return answers
 
 
 def kill_restart(core: Core, *names: str) -> tuple[Callable[[], None], Callable[[], None]]:
@@ -77,9 +79,12 @@ async def test_kill_services(chaos_core: Core, api: httpx.AsyncClient,
 
 async def test_kill_broker(chaos_core: Core, chaos_stack: Stack, api: httpx.AsyncClient,
                            record: Callable[[Row], None]) -> None:
-    await run_scenario(chaos_core, api, record, "kill -9 Kafka broker",
-                       lambda: chaos_stack.stop("kafka", kill=True),
-                       lambda: chaos_stack.start("kafka"))
+    answers = await run_scenario(chaos_core, api, record, "kill -9 Kafka broker",
+                                 lambda: chaos_stack.stop("kafka", kill=True),
+                                 lambda: chaos_stack.start("kafka"))
+    # while the broker is away a write is refused at once (503 + Retry-After: the broker
+    # watch), not left hanging on the producer's timeouts (the client's ReadTimeout)
+    assert answers["503"] > 0 and answers["ReadTimeout"] == 0, answers
 
 
 @pytest.mark.parametrize("leave", ["sigterm", "kill"])

@@ -24,7 +24,7 @@ from tests.chaos.conftest import API_KEY, Row, probe
 from tests.chaos.load import Load, read_items, verify
 from tests.conftest import Stack
 from tests.integration.test_storage import admitted_event
-from tests.support.processes import Core
+from tests.support.processes import TENANT, Core
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
 
@@ -79,13 +79,15 @@ async def test_store_outage(chaos_core: Core, chaos_stack: Stack, api: httpx.Asy
     rid = f"chaos-{uuid.uuid4().hex}"
     marker = f"via session.input {rid}"
     await core_publish(core, topics.session_input, {
-        "op": "sessions.create", "request_id": rid, "harness": "codex", "placement": "none",
+        "op": "sessions.create", "request_id": rid, "tenant": TENANT, "harness": "codex",
+        "placement": "none",
         "input": marker, "client_request_id": str(uuid.uuid4())}, rid)
 
     # admitted input already on Kafka: a record on session.admitted (as admission hands it
     # over) that storage cannot write now — it must be written once the store is back
     on_kafka = f"on session.admitted during the outage {uuid.uuid4().hex}"
-    await core_publish(core, topics.session_admitted, admitted_event(sid, on_kafka), sid)
+    await core_publish(core, topics.session_admitted,
+                       {**admitted_event(sid, on_kafka), "tenant": TENANT}, sid)
 
     await asyncio.sleep(max(0.0, OUTAGE_S - (time.monotonic() - t_stop)))
     assert (await api.get("/readyz")).status_code == 503

@@ -21,6 +21,8 @@ import httpx
 from shared.domain.tenancy import key_entry
 from shared.settings import Settings
 
+TENANT = "e2e"  # the tenant of the API key launch() configures
+
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = ("storage", "dispatcher", "receipts", "admission")
 
@@ -130,7 +132,7 @@ def launch(stack: Any, log_dir: Path, runtimes: dict[str, list[str]], api_key: s
         "SESSION_CORE_MONGODB_DATABASE": f"{prefix}{tag}",
         "SESSION_CORE_HTTP_PORT": str(port),
         "SESSION_CORE_HTTP_HOST": "127.0.0.1",
-        "SESSION_CORE_API_KEYS": key_entry("e2e", api_key),  # stored hashed
+        "SESSION_CORE_API_KEYS": key_entry(TENANT, api_key),  # stored hashed
         "SESSION_CORE_TOPIC_PARTITIONS": "3",
         "SESSION_CORE_BINDING_WAIT_TIMEOUT_S": "20",
         "SESSION_CORE_RUNTIME_HEARTBEAT_TIMEOUT_S": "6",
