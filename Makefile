@@ -22,7 +22,7 @@ DEMO         ?= $(if $(SERVICES),--demo,)
 PYTEST_ARGS  ?=
 
 .PHONY: help venv install run up down status env test test-unit test-integration test-e2e \
-        faults test-chaos lint deploy-check bench clean-state
+        faults test-chaos test-hostile lint deploy-check bench clean-state
 
 help: ## show this help
 	@echo "Session Core — make targets:"
@@ -55,22 +55,25 @@ env: ## print KAFKA_BOOTSTRAP_SERVERS / MONGODB_URI for the running stack
 # pytest exits 5 when it collected no test; make treats any non-zero exit as failure, and no
 # target here masks it, so "no tests" fails the build.
 test: install ## unit + integration + e2e (starts a private stack on free ports when needed)
-	$(PY) -m pytest -m "not faults and not chaos" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not faults and not chaos and not hostile" $(PYTEST_ARGS)
 
 test-unit: venv ## unit tests only (no infrastructure)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 test-integration: install ## integration tests only (real Kafka + store)
-	$(PY) -m pytest tests/integration -m "not faults and not chaos" $(PYTEST_ARGS)
+	$(PY) -m pytest tests/integration -m "not faults and not chaos and not hostile" $(PYTEST_ARGS)
 
 test-e2e: install ## end-to-end tests only
-	$(PY) -m pytest tests/e2e -m "not faults and not chaos" $(PYTEST_ARGS)
+	$(PY) -m pytest tests/e2e -m "not faults and not chaos and not hostile" $(PYTEST_ARGS)
 
 faults: install ## slow fault-injection tests (pytest -m faults)
 	$(PY) -m pytest -m faults $(PYTEST_ARGS)
 
 test-chaos: install ## kill -9 / broker / store outage / rebalance under load, on a private stack (pytest -m chaos; prints the report table)
 	$(PY) -m pytest tests/chaos -m chaos $(PYTEST_ARGS)
+
+test-hostile: install ## schemathesis + hypothesis fuzzing of the HTTP API on the real stack (pytest -m hostile; prints cases / 5xx / writes on 4xx)
+	$(PY) -m pytest -m hostile -s $(PYTEST_ARGS)
 
 lint: venv ## ruff, and mypy --strict on services/ and shared/
 	$(PY) -m ruff check services shared tests
