@@ -110,7 +110,8 @@ async def main_async(n: int, no_csv: bool) -> int:
         port = free_port()
         env = infra.env(tag, SESSION_CORE_HTTP_PORT=str(port), SESSION_CORE_LOG_LEVEL="WARNING",
                         SESSION_CORE_MAX_CONCURRENT_WAITS=str(n + 10),
-                        SESSION_CORE_MAX_CONCURRENT_WAITS_PER_TENANT=str(n + 10))
+                        SESSION_CORE_MAX_CONCURRENT_WAITS_PER_TENANT=str(n + 10),
+                        SESSION_CORE_MAX_INFLIGHT_PER_TENANT=str(2 * n + 50))
         log = Path(tempfile.mkdtemp(prefix="bench-waits-")) / "product.log"
         server = start_server("product", "bench.serve_product", [], env, log)
         try:

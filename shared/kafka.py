@@ -188,12 +188,13 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def broker_watch(broker: KafkaBroker, fresh_s: float = 1.0) -> Watch:
-    """The broker answered lately (a cluster description within 1 s); ``require()`` raises
-    ``KafkaConnectionError`` (→ 503) instead of letting a publish wait on the producer's own
-    timeouts while the broker is away."""
-    return Watch(lambda: broker.ping(timeout=1.0),
-                 lambda: KafkaConnectionError("the Kafka broker did not answer"), fresh_s)
+def broker_watch(broker: KafkaBroker, fresh_s: float = 1.0, grace_s: float = 3.0) -> Watch:
+    """The broker answered lately (a cluster description within 2 s, and none failing for
+    ``grace_s``); ``require()`` raises ``KafkaConnectionError`` (→ 503) instead of letting a
+    publish wait on the producer's own timeouts while the broker is away."""
+    return Watch(lambda: broker.ping(timeout=2.0),
+                 lambda: KafkaConnectionError("the Kafka broker did not answer"), fresh_s,
+                 grace_s)
 
 
 async def publish(

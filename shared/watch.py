@@ -12,21 +12,31 @@ from collections.abc import Awaitable, Callable
 
 class Watch:
     """``require()`` raises ``unreachable()`` when the last probe, at most ``fresh_s`` old,
-    failed; one probe per ``fresh_s`` whatever the request rate."""
+    failed and no probe has succeeded for ``grace_s``; one probe per ``fresh_s`` whatever the
+    request rate. ``grace_s`` keeps a probe that was merely slow under load (a busy event loop,
+    a busy broker) from refusing good requests: measured with 1 000 concurrent requests, a 1 s
+    broker probe with no grace answered 503 to requests that would have succeeded."""
 
     def __init__(self, probe: Callable[[], Awaitable[bool]],
-                 unreachable: Callable[[], Exception], fresh_s: float = 1.0) -> None:
+                 unreachable: Callable[[], Exception], fresh_s: float = 1.0,
+                 grace_s: float = 0.0) -> None:
         self.probe = probe
         self.unreachable = unreachable
         self.fresh_s = fresh_s
+        self.grace_s = grace_s
         self._checked = -1e9
+        self._last_ok: float | None = None
         self._up = False
 
     async def up(self) -> bool:
         now = time.monotonic()
         if now - self._checked > self.fresh_s:
-            self._up = await self.probe()
+            ok = await self.probe()
             self._checked = time.monotonic()
+            if ok:
+                self._last_ok = self._checked
+            self._up = ok or (self._last_ok is not None
+                              and self._checked - self._last_ok < self.grace_s)
         return self._up
 
     async def require(self) -> None:

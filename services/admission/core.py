@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -222,12 +221,10 @@ class Admission:
             fut = self.replies.expect(rid)
             try:
                 budget = self.settings.storage_reply_timeout_ms / 1000
-                started = time.monotonic()
                 # bounded too: a broker lost after the watch's probe must not hold the request
                 await asyncio.wait_for(publish(self.broker, self.topics.session_admitted,
                                                record, record["session_id"]), budget)
-                reply = await asyncio.wait_for(
-                    fut, max(0.0, budget - (time.monotonic() - started)))
+                reply = await asyncio.wait_for(fut, budget)
             except TimeoutError:
                 log.warning("admission.storage_timeout")
                 return Answer(504, {"error": {

@@ -49,3 +49,22 @@ async def test_the_broker_watch_raises_a_kafka_connection_error() -> None:
     with pytest.raises(KafkaConnectionError):
         await w.require()
     assert not await w.up()
+
+
+async def test_a_failed_probe_within_the_grace_after_a_success_does_not_refuse() -> None:
+    """A probe that was merely slow under load must not refuse good requests: only when no
+    probe has succeeded for ``grace_s`` does ``require()`` raise."""
+    probe = Probe()
+    w = Watch(probe, lambda: KafkaConnectionError("broker away"), fresh_s=0.05, grace_s=0.4)
+    await w.require()  # a success
+    probe.answer = False
+    await asyncio.sleep(0.1)
+    await w.require()  # failed, but within the grace
+    assert probe.calls == 2
+    await asyncio.sleep(0.4)
+    with pytest.raises(KafkaConnectionError):
+        await w.require()  # failing for longer than the grace
+    never = Watch(Probe(), lambda: KafkaConnectionError("x"), grace_s=10.0)
+    never.probe.answer = False  # type: ignore[attr-defined]
+    with pytest.raises(KafkaConnectionError):
+        await never.require()  # no success ever: no grace
