@@ -550,13 +550,21 @@ def _check_against_profile(
 ) -> ApiError | None:
     """The checks after the shape walk, shared by Session creation and message events: image
     count and image data, then the harness profile (images per placement, whitespace-only)."""
-    err = _count_images(walk, limits) or _check_images(walk, limits)
-    if err is not None:
-        return err
-    profile = _profile(harness, placement, profiles)
+    profile = _images_then_profile(harness, placement, walk, limits, profiles)
     if isinstance(profile, ApiError):
         return profile
     return _check_message_profile(profile, placement, messages, walk)
+
+
+def _images_then_profile(
+    harness: str, placement: str, walk: ContentWalk, limits: Limits,
+    profiles: Mapping[str, HarnessProfile],
+) -> HarnessProfile | ApiError:
+    """Image count and image data, then the Session's harness profile (messages and results)."""
+    err = _count_images(walk, limits) or _check_images(walk, limits)
+    if err is not None:
+        return err
+    return _profile(harness, placement, profiles)
 
 
 def _message_event(
@@ -659,10 +667,7 @@ def _tool_result(
     envelope = _envelope(body, limits)
     if isinstance(envelope, ApiError):
         return envelope
-    err = _count_images(walk, limits) or _check_images(walk, limits)
-    if err is not None:
-        return err
-    profile = _profile(harness, placement, profiles)
+    profile = _images_then_profile(harness, placement, walk, limits, profiles)
     if isinstance(profile, ApiError):
         return profile
     err = _check_result_profile(profile, success, output)
