@@ -26,7 +26,7 @@ from services.storage.handler import (
     record_to_inputs,
     source_key,
 )
-from services.storage.repository import StorageRepository
+from services.storage.repository import StaleDecision, StorageRepository
 from shared import records
 from shared.domain.recordcheck import UNPROCESSABLE, Poison
 from shared.kafka import (
@@ -46,7 +46,10 @@ from shared.topics import Topics, topics_for
 
 log = get_logger(__name__)
 GROUP = "session-core-storage"
-INFRA_ERRORS = (ConnectionFailure, AutoReconnect, ServerSelectionTimeoutError, OSError)
+# The batch is rewound and decided again from the store: the store or broker is away, or a
+# decision met the store holding another one at its place (stale state; nothing published).
+RETRY_ERRORS = (ConnectionFailure, AutoReconnect, ServerSelectionTimeoutError, OSError,
+                StaleDecision)
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -182,7 +185,10 @@ class StorageService:
                 verify.update(source_key(inp) for inp in found)
         try:
             out = await self.handler.handle(inputs, frozenset(verify))
-        except INFRA_ERRORS:
+        except StaleDecision as exc:
+            log.warning("storage.stale_decision", error=str(exc))
+            raise
+        except RETRY_ERRORS:
             raise  # the store or broker is away: rewind the batch and retry it
         except Exception:
             self.handler.invalidate()
@@ -196,7 +202,7 @@ class StorageService:
             for inp in inputs:
                 try:
                     one = await self.handler.handle([inp], everything)
-                except INFRA_ERRORS:
+                except RETRY_ERRORS:
                     raise
                 except Exception as exc:
                     self.handler.invalidate()

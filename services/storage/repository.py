@@ -36,6 +36,32 @@ async def insert_ignoring_duplicates(coll: Any, docs: list[Doc]) -> None:
             raise
 
 
+async def insert_in_order(coll: Any, docs: list[Doc]) -> list[Doc]:
+    """Insert in list order — a crash or an outage leaves a prefix, never a hole (unordered
+    inserts may be applied in any order, and ``roll_forward`` reads a Session's Items from
+    its last sequence on). Returns the documents whose ``_id`` was already taken."""
+    taken: list[Doc] = []
+    rest = docs
+    while rest:
+        try:
+            await coll.insert_many(rest, ordered=True)
+            return taken
+        except BulkWriteError as exc:
+            errors = exc.details.get("writeErrors", [])
+            if not errors or not _only_duplicates(exc):
+                raise
+            first = min(e["index"] for e in errors)
+            taken.append(rest[first])
+            rest = rest[first + 1:]
+    return taken
+
+
+class StaleDecision(RuntimeError):
+    """A fresh decision met the store already holding another decision at its place: the
+    Session state it was decided from was stale. Nothing of it may be published; the batch is
+    decided again from the store."""
+
+
 class StorageRepository:
     def __init__(self, db: AsyncDatabase[Doc], inline_image_max: int, chunk_bytes: int) -> None:
         self.db = db
@@ -87,12 +113,21 @@ class StorageRepository:
         journal entry — found and removed by ``roll_forward`` — never a journal entry that
         nothing points to."""
         await insert_ignoring_duplicates(self.db.image_chunks, _dedupe(chunks))
-        await self._insert_items(journal_docs)
-        await insert_ignoring_duplicates(
+        items = _item_docs(journal_docs)
+        taken = await insert_in_order(self.db.items, items)
+        if taken:
+            held = await find_by_ids(self.db.items, [d["_id"] for d in taken])
+            other = [d["_id"] for d in taken
+                     if held.get(d["_id"], {}).get("source_key") != d["source_key"]]
+            if other:
+                raise StaleDecision(f"Items already held by other decisions: {other[:5]}")
+        taken = await insert_in_order(
             self.db.journal,
             [{"_id": j["_id"], "session_id": j["session_id"], "payload": dumps(j)}
              for j in journal_docs],
         )
+        if taken:
+            raise StaleDecision(f"records decided before: {[d['_id'] for d in taken][:5]}")
         await self._apply_rest(journal_docs)
 
     async def apply(self, journal_docs: list[Doc]) -> None:
@@ -101,9 +136,7 @@ class StorageRepository:
         await self._apply_rest(journal_docs)
 
     async def _insert_items(self, journal_docs: list[Doc]) -> None:
-        items = [item_doc(it, f"{j['_id']}#{it['sequence']}")
-                 for j in journal_docs for it in j["items"]]
-        await insert_ignoring_duplicates(self.db.items, items)
+        await insert_ignoring_duplicates(self.db.items, _item_docs(journal_docs))
 
     async def roll_forward(self, states: dict[str, SessionState], session_ids: Iterable[str]
                            ) -> dict[str, SessionState]:
@@ -114,8 +147,9 @@ class StorageRepository:
         decided at the same sequence, and its Items silently lost to the unique index (seen
         in the chaos suite). So, while not trusted, for each Session: if an Item exists just
         after its ``last_sequence``, finish that Item's journal entry and take its state;
-        Items without a journal entry (the crash came between the two writes: nobody was
-        answered, nothing published) are removed so their sequences can be decided again."""
+        Items without a journal entry that holds them (the crash came between the two
+        writes: nobody was answered, nothing published; or a record decided a second time,
+        stopped by ``StaleDecision``) are removed so their sequences can be decided again."""
         out = dict(states)
         pending = list(dict.fromkeys(session_ids))
         while pending:
@@ -128,7 +162,9 @@ class StorageRepository:
             pending = []
             for sid, doc in heads.items():
                 j = journal.get(doc["source_key"].rsplit("#", 1)[0])
-                if j is None or j.get("state") is None:
+                if j is None or j.get("state") is None or not any(
+                        it["session_id"] == sid and it["sequence"] == nxt[sid]
+                        for it in j["items"]):
                     await self._drop_orphans(sid, nxt[sid])
                     continue
                 await self.apply([j])
@@ -142,7 +178,9 @@ class StorageRepository:
             doc = await self.db.items.find_one({"_id": item_key(sid, seq)})
             if doc is None:
                 return
-            if await self.db.journal.find_one({"_id": doc["source_key"].rsplit("#", 1)[0]}):
+            j = await self.journal([doc["source_key"].rsplit("#", 1)[0]])
+            if any(it["session_id"] == sid and it["sequence"] == seq
+                   for p in j.values() for it in p["items"]):
                 return  # decided and journaled: not an orphan (cannot follow one; stop)
             await self.db.items.delete_one({"_id": doc["_id"]})
             seq += 1
@@ -181,6 +219,11 @@ class StorageRepository:
     # ---- image rehydration for published / read Items ------------------------------
     async def rehydrate(self, items: list[Doc]) -> list[Doc]:
         return await itemstore.rehydrate(self.db, items)
+
+
+def _item_docs(journal_docs: list[Doc]) -> list[Doc]:
+    return [item_doc(it, f"{j['_id']}#{it['sequence']}")
+            for j in journal_docs for it in j["items"]]
 
 
 def _dedupe(docs: list[Doc]) -> list[Doc]:

@@ -25,6 +25,7 @@ from PIL import Image
 from pymongo import AsyncMongoClient
 
 from services.storage.handler import StorageHandler, source_key
+from services.storage.repository import StaleDecision
 from shared import records
 from shared.kafka import encode, now_rfc3339
 from shared.settings import Settings
@@ -313,7 +314,8 @@ async def test_a_record_the_previous_owner_decided_is_replayed_after_a_rebalance
     assert texts.count("decided by A, not committed") == 1
 
 
-async def _crash_after_items(core: System, orphan: bool) -> tuple[str, list[Json]]:
+async def _crash_after_items(core: System, orphan: bool
+                             ) -> tuple[str, list[Json], StorageHandler, Json]:
     """Owner A decides a message, and "crashes" after its Items (and, unless ``orphan``, its
     journal entry) are written but before its Session document advanced: the document is put
     back as it was. A fresh replica B then decides the Session's next record — one from another
@@ -331,13 +333,13 @@ async def _crash_after_items(core: System, orphan: bool) -> tuple[str, list[Json
         await db.journal.delete_one({"_id": source_key(first)})
     b = StorageHandler(core.storage.repo, now_rfc3339)
     await b.handle([admitted_event(sid, "decided by B after the restart")])
-    return sid, await all_items(core, sid)
+    return sid, await all_items(core, sid), b, first
 
 
 async def test_a_decision_whose_session_update_was_lost_is_rolled_forward(core: System) -> None:
     """Issue 10 (found by the chaos suite, storage kill -9): B must not decide its record at
     the sequence A's Items already hold (they would be lost to the unique index)."""
-    sid, items = await _crash_after_items(core, orphan=False)
+    sid, items, _, _ = await _crash_after_items(core, orphan=False)
     assert [i["sequence"] for i in items] == [1, 2, 3, 4]
     texts = [p["text"] for i in items if i["type"] == "message" for p in i["content"]]
     assert texts == ["crash", "decided by A before the crash", "decided by B after the restart"]
@@ -349,10 +351,83 @@ async def test_items_without_a_journal_entry_are_removed(core: System) -> None:
     """The crash came between A's Items and its journal entry: nobody was answered and nothing
     was published, so the Items go and B decides at that sequence (A's record, redelivered
     later, is decided again after it)."""
-    _, items = await _crash_after_items(core, orphan=True)
+    _, items, _, _ = await _crash_after_items(core, orphan=True)
     assert [i["sequence"] for i in items] == [1, 2, 3]
     texts = [p["text"] for i in items if i["type"] == "message" for p in i["content"]]
     assert texts == ["crash", "decided by B after the restart"]
+
+
+async def test_a_replay_never_moves_a_session_back(core: System) -> None:
+    """Issue 10 (the chaos suite's lost Item, kill -9 storage / store outage): after the crash,
+    B rolled the Session forward past A's record and decided a later one. A's record is then
+    redelivered — in the same batch as the Session's next record. Its replay must not set the
+    Session back to the state A's decision left (the next record would be decided at the
+    sequence B's Item holds: dropped by the unique index, published anyway, lost)."""
+    sid, _, b, first = await _crash_after_items(core, orphan=False)
+    nxt = admitted_event(sid, "after the redelivery")
+    out = await b.handle([first, nxt], verify=frozenset({source_key(first)}))
+    assert [i["sequence"] for i in out.items] == [3, 5]
+    items = await all_items(core, sid)
+    texts = [(i["sequence"], p["text"]) for i in items if i["type"] == "message"
+             for p in i["content"]]
+    assert texts == [(1, "crash"), (3, "decided by A before the crash"),
+                     (4, "decided by B after the restart"), (5, "after the redelivery")]
+    published = [i for i in out.items if i["sequence"] == 5]
+    assert published and published[0]["content"][0]["text"] == "after the redelivery"
+
+
+async def test_a_decision_from_stale_state_is_never_published(core: System) -> None:
+    """Last line of defence for one writer per Session: B decides from a state that C has
+    moved past. B's Item would land at the sequence C's Item holds — it must not be dropped
+    by the unique index and published anyway: the write fails (the batch is decided again
+    from the store) and, decided again, it goes after C's."""
+    a = StorageHandler(core.storage.repo, now_rfc3339)
+    b = StorageHandler(core.storage.repo, now_rfc3339)
+    create = admitted_create("two writers")
+    sid = create["session_id"]
+    await a.handle([create])
+    await b.handle([admitted_event(sid, "B, up to date")])  # B is trusted and caches sid
+    c = StorageHandler(core.storage.repo, now_rfc3339)  # a new owner: reads the store
+    await c.handle([admitted_event(sid, "C, behind B's back")])
+    late = admitted_event(sid, "B, from its stale memory")
+    with pytest.raises(StaleDecision):
+        await b.handle([late])
+    texts = [(i["sequence"], p["text"]) for i in await all_items(core, sid)
+             if i["type"] == "message" for p in i["content"]]
+    assert texts == [(1, "two writers"), (3, "B, up to date"), (4, "C, behind B's back")]
+    b.invalidate()
+    out = await b.handle([late])
+    assert [i["sequence"] for i in out.items] == [5]
+    texts = [p["text"] for i in await all_items(core, sid) if i["type"] == "message"
+             for p in i["content"]]
+    assert texts[-1] == "B, from its stale memory"
+
+
+async def test_a_record_decided_twice_is_caught_and_its_extra_items_removed(
+        core: System) -> None:
+    """A trusted B gets a record A already decided (no ``verify`` said so): decided again
+    from the store's state, it would be stored twice. The journal entry already there stops
+    the write; the Items written before it are found by the roll-forward (their journal
+    entry does not hold them) and removed, and the record is then replayed."""
+    a = StorageHandler(core.storage.repo, now_rfc3339)
+    b = StorageHandler(core.storage.repo, now_rfc3339)
+    create = admitted_create("decided twice")
+    sid = create["session_id"]
+    await a.handle([create])
+    await b.handle([admitted_create("B has been running")])
+    ev = admitted_event(sid, "once only")
+    first = await a.handle([ev])
+    with pytest.raises(StaleDecision):
+        await b.handle([ev])
+    b.invalidate()
+    again = await b.handle([ev])
+    assert json.dumps(again.items) == json.dumps(first.items)
+    items = await all_items(core, sid)
+    assert [i["sequence"] for i in items] == [1, 2, 3]
+    assert [p["text"] for i in items if i["type"] == "message"
+            for p in i["content"]].count("once only") == 1
+    nxt = await b.handle([admitted_event(sid, "next")])
+    assert [i["sequence"] for i in nxt.items] == [4]
 
 
 # ---- idempotency and delivery ------------------------------------------------------------------
