@@ -750,9 +750,18 @@ def kafka_component(opts: Options) -> Component:
     if not (data / "meta.properties").exists():
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         st.logs.mkdir(parents=True, exist_ok=True)
-        _run_logged([java, *jvm, "kafka.tools.StorageTool", "format", "--standalone",
-                     "-t", cluster_id, "-c", str(props)],
-                    what="kafka: formatting KRaft storage (standalone controller)")
+        fmt = [java, *jvm, "kafka.tools.StorageTool", "format", "--standalone",
+               "-t", cluster_id, "-c", str(props)]
+        what = "kafka: formatting KRaft storage (standalone controller)"
+        try:
+            _run_logged(fmt, what=what)
+        except StackError as exc:
+            # Seen once on a loaded 2-core machine (a chaos run started right after another
+            # one's teardown); formatting an empty data directory again is harmless.
+            log(f"{exc}; wiping {data} and trying once more")
+            shutil.rmtree(data, ignore_errors=True)
+            time.sleep(2)
+            _run_logged(fmt, what=what)
         st.data["kafka_cluster_id"] = cluster_id
     st.data["kafka_controller_port"] = cport
     st.save()

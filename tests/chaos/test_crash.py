@@ -22,13 +22,7 @@ from tests.chaos.load import Load, verify
 from tests.conftest import Stack
 from tests.support.processes import Core
 
-pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600),
-              # QUARANTINED, open bug (issue 10, docs/chaos.md "Open"): under kill -9 of storage
-              # and the store outage, storage lost one admitted input in some runs (an Item on
-              # session.items at a sequence the store gave another decision). The scenarios
-              # still run and print their table; a loss shows as XFAIL, not as green.
-              pytest.mark.xfail(strict=False, reason="open bug: storage can lose an Item "
-                                "under crash / store outage (docs/chaos.md)")]
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
 
 WARMUP_S = 2.5  # load runs this long before the fault
 DOWN_S = 3.0  # how long the killed component stays dead

@@ -26,13 +26,7 @@ from tests.conftest import Stack
 from tests.integration.test_storage import admitted_event
 from tests.support.processes import TENANT, Core
 
-pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600),
-              # QUARANTINED, open bug (issue 10, docs/chaos.md "Open"): under kill -9 of storage
-              # and the store outage, storage lost one admitted input in some runs (an Item on
-              # session.items at a sequence the store gave another decision). The scenarios
-              # still run and print their table; a loss shows as XFAIL, not as green.
-              pytest.mark.xfail(strict=False, reason="open bug: storage can lose an Item "
-                                "under crash / store outage (docs/chaos.md)")]
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
 
 OUTAGE_S = 8.0
 # store_request_timeout_ms is 2 s (the default): a 503 must come well inside this
