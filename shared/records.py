@@ -18,3 +18,7 @@ OP_CREATE = "sessions.create"
 OP_EVENT = "events.create"
 EV_MESSAGE = "agent.session.input.message"
 EV_TOOL_RESULT = "agent.session.input.tool_result"
+
+# core.fact/1 kinds beyond turn / function_call / application / binding: a Runtime refused a
+# steer because its native Turn had already ended (dispatcher → storage; sessions.py)
+FACT_STEER_REFUSED = "steer_refused"

@@ -127,6 +127,16 @@ class DispatcherService:
             refusal = rec.get("refusal")
             sid = rec.get("session_id")
             if isinstance(refusal, dict) and isinstance(sid, str):
+                did = str(refusal.get("delivery_id"))
+                event_id = wire.event_of_delivery(did)
+                if (refusal.get("kind") == "steer" and event_id is not None
+                        and refusal.get("code") == wire.REFUSAL_TURN_ENDED):
+                    # The harness ended the Turn before the steer reached it: storage hands
+                    # the messages over again (next Turn), never drops them.
+                    await self.fact(sid, f"refusal:{did}:steer", kind=records.FACT_STEER_REFUSED,
+                                    turn_id=rec.get("turn_id"), event_id=event_id,
+                                    delivery_id=did)
+                    continue
                 reason = f"the runtime refused the input: {refusal.get('reason')}"
                 await self.fact(sid, f"refusal:{refusal.get('delivery_id')}:turn", kind="turn",
                                 turn_id=rec.get("turn_id"), state="failed", reason=reason)
@@ -254,7 +264,7 @@ class DispatcherService:
 
     async def deliver(self, b: Doc, rt: RuntimeInfo, rec: Doc) -> None:
         sid, kind = rec["session_id"], rec["kind"]
-        did = f"dlv_{rec['event_id'].removeprefix('evt_')}"
+        did = rec.get("delivery_id") or wire.delivery_id(rec["event_id"])
         if kind == "function_result":
             sub = rec["submission"]
             msg = wire.function_result_delivery(

@@ -43,6 +43,7 @@ from services.runtime.switches import Switches
 from shared.domain.adapters import AdapterError, claude, codex, text_only
 from shared.domain.adapters.claude import ClaudeTurn
 from shared.domain.adapters.errors import TurnBoundExceeded
+from shared.domain.delivery import REFUSAL_TURN_ENDED
 from shared.logging import get_logger
 
 log = get_logger(__name__)
@@ -214,6 +215,7 @@ class SimulatedHarness:
         delivery: Mapping[str, Any],
         reason: str,
         call_id: str | None = None,
+        code: str | None = None,
     ) -> Emit:
         refusal: Json = {
             "delivery_id": delivery.get("delivery_id"),
@@ -221,6 +223,8 @@ class SimulatedHarness:
             "reason": reason,
             "terminal": True,
         }
+        if code is not None:
+            refusal["code"] = code
         if call_id is not None:
             refusal["call_id"] = call_id
         record = self._envelope(session, _str_or_none(delivery.get("turn_id")), None)
@@ -324,7 +328,8 @@ class SimulatedHarness:
         if turn is not None and turn.core_turn_id == turn_id and delivery.get("kind") == "steer":
             opening = False
         elif turn_id in session.ended_turns:
-            return [self._refusal(session, delivery, f"the native turn of {turn_id} has ended")]
+            return [self._refusal(session, delivery, f"the native turn of {turn_id} has ended",
+                                  code=REFUSAL_TURN_ENDED)]
         else:
             # A start (or a steer for a Turn this harness never saw) opens a new native Turn; a
             # Turn still running is superseded (its pending calls are released).

@@ -20,6 +20,7 @@ from shared.domain.sessions import (
     decide_create,
     decide_fact,
     decide_message,
+    decide_steer_refused,
     decide_tool_result,
 )
 from shared.domain.tenancy import DEFAULT_TENANT, create_idempotency_key
@@ -160,6 +161,7 @@ class StorageHandler:
                 call_keys.append(f"{r['session_id']}/{r['call_id']}")
         idem = await self.repo.idempotency(idem_keys)
         calls = await self.repo.calls(call_keys)
+        refused = await self._refused_steers(inputs, states)
 
         replayed: list[Json] = []
         fresh: list[Decision] = []
@@ -177,7 +179,7 @@ class StorageHandler:
                 continue
             with bound(session_id=r["session_id"], request_id=r.get("request_id"),
                        call_id=r.get("call_id")):
-                d = self._decide(r, states, idem, calls, out)
+                d = self._decide(r, states, idem, calls, refused, out)
             if d is None:
                 continue
             fresh.append(d)
@@ -218,12 +220,27 @@ class StorageHandler:
                 out.replies.append(d.reply)
         return out
 
+    async def _refused_steers(self, inputs: list[Json], states: dict[str, SessionState]
+                              ) -> dict[str, list[Json]]:
+        """The stored message Items of each steer a Runtime refused (fact_id → Items)."""
+        out: dict[str, list[Json]] = {}
+        for r in inputs:
+            if r["schema"] != records.FACT or r.get("kind") != records.FACT_STEER_REFUSED:
+                continue
+            state = states.get(r["session_id"])
+            seqs = state.steered.get(str(r.get("event_id"))) if state else None
+            if seqs:
+                out[r["fact_id"]] = await itemstore.items_by_keys(
+                    self.repo.db, [item_key(r["session_id"], n) for n in seqs])
+        return out
+
     def _decide(
         self,
         r: Json,
         states: dict[str, SessionState],
         idem: dict[str, Json],
         calls: dict[str, Json],
+        refused: dict[str, list[Json]],
         out: Outputs,
     ) -> Decision | None:
         now = self.now()
@@ -233,6 +250,8 @@ class StorageHandler:
             if state is None:
                 log.warning("fact.unknown_session", session_id=sid, kind=r.get("kind"))
                 return None
+            if r.get("kind") == records.FACT_STEER_REFUSED:
+                return decide_steer_refused(state, r, refused.get(r["fact_id"], []), now)
             return decide_fact(state, r, now)
         rid = r["request_id"]
         if r["op"] == records.OP_CREATE:
@@ -292,7 +311,10 @@ class StorageHandler:
             out.replies.append(reply)
         if j.get("stored"):
             stored = copy.deepcopy(j["stored"])
-            if stored["kind"] in ("start", "steer"):
+            if stored.get("message_keys"):  # messages handed over again (a refused steer)
+                msgs = await itemstore.items_by_keys(self.repo.db, stored["message_keys"])
+                stored["messages"] = [{"role": "user", "content": it["content"]} for it in msgs]
+            elif stored["kind"] in ("start", "steer"):
                 stored["messages"] = [
                     {"role": "user", "content": it["content"]}
                     for it in items if it["type"] == "message"

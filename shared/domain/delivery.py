@@ -28,6 +28,32 @@ DELIVERY_SCHEMA = "runtime.delivery/1"
 INPUT_TEXT = "input_text"
 INPUT_IMAGE = "input_image"
 
+# The refusal code of a Runtime that got a ``steer`` for a native Turn it has already ended (the
+# harness ended it while Core's stored view still had it running). Core then hands the steered
+# messages over again: into the Turn running by then, or as the start of a new Turn
+# (docs/runtime-boundary.md, "A steer that arrives after the Turn ended").
+REFUSAL_TURN_ENDED = "turn_ended"
+
+
+def delivery_id(event_id: str) -> str:
+    """The first delivery of an input: ``dlv_`` + the hex of its ``evt_`` id."""
+    return f"dlv_{event_id.removeprefix('evt_')}"
+
+
+def next_delivery_id(refused: str) -> str:
+    """A new id for handing the input of ``refused`` over again (a Runtime drops a repeated
+    ``delivery_id`` as a duplicate): ``dlv_x`` → ``dlv_x_r1`` → ``dlv_x_r2`` …"""
+    base, _, n = refused.partition("_r")
+    return f"{base}_r{int(n) + 1 if n.isdigit() else 1}"
+
+
+def event_of_delivery(did: str) -> str | None:
+    """The ``evt_`` id a message delivery id was made from (None for another shape)."""
+    if not did.startswith("dlv_"):
+        return None
+    hexpart = did.removeprefix("dlv_").partition("_r")[0]
+    return f"evt_{hexpart}" if hexpart else None
+
 
 def text_part(text: str) -> InputContent:
     return {"type": INPUT_TEXT, "text": text}

@@ -427,3 +427,57 @@ async def test_redelivered_record_waiting_for_a_runtime_is_queued_once(
         await disp.accept(rec)  # the redelivery
     docs = [d async for d in disp.db.pending_deliveries.find({"session_id": sid})]
     assert len(docs) == 1 and docs[0]["record"] == rec
+
+
+@pytest.mark.parametrize("end_first", [False, True], ids=["refusal-first", "turn-end-first"])
+async def test_a_steer_refused_because_the_turn_ended_starts_the_next_turn(
+        system: System, end_first: bool) -> None:
+    """The race the chaos suite found: Core steers into a Turn the harness has just ended. The
+    Runtime refuses (code ``turn_ended``); the stored messages are handed over again as the
+    start of a new Turn — never dropped, never stored twice — whichever of the refusal and the
+    Runtime's end of the old Turn Core sees first."""
+    rt = await system.runtime("codex")
+    sid = await create(system, "codex", "first")
+    first = await rt.next_delivery(timeout=20)
+    t1 = first["turn_id"]
+    uri = png_data_uri(3, 2, (9, 8, 7))
+    sent = [msg(text("late steer"), image(uri)), msg(text(""), text("second"))]
+    await send(system, sid, sent, "steered")
+    steer = await rt.next_delivery(timeout=20)
+    assert steer["kind"] == "steer" and steer["turn_id"] == t1
+
+    turn_end = {"method": "turn/completed",
+                "params": {"threadId": "thr_1", "turnId": "nt_1", "status": "completed"}}
+    refusal = {"delivery_id": steer["delivery_id"], "kind": "steer", "terminal": True,
+               "code": "turn_ended", "reason": f"the native turn of {t1} has ended"}
+    if end_first:
+        await rt.observe(sid, turn_end, turn_id=t1)
+        await system.items.wait_for(sid, lambda i: i["type"] == "turn"
+                                    and i["turn_id"] == t1 and i["state"] == "completed")
+    await rt.observe(sid, None, turn_id=t1, refusal=refusal)
+    again = await rt.next_delivery(timeout=20)
+    assert again["kind"] == "start" and again["turn_id"] != t1
+    assert again["delivery_id"] == steer["delivery_id"] + "_r1"
+    assert again["messages"] == steer["messages"] == sent  # the same content, byte for byte
+    if not end_first:
+        await rt.observe(sid, turn_end, turn_id=t1)  # late: for an inactive Turn
+    started = await system.items.wait_for(
+        sid, lambda i: i["type"] == "turn" and i["turn_id"] == again["turn_id"])
+    assert started["state"] == "started" and t1 in started["reason"]
+    await assert_no_delivery(rt, 1.0)
+    got = await items(system, sid)
+    assert [i["sequence"] for i in got] == list(range(1, len(got) + 1))
+    assert [(i["type"], i.get("turn_id"), i.get("state")) for i in got] == [
+        ("message", t1, None), ("turn", t1, "started"),
+        ("message", t1, None), ("message", t1, None),  # stored once, as sent
+        ("turn", t1, "completed"), ("turn", again["turn_id"], "started")]
+    assert [i["content"] for i in got if i["type"] == "message"][1:] == [
+        m["content"] for m in sent]
+    # The same refusal again (a redelivered observation): storage replays its journaled
+    # decision — the same delivery, the messages read back from the store — and writes nothing.
+    await rt.observe(sid, None, turn_id=t1, refusal=refusal)
+    replayed = await rt.next_delivery(timeout=20)
+    assert {k: replayed[k] for k in ("delivery_id", "turn_id", "kind", "messages")} == {
+        k: again[k] for k in ("delivery_id", "turn_id", "kind", "messages")}
+    await asyncio.sleep(1.0)
+    assert await items(system, sid) == got

@@ -427,3 +427,20 @@ def test_turn_end_observations_classify_for_storage() -> None:
 def test_unknown_harness_is_rejected() -> None:
     with pytest.raises(ValueError, match="unknown harness"):
         make("gpt_code")
+
+
+@pytest.mark.parametrize("harness", ["claude_code", "codex"])
+def test_steer_after_the_native_turn_ended_is_refused_with_code_turn_ended(harness: str
+                                                                          ) -> None:
+    """Core resolves this refusal by handing the messages over again (sessions.py
+    ``decide_steer_refused``), so the code must say exactly why."""
+    h = make(harness, turn_idle_s=1.5)
+    start(h, msg(t("one")), now=0.0)
+    assert turn_ends(h, h.tick(1.5))  # the harness ends the Turn on its own
+    out = start(h, msg(t("late steer")), kind="steer", now=2.0)
+    assert len(out) == 1 and out[0].record["native"] is None
+    refusal = out[0].record["refusal"]
+    assert refusal["kind"] == "steer" and refusal["code"] == "turn_ended"
+    # a fresh start for a new Turn is taken
+    again = start(h, msg(t("late steer")), turn="turn_2", now=2.1)
+    assert all(e.record.get("refusal") is None for e in again)
