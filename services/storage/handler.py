@@ -25,10 +25,12 @@ from shared.domain.sessions import (
 )
 from shared.domain.tenancy import DEFAULT_TENANT, create_idempotency_key
 from shared.logging import bound, get_logger
-from shared.storecodec import item_key
+from shared.store import PK_LOOKUPS_MAX, find_by_ids
+from shared.storecodec import item_from_doc, item_key
 
 log = get_logger(__name__)
 Json = dict[str, Any]
+STEER_LOOKBACK = 1_000  # Items read back at most to find a refused steer's messages
 
 
 @dataclass
@@ -225,14 +227,31 @@ class StorageHandler:
         """The stored message Items of each steer a Runtime refused (fact_id → Items)."""
         out: dict[str, list[Json]] = {}
         for r in inputs:
-            if r["schema"] != records.FACT or r.get("kind") != records.FACT_STEER_REFUSED:
-                continue
-            state = states.get(r["session_id"])
-            seqs = state.steered.get(str(r.get("event_id"))) if state else None
-            if seqs:
-                out[r["fact_id"]] = await itemstore.items_by_keys(
-                    self.repo.db, [item_key(r["session_id"], n) for n in seqs])
+            if r["schema"] == records.FACT and r.get("kind") == records.FACT_STEER_REFUSED:
+                state = states.get(r["session_id"])
+                if state is not None:
+                    out[r["fact_id"]] = await self._event_messages(state, str(r.get("event_id")))
         return out
+
+    async def _event_messages(self, state: SessionState, event_id: str) -> list[Json]:
+        """An event's message Items, read back newest first by primary key (a refusal comes
+        seconds after its steer, so they are near the end; consecutive, as decided). Nothing
+        is kept per steer on the hot path; at most ``STEER_LOOKBACK`` Items are read."""
+        found: list[Json] = []
+        hi = state.last_sequence
+        while hi > 0 and state.last_sequence - hi < STEER_LOOKBACK:
+            lo = max(0, hi - PK_LOOKUPS_MAX)
+            docs = await find_by_ids(self.repo.db.items,
+                                     [item_key(state.session_id, n) for n in range(lo + 1, hi + 1)])
+            page = sorted((item_from_doc(d) for d in docs.values()),
+                          key=lambda i: -int(i["sequence"]))
+            for it in page:
+                if it.get("type") == "message" and it.get("event_id") == event_id:
+                    found.append(it)
+                elif found:  # past the event's consecutive Items
+                    return await itemstore.rehydrate(self.repo.db, found[::-1])
+            hi = lo
+        return await itemstore.rehydrate(self.repo.db, found[::-1])
 
     def _decide(
         self,

@@ -18,7 +18,6 @@ from shared.domain.delivery import next_delivery_id
 from shared.domain.tenancy import DEFAULT_TENANT, create_idempotency_key
 
 Delivery = Literal["started", "steered", "resumed", "duplicate"]
-STEERS_KEPT = 64  # steered inputs a Session remembers for a late "turn ended" refusal
 Json = dict[str, Any]
 
 
@@ -37,9 +36,6 @@ class SessionState:
     metadata: Json | None = None
     open_calls: dict[str, str] = field(default_factory=dict)  # call_id → name
     tenant: str = DEFAULT_TENANT  # the tenant of the key that created it; never changes
-    # event_id → the sequences of its message Items, for the latest steered inputs: what a
-    # Runtime's "turn ended" refusal of a steer is resolved against (``decide_steer_refused``)
-    steered: dict[str, list[int]] = field(default_factory=dict)
 
     def to_doc(self) -> Json:
         return {
@@ -56,7 +52,6 @@ class SessionState:
             "metadata": self.metadata,
             "open_calls": dict(self.open_calls),
             "tenant": self.tenant,
-            "steered": {k: list(v) for k, v in self.steered.items()},
         }
 
     @classmethod
@@ -75,7 +70,6 @@ class SessionState:
             metadata=doc.get("metadata"),
             open_calls=dict(doc.get("open_calls") or {}),
             tenant=doc.get("tenant") or DEFAULT_TENANT,
-            steered={k: list(v) for k, v in (doc.get("steered") or {}).items()},
         )
 
 
@@ -250,11 +244,7 @@ def decide_message(state: SessionState, record: Json, now: str) -> Decision:
     msgs = _message_items(b, record["messages"], record["event_id"], turn_id, _passthrough(record))
     if delivery == "started":
         b.add("turn", turn_id=turn_id, state="started", reason=None)
-        steered = state.steered
-    else:
-        steered = _remember_steer(state.steered, record["event_id"], msgs)
-    new = replace(b.state, version=state.version + 1, turn_id=turn_id, turn_running=True,
-                  steered=steered)
+    new = replace(b.state, version=state.version + 1, turn_id=turn_id, turn_running=True)
     d = Decision(source_key=key, session_id=state.session_id, state=new, items=b.items)
     body = {"event_id": record["event_id"], "delivery": delivery, "items": b.items}
     d.reply = {"request_id": record["request_id"], "status": 202, "body": body}
@@ -265,15 +255,6 @@ def decide_message(state: SessionState, record: Json, now: str) -> Decision:
     return d
 
 
-def _remember_steer(steered: dict[str, list[int]], event_id: str, msgs: list[Json]
-                    ) -> dict[str, list[int]]:
-    kept = {k: v for k, v in steered.items() if k != event_id}
-    kept[event_id] = [int(m["sequence"]) for m in msgs]
-    while len(kept) > STEERS_KEPT:
-        del kept[next(iter(kept))]
-    return kept
-
-
 def decide_steer_refused(state: SessionState, fact: Json, messages: list[Json], now: str
                          ) -> Decision:
     """A Runtime refused a ``steer`` because its native Turn had already ended (the harness
@@ -281,16 +262,16 @@ def decide_steer_refused(state: SessionState, fact: Json, messages: list[Json], 
     stored and published once already; they are handed over again, never dropped: into the
     Turn running by now (steer), or as the start of a new Turn. If Core still has the refused
     Turn running, the Runtime's word ends it first (its own end observation, when it comes, is
-    then for an inactive Turn). ``messages`` are the event's stored message Items."""
+    then for an inactive Turn). ``messages`` are the event's stored message Items (storage
+    reads them back: nothing is kept per steer on the hot path)."""
     key = f"fact:{fact['fact_id']}"
     ids = IdSource(key)
     b = _Builder(state, ids, now)
     d = Decision(source_key=key, session_id=state.session_id)
     event_id = fact["event_id"]
-    if event_id not in state.steered or not messages:
+    if not messages:
         d.log.append("steer_refused.unknown_event")
         return d
-    steered = {k: v for k, v in state.steered.items() if k != event_id}
     ended = fact.get("turn_id")
     turn_id, running = state.turn_id, state.turn_running
     if running and turn_id == ended:
@@ -299,7 +280,6 @@ def decide_steer_refused(state: SessionState, fact: Json, messages: list[Json], 
         running = False
     if running and turn_id:
         kind = "steer"
-        steered = _remember_steer(steered, event_id, messages)
     else:
         kind = "start"
         turn_id = ids.next("turn")
@@ -308,8 +288,7 @@ def decide_steer_refused(state: SessionState, fact: Json, messages: list[Json], 
                      "ended; it starts this Turn")
     assert turn_id is not None
     d.items = b.items
-    d.state = replace(b.state, version=state.version + 1, turn_id=turn_id, turn_running=True,
-                      steered=steered)
+    d.state = replace(b.state, version=state.version + 1, turn_id=turn_id, turn_running=True)
     d.stored = {
         "session_id": state.session_id,
         "harness": state.harness,
