@@ -43,17 +43,18 @@ class Row:
     down_s: float
     recover_s: float | None
     answers: str
-    refused_steers: int = 0
+    steers_handed_over: int = 0
 
 
 def table(rows: list[Row]) -> str:
     head = ("| fault injected | inputs sent | acked | retried (same id) | lost | duplicated | "
-            "down (s) | time to recover (s) | steers refused | answers from the fault on |\n"
+            "down (s) | time to recover (s) | steers handed over again | "
+            "answers from the fault on |\n"
             "|---|---|---|---|---|---|---|---|---|---|\n")
     return head + "".join(
         f"| {r.fault} | {r.sent} | {r.acked} | {r.retried} | {r.lost} | {r.duplicated} | "
         f"{r.down_s:.1f} | {'-' if r.recover_s is None else f'{r.recover_s:.1f}'} | "
-        f"{r.refused_steers} | {r.answers} |\n" for r in rows)
+        f"{r.steers_handed_over} | {r.answers} |\n" for r in rows)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

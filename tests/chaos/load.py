@@ -70,7 +70,8 @@ class SessionRun:
 
 class Load:
     def __init__(self, base_url: str, api_key: str, tag: str, sessions: int = 6,
-                 pace_s: float = 0.6, stagger_s: float = 0.8) -> None:
+                 pace_s: float = 0.6, stagger_s: float = 0.8,
+                 avoid_steer_race: bool = True) -> None:
         self.base_url = base_url
         self.headers = {"Authorization": f"Bearer {api_key}"}
         self.tag = tag
@@ -78,11 +79,12 @@ class Load:
         self.stagger_s = stagger_s  # Session i starts i × stagger_s after the first
         self.runs = [SessionRun(i, "codex" if i % 2 else "claude_code")
                      for i in range(sessions)]
+        # True: a message that asks for a call waits until the Session's Turns are over, so
+        # it starts a Turn of its own. False: it may be a steer racing the Runtime's idle end
+        # of the Turn — refused by the Runtime and handed over again by Core (docs/chaos.md)
+        self.avoid_steer_race = avoid_steer_race
         self.problems: list[str] = []  # answers a correct Core never gives (4xx to valid input)
         self.statuses: list[tuple[float, str]] = []  # (time, status) of every attempt
-        # messages the Runtime refused as a steer into a Turn it had already ended (see
-        # docs/chaos.md): stored and published once like every input, but no call follows
-        self.refused_steers: list[str] = []
 
     def text(self, run: SessionRun, k: int, with_call: bool) -> str:
         t = f"chaos {self.tag} s{run.index} m{k}"
@@ -115,10 +117,7 @@ class Load:
                         return
                     run.session_id = body["id"]
                     continue
-                if with_call:
-                    # A message that asks for a call starts a Turn of its own: a steer racing
-                    # the Runtime's idle end of the Turn is refused (see docs/chaos.md), and
-                    # then no call would come — a Runtime-boundary race, not a fault here.
+                if with_call and self.avoid_steer_race:
                     assert run.session_id is not None
                     await self._wait_turns_over(http, run.session_id)
                 inp = Input(run.index, "message", text, str(uuid.uuid4()))
@@ -126,11 +125,8 @@ class Load:
                 assert run.session_id is not None
                 call = await self._wait_call(http, run.session_id, f"f{k}",
                                              self.text(run, k, True))
-                if call == "refused":
-                    self.refused_steers.append(f"s{run.index}: m{k}")
-                    continue  # no call to answer; the Session goes on
-                if not isinstance(call, dict):
-                    self.problems.append(f"s{run.index}: call f{k} never appeared")
+                if not isinstance(call, dict):  # the message was never run
+                    self.problems.append(f"s{run.index}: call f{k} never appeared ({call})")
                     return
                 inp = Input(run.index, "result", f"f{k}", str(uuid.uuid4()),
                             call_id=call["call_id"])
@@ -189,10 +185,10 @@ class Load:
 
     async def _wait_call(self, http: httpx.AsyncClient, sid: str, name: str, text: str,
                          timeout: float = RETRY_BUDGET_S) -> Json | str:
-        """The ``function_call`` Item ``name``, or ``"refused"`` when the Runtime refused the
-        message that asks for it (a steer that reached the Runtime after its native Turn had
-        ended: the dispatcher records the Turn as failed, so no call will come), or
-        ``"timeout"``."""
+        """The ``function_call`` Item ``name``; ``"refused"`` when the Turn of the message that
+        asks for it failed on a Runtime refusal (no call will come), or ``"timeout"``. A steer
+        that reached the Runtime after its native Turn had ended is handed over again by Core
+        (docs/runtime-boundary.md), so its call does come."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             items = await read_items(http, sid) or []
@@ -210,6 +206,21 @@ class Load:
                     return "refused"
             await asyncio.sleep(0.5)
         return "timeout"
+
+
+async def handed_over(http: httpx.AsyncClient, load: Load) -> int:
+    """Steers the Runtime refused because its Turn had ended, handed over again by Core: the
+    ``turn`` Items that say so (``decide_steer_refused``)."""
+    n = 0
+    for run in load.runs:
+        if run.session_id is None:
+            continue
+        for it in await read_items(http, run.session_id) or []:
+            reason = str(it.get("reason"))
+            if it.get("type") == "turn" and it.get("state") == "started" and (
+                    "reached the runtime after that Turn ended" in reason):
+                n += 1
+    return n
 
 
 async def read_items(http: httpx.AsyncClient, sid: str) -> list[Json] | None:

@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaProducer
 from shared.kafka import assigned_consumer, encode
 from shared.topics import topics_for
 from tests.chaos.conftest import API_KEY, Row, probe
-from tests.chaos.load import Load, read_items, verify
+from tests.chaos.load import Load, handed_over, read_items, verify
 from tests.conftest import Stack
 from tests.integration.test_storage import admitted_event
 from tests.support.processes import TENANT, Core
@@ -131,7 +131,7 @@ async def test_store_outage(chaos_core: Core, chaos_stack: Stack, api: httpx.Asy
                down_s=t_back - t_stop, recover_s=recovered - t_back,
                answers="during the outage: " + ", ".join(
                    f"{k}×{n}" for k, n in sorted(during.items())),
-               refused_steers=len(load.refused_steers)))
+               steers_handed_over=await handed_over(api, load)))
     assert load.problems == []
     # during the outage: 503 (refused up front) or 504 (handed over just before; stored later)
     assert set(during) <= {"200", "201", "202", "503", "504"}, during
