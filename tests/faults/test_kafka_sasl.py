@@ -2,20 +2,13 @@
 cached jars) whose only listener is SASL_PLAINTEXT with PLAIN and SCRAM-SHA-256. Topic creation
 (the admin client), the FastStream broker (``make_broker``) and a tail (``assigned_consumer``)
 all authenticate with the settings; a wrong password is refused. Marked ``faults``: it starts its
-own JVM. TLS is not exercised here (no keystores in the local stack): docs/security.md."""
+own JVM. TLS: tests/faults/test_kafka_tls.py."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import importlib.util
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,10 +17,11 @@ from aiokafka.errors import KafkaError
 from shared.kafka import assigned_consumer, decode, ensure_topics, make_broker, publish
 from shared.settings import Settings
 from shared.topics import topics_for
+from tests.support.localstack import private_kafka
+from tests.support.processes import free_port
 
 pytestmark = pytest.mark.faults
 
-REPO = Path(__file__).resolve().parents[2]
 USER, PASSWORD = "svc", f"svc-{uuid.uuid4().hex[:12]}"
 
 PROPERTIES = """\
@@ -59,62 +53,13 @@ group.initial.rebalance.delay.ms=0
 """
 
 
-def _stack() -> Any:
-    spec = importlib.util.spec_from_file_location("stack_for_sasl",
-                                                  REPO / "deploy" / "local" / "stack.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["stack_for_sasl"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
 @pytest.fixture(scope="module")
 def sasl_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    stack = _stack()
-    libs = stack.kafka_home() / "libs"
-    if not any(libs.glob("kafka_2.13-*.jar")):
-        pytest.skip("the Kafka jars are not installed (python3 deploy/local/stack.py install)")
-    try:
-        java = stack.java_bin()
-    except stack.StackError as exc:
-        pytest.skip(str(exc))
-    root = tmp_path_factory.mktemp("sasl-kafka")
-    port, cport = stack.free_port(), stack.free_port()
-    props = root / "server.properties"
-    props.write_text(PROPERTIES.format(port=port, cport=cport, data=root / "data", user=USER,
-                                       password=PASSWORD))
-    jvm = ["-Xms128m", "-Xmx384m", "-Djava.awt.headless=true", f"-Dkafka.logs.dir={root}",
-           "-cp", f"{libs}/*"]
-    cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    subprocess.run([java, *jvm, "kafka.tools.StorageTool", "format", "--standalone",
-                    "-t", cluster, "-c", str(props),
-                    "--add-scram", f"SCRAM-SHA-256=[name={USER},password={PASSWORD}]"],
-                   check=True, capture_output=True, timeout=120)
-    log = (root / "kafka.log").open("wb")
-    proc = subprocess.Popen([java, *jvm, "kafka.Kafka", str(props)], stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while not _listening(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((root / "kafka.log").read_text()[-3000:])
-            time.sleep(0.3)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
+    port, cport = free_port(), free_port()
+    props = PROPERTIES.format(port=port, cport=cport, data="{data}", user=USER, password=PASSWORD)
+    with private_kafka(tmp_path_factory.mktemp("sasl-kafka"), props, port, [
+            "--add-scram", f"SCRAM-SHA-256=[name={USER},password={PASSWORD}]"]) as bootstrap:
+        yield bootstrap
 
 
 def _settings(bootstrap: str, mechanism: str, password: str = PASSWORD) -> Settings:

@@ -6,6 +6,12 @@
 // package skips that check.
 //
 // Usage: ferretdb -listen 127.0.0.1:27017 -sqlite-dir /path/to/data [-log-level info]
+//
+//	[-listen-tls 127.0.0.1:27018 -tls-cert-file server.pem -tls-key-file server.key
+//	 [-tls-ca-file ca.pem]]
+//
+// -listen "" turns the plain TCP listener off; -tls-ca-file makes client certificates
+// signed by that CA required (mutual TLS).
 package main
 
 import (
@@ -25,6 +31,10 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:27017", "TCP address to listen on")
 	dir := flag.String("sqlite-dir", "data", "directory holding the SQLite database files")
 	level := flag.String("log-level", "info", "debug, info, warn or error")
+	listenTLS := flag.String("listen-tls", "", "TLS address to listen on (empty: no TLS listener)")
+	certFile := flag.String("tls-cert-file", "", "server certificate (PEM) for -listen-tls")
+	keyFile := flag.String("tls-key-file", "", "its private key (PEM)")
+	caFile := flag.String("tls-ca-file", "", "CA (PEM) whose client certificates are required")
 	flag.Parse()
 
 	var lvl slog.Level
@@ -45,7 +55,10 @@ func main() {
 	}
 
 	f, err := ferretdb.New(&ferretdb.Config{
-		Listener:  ferretdb.ListenerConfig{TCP: *listen},
+		Listener: ferretdb.ListenerConfig{
+			TCP: *listen, TLS: *listenTLS,
+			TLSCertFile: *certFile, TLSKeyFile: *keyFile, TLSCAFile: *caFile,
+		},
 		Logger:    logger,
 		Handler:   "sqlite",
 		SQLiteURL: "file:" + abs + "/",
@@ -58,7 +71,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	logger.Info("ferretdb (embedded, sqlite) listening", "addr", *listen, "dir", abs)
+	logger.Info("ferretdb (embedded, sqlite) listening", "addr", *listen, "tls", *listenTLS,
+		"dir", abs)
 	if err = f.Run(ctx); err != nil {
 		logger.Error("run", "err", err)
 		os.Exit(1)

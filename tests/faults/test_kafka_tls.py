@@ -1,0 +1,110 @@
+"""The Kafka TLS settings against a real broker: a private single-node Kafka whose only client
+listener is SSL with client certificates required (mutual TLS), keys and CA as PEM files made by
+a throw-away CA (tests/support/certs.py). The admin client, the FastStream broker and a tail all
+connect with ``kafka_security_protocol=SSL`` + ``kafka_ssl_cafile`` / ``kafka_ssl_certfile`` /
+``kafka_ssl_keyfile``; without a client certificate, or trusting another CA, the connection is
+refused. Marked ``faults``: it starts its own JVM."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka.errors import KafkaError
+
+from shared.kafka import assigned_consumer, decode, ensure_topics, make_broker, publish
+from shared.settings import Settings
+from shared.topics import topics_for
+from tests.support.certs import Certs, make_certs
+from tests.support.localstack import private_kafka
+from tests.support.processes import free_port
+
+pytestmark = pytest.mark.faults
+
+PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:{cport}
+listeners=SSL://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+advertised.listeners=SSL://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+inter.broker.listener.name=SSL
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,SSL:SSL
+ssl.keystore.type=PEM
+ssl.keystore.location={keystore}
+ssl.truststore.type=PEM
+ssl.truststore.location={ca}
+ssl.client.auth=required
+log.dirs={data}
+num.network.threads=2
+num.io.threads=2
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+"""
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("kafka-certs"))
+
+
+@pytest.fixture(scope="module")
+def tls_bootstrap(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[str]:
+    port, cport = free_port(), free_port()
+    props = PROPERTIES.format(port=port, cport=cport, data="{data}", keystore=certs.server_pem,
+                              ca=certs.ca)
+    with private_kafka(tmp_path_factory.mktemp("tls-kafka"), props, port) as bootstrap:
+        yield bootstrap
+
+
+def _settings(bootstrap: str, ca: Path | None, cert: Path | None, key: Path | None) -> Settings:
+    return Settings(KAFKA_BOOTSTRAP_SERVERS=bootstrap,  # type: ignore[call-arg]
+                    kafka_security_protocol="SSL",
+                    kafka_ssl_cafile=str(ca) if ca else None,
+                    kafka_ssl_certfile=str(cert) if cert else None,
+                    kafka_ssl_keyfile=str(key) if key else None,
+                    topic_prefix=f"t{uuid.uuid4().hex[:8]}.", topic_partitions=1)
+
+
+async def test_every_kind_of_client_connects_over_mutual_tls(tls_bootstrap: str,
+                                                             certs: Certs) -> None:
+    s = _settings(tls_bootstrap, certs.ca, certs.client_cert, certs.client_key)
+    topics = topics_for(s)
+    async with asyncio.timeout(120):
+        await ensure_topics(s, topics)  # the admin client
+        broker = make_broker(s, "tls-test")  # the FastStream broker
+        await broker.start()
+        try:
+            marker = uuid.uuid4().hex
+            await publish(broker, topics.session_items, {"marker": marker}, "k")
+        finally:
+            await broker.stop()
+        tail = await assigned_consumer(s, topics.session_items, at_end=False)  # a tail
+        try:
+            seen: list[Any] = []
+            while marker not in [v.get("marker") for v in seen]:
+                got = await tail.getmany(timeout_ms=1000)
+                seen.extend(decode(r.value) for recs in got.values() for r in recs)
+        finally:
+            await tail.stop()
+
+
+@pytest.mark.parametrize("case", ["no client certificate", "another CA"])
+async def test_a_client_the_broker_or_the_client_does_not_trust_is_refused(
+        tls_bootstrap: str, certs: Certs, case: str) -> None:
+    if case == "no client certificate":
+        s = _settings(tls_bootstrap, certs.ca, None, None)
+    else:
+        s = _settings(tls_bootstrap, certs.other_ca, certs.client_cert, certs.client_key)
+    with pytest.raises((KafkaError, TimeoutError, OSError)):
+        async with asyncio.timeout(30):
+            await ensure_topics(s, topics_for(s))

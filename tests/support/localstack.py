@@ -1,0 +1,87 @@
+"""``deploy/local/stack.py`` as a module, for tests that start their own broker or store (the
+SASL/TLS tests in tests/faults): its cached Kafka jars, FerretDB binary, Java and free ports."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import importlib.util
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def stack_module() -> Any:
+    name = "session_core_local_stack"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "deploy" / "local" / "stack.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextlib.contextmanager
+def running(cmd: list[str], log_path: Path, port: int, timeout_s: float = 120
+            ) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``cmd`` until the block ends (SIGTERM, then SIGKILL); ready once ``port`` listens."""
+    log = log_path.open("wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not listening(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(log_path.read_text(errors="replace")[-3000:])
+            time.sleep(0.3)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+
+
+@contextlib.contextmanager
+def private_kafka(root: Path, properties: str, port: int, format_args: Sequence[str] = ()
+                  ) -> Iterator[str]:
+    """A single-node KRaft Kafka from the stack's cached jars with the given
+    ``server.properties`` (``{data}`` is filled in); yields its bootstrap address. Skips the
+    test when the jars or Java are missing."""
+    stack = stack_module()
+    libs = stack.kafka_home() / "libs"
+    if not any(libs.glob("kafka_2.13-*.jar")):
+        pytest.skip("the Kafka jars are not installed (python3 deploy/local/stack.py install)")
+    try:
+        java = stack.java_bin()
+    except stack.StackError as exc:
+        pytest.skip(str(exc))
+    props = root / "server.properties"
+    props.write_text(properties.replace("{data}", str(root / "data")))
+    jvm = ["-Xms128m", "-Xmx384m", "-Djava.awt.headless=true", f"-Dkafka.logs.dir={root}",
+           "-cp", f"{libs}/*"]
+    cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    subprocess.run([java, *jvm, "kafka.tools.StorageTool", "format", "--standalone",
+                    "-t", cluster, "-c", str(props), *format_args],
+                   check=True, capture_output=True, timeout=120)
+    with running([java, *jvm, "kafka.Kafka", str(props)], root / "kafka.log", port):
+        yield f"127.0.0.1:{port}"
