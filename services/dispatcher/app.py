@@ -224,19 +224,37 @@ class DispatcherService:
                                     status="waiting_for_runtime", runtime_id=None,
                                     reason=self._why_waiting(b))
                 return False
-            await self.db.bindings.update_one(
-                {"_id": sid}, {"$set": {"runtime_id": rt.runtime_id, "status": "bound",
-                                        "bound_at": time.time(), "announced_wait": False}})
-            b = {**b, "runtime_id": rt.runtime_id, "status": "bound"}
-            self._count(rt.runtime_id, +1)
-            log.info("dispatcher.bound", session_id=sid, runtime_id=rt.runtime_id)
-            await self.fact(sid, f"bind:{sid}:{rt.runtime_id}:{time.time_ns()}", kind="binding",
-                            status="bound", runtime_id=rt.runtime_id, reason=None)
+            if await self.claim(sid, b.get("runtime_id"), rt):
+                b = {**b, "runtime_id": rt.runtime_id, "status": "bound"}
+                self._count(rt.runtime_id, +1)
+                log.info("dispatcher.bound", session_id=sid, runtime_id=rt.runtime_id)
+                await self.fact(sid, f"bind:{sid}:{rt.runtime_id}:{time.time_ns()}",
+                                kind="binding", status="bound", runtime_id=rt.runtime_id,
+                                reason=None)
+            else:  # another replica bound it first: its Runtime is the Session's
+                b = await self.db.bindings.find_one({"_id": sid}) or b
+                rt = self._live(b.get("runtime_id"))
+                log.info("dispatcher.bound_elsewhere", session_id=sid,
+                         runtime_id=b.get("runtime_id"))
+                if rt is None:
+                    return False
         async for p in self.db.pending_deliveries.find({"session_id": sid}).sort("n", 1):
             b = await self.db.bindings.find_one({"_id": sid}) or b
             await self.deliver(b, rt, p["record"])
             await self.db.pending_deliveries.delete_one({"_id": p["_id"]})
         return True
+
+    async def claim(self, sid: str, read: str | None, rt: RuntimeInfo) -> bool:
+        """Bind ``sid`` to ``rt`` only if its binding still names the Runtime this replica read
+        (``read``; None: unbound) — a compare-and-set. The sweeper's replica (the lease holder)
+        and the owner of the Session's partition (or, in a rebalance, its old and new owner)
+        may bind the same waiting Session at the same moment; without it each could choose
+        another Runtime, and both would deliver the Session's input: two native Turns."""
+        res = await self.db.bindings.update_one(
+            {"_id": sid, "runtime_id": read},
+            {"$set": {"runtime_id": rt.runtime_id, "status": "bound",
+                      "bound_at": time.time(), "announced_wait": False}})
+        return res.matched_count == 1
 
     def _why_waiting(self, b: Doc) -> str:
         need = " with message image support" if b["needs_images"] else ""

@@ -10,13 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from shared.domain.binding import RuntimeInfo
 from shared.settings import Settings
 from tests.support.system import System, TestRuntime, image, msg, png_data_uri, text
 
@@ -427,6 +429,32 @@ async def test_redelivered_record_waiting_for_a_runtime_is_queued_once(
         await disp.accept(rec)  # the redelivery
     docs = [d async for d in disp.db.pending_deliveries.find({"session_id": sid})]
     assert len(docs) == 1 and docs[0]["record"] == rec
+
+
+async def test_one_binding_per_session_when_two_replicas_bind_at_once(system: System) -> None:
+    """Issue 10 (rebalance / sweeper): two replicas read a waiting Session's binding (unbound)
+    and choose different Runtimes. The second write must not replace the first — it learns the
+    winner instead (else both would deliver the Session's input: two native Turns)."""
+    disp = system.dispatcher
+    sid = "session_" + uuid.uuid4().hex
+    await disp.db.bindings.insert_one({"_id": sid, "harness": "codex", "placement": "none",
+                                       "needs_images": False, "runtime_id": None,
+                                       "status": "waiting_for_runtime"})
+
+    def runtime(name: str) -> RuntimeInfo:
+        return RuntimeInfo(runtime_id=name, harness="codex", placements=frozenset({"none"}),
+                           bridge_protocol=None, message_images=True,
+                           function_result_images=True, status="ready",
+                           heartbeat_at=datetime.now(UTC))
+
+    assert await disp.claim(sid, None, runtime("rt_first")) is True
+    assert await disp.claim(sid, None, runtime("rt_second")) is False  # it read "unbound"
+    doc = await disp.db.bindings.find_one({"_id": sid})
+    assert doc is not None and doc["runtime_id"] == "rt_first"
+    # a rebind from the Runtime it read (gone) still works
+    assert await disp.claim(sid, "rt_first", runtime("rt_second")) is True
+    doc = await disp.db.bindings.find_one({"_id": sid})
+    assert doc is not None and doc["runtime_id"] == "rt_second"
 
 
 @pytest.mark.parametrize("end_first", [False, True], ids=["refusal-first", "turn-end-first"])
