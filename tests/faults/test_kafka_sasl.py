@@ -9,15 +9,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from aiokafka.errors import KafkaError
 
-from shared.kafka import assigned_consumer, decode, ensure_topics, make_broker, publish
+from shared.kafka import ensure_topics
 from shared.settings import Settings
 from shared.topics import topics_for
-from tests.support.localstack import private_kafka
+from tests.support.localstack import every_kind_of_client, private_kafka
 from tests.support.processes import free_port
 
 pytestmark = pytest.mark.faults
@@ -73,24 +72,7 @@ def _settings(bootstrap: str, mechanism: str, password: str = PASSWORD) -> Setti
 async def test_every_kind_of_client_authenticates_with_the_settings(
         sasl_bootstrap: str, mechanism: str) -> None:
     s = _settings(sasl_bootstrap, mechanism)
-    topics = topics_for(s)
-    async with asyncio.timeout(120):
-        await ensure_topics(s, topics)  # the admin client
-        broker = make_broker(s, "sasl-test")  # the FastStream broker
-        await broker.start()
-        try:
-            marker = uuid.uuid4().hex
-            await publish(broker, topics.session_items, {"marker": marker}, "k")
-        finally:
-            await broker.stop()
-        tail = await assigned_consumer(s, topics.session_items, at_end=False)  # a tail
-        try:
-            seen: list[Any] = []
-            while marker not in [v.get("marker") for v in seen]:
-                got = await tail.getmany(timeout_ms=1000)
-                seen.extend(decode(r.value) for recs in got.values() for r in recs)
-        finally:
-            await tail.stop()
+    await every_kind_of_client(s)
 
 
 async def test_a_wrong_password_is_refused(sasl_bootstrap: str) -> None:

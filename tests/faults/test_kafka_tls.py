@@ -11,16 +11,15 @@ import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiokafka.errors import KafkaError
 
-from shared.kafka import assigned_consumer, decode, ensure_topics, make_broker, publish
+from shared.kafka import ensure_topics
 from shared.settings import Settings
 from shared.topics import topics_for
 from tests.support.certs import Certs, make_certs
-from tests.support.localstack import private_kafka
+from tests.support.localstack import every_kind_of_client, private_kafka
 from tests.support.processes import free_port
 
 pytestmark = pytest.mark.faults
@@ -78,24 +77,7 @@ def _settings(bootstrap: str, ca: Path | None, cert: Path | None, key: Path | No
 async def test_every_kind_of_client_connects_over_mutual_tls(tls_bootstrap: str,
                                                              certs: Certs) -> None:
     s = _settings(tls_bootstrap, certs.ca, certs.client_cert, certs.client_key)
-    topics = topics_for(s)
-    async with asyncio.timeout(120):
-        await ensure_topics(s, topics)  # the admin client
-        broker = make_broker(s, "tls-test")  # the FastStream broker
-        await broker.start()
-        try:
-            marker = uuid.uuid4().hex
-            await publish(broker, topics.session_items, {"marker": marker}, "k")
-        finally:
-            await broker.stop()
-        tail = await assigned_consumer(s, topics.session_items, at_end=False)  # a tail
-        try:
-            seen: list[Any] = []
-            while marker not in [v.get("marker") for v in seen]:
-                got = await tail.getmany(timeout_ms=1000)
-                seen.extend(decode(r.value) for recs in got.values() for r in recs)
-        finally:
-            await tail.stop()
+    await every_kind_of_client(s)
 
 
 @pytest.mark.parametrize("case", ["no client certificate", "another CA"])

@@ -3,6 +3,7 @@ SASL/TLS tests in tests/faults): its cached Kafka jars, FerretDB binary, Java an
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import importlib.util
@@ -16,6 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from shared.kafka import assigned_consumer, decode, ensure_topics, make_broker, publish
+from shared.settings import Settings
+from shared.topics import topics_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -85,3 +90,27 @@ def private_kafka(root: Path, properties: str, port: int, format_args: Sequence[
                    check=True, capture_output=True, timeout=120)
     with running([java, *jvm, "kafka.Kafka", str(props)], root / "kafka.log", port):
         yield f"127.0.0.1:{port}"
+
+
+async def every_kind_of_client(settings: Settings) -> None:
+    """With ``settings``, the admin client creates the topics, the FastStream broker publishes
+    a record and a tail (``assigned_consumer``) reads it back: every kind of Kafka client the
+    services use. Raises (or times out) when one cannot connect."""
+    topics = topics_for(settings)
+    async with asyncio.timeout(120):
+        await ensure_topics(settings, topics)  # the admin client
+        broker = make_broker(settings, "security-test")  # the FastStream broker
+        await broker.start()
+        try:
+            marker = uuid.uuid4().hex
+            await publish(broker, topics.session_items, {"marker": marker}, "k")
+        finally:
+            await broker.stop()
+        tail = await assigned_consumer(settings, topics.session_items, at_end=False)  # a tail
+        try:
+            seen: list[Any] = []
+            while marker not in [v.get("marker") for v in seen]:
+                got = await tail.getmany(timeout_ms=1000)
+                seen.extend(decode(r.value) for recs in got.values() for r in recs)
+        finally:
+            await tail.stop()
