@@ -17,21 +17,12 @@ from shared.kafka import ensure_topics
 from shared.settings import Settings
 from shared.topics import topics_for
 from tests.support.localstack import every_kind_of_client, private_kafka
-from tests.support.processes import free_port
 
 pytestmark = pytest.mark.faults
 
 USER, PASSWORD = "svc", f"svc-{uuid.uuid4().hex[:12]}"
 
-PROPERTIES = """\
-process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers=127.0.0.1:{cport}
-listeners=SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
-advertised.listeners=SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
-inter.broker.listener.name=SASL_PLAINTEXT
-controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+SECURITY = """\
 sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256
 sasl.mechanism.inter.broker.protocol=PLAIN
 listener.name.sasl_plaintext.plain.sasl.jaas.config=\
@@ -39,24 +30,13 @@ org.apache.kafka.common.security.plain.PlainLoginModule required \
 username="admin" password="admin-secret" user_admin="admin-secret" user_{user}="{password}";
 listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=\
 org.apache.kafka.common.security.scram.ScramLoginModule required;
-log.dirs={data}
-num.network.threads=2
-num.io.threads=2
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.initial.rebalance.delay.ms=0
 """
 
 
 @pytest.fixture(scope="module")
 def sasl_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port, cport = free_port(), free_port()
-    props = PROPERTIES.format(port=port, cport=cport, data="{data}", user=USER, password=PASSWORD)
-    with private_kafka(tmp_path_factory.mktemp("sasl-kafka"), props, port, [
+    security = SECURITY.format(user=USER, password=PASSWORD)
+    with private_kafka(tmp_path_factory.mktemp("sasl-kafka"), "SASL_PLAINTEXT", security, [
             "--add-scram", f"SCRAM-SHA-256=[name={USER},password={PASSWORD}]"]) as bootstrap:
         yield bootstrap
 

@@ -20,34 +20,15 @@ from shared.settings import Settings
 from shared.topics import topics_for
 from tests.support.certs import Certs, make_certs
 from tests.support.localstack import every_kind_of_client, private_kafka
-from tests.support.processes import free_port
 
 pytestmark = pytest.mark.faults
 
-PROPERTIES = """\
-process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers=127.0.0.1:{cport}
-listeners=SSL://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
-advertised.listeners=SSL://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
-inter.broker.listener.name=SSL
-controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,SSL:SSL
+SECURITY = """\
 ssl.keystore.type=PEM
 ssl.keystore.location={keystore}
 ssl.truststore.type=PEM
 ssl.truststore.location={ca}
 ssl.client.auth=required
-log.dirs={data}
-num.network.threads=2
-num.io.threads=2
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.initial.rebalance.delay.ms=0
 """
 
 
@@ -58,10 +39,8 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 
 @pytest.fixture(scope="module")
 def tls_bootstrap(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[str]:
-    port, cport = free_port(), free_port()
-    props = PROPERTIES.format(port=port, cport=cport, data="{data}", keystore=certs.server_pem,
-                              ca=certs.ca)
-    with private_kafka(tmp_path_factory.mktemp("tls-kafka"), props, port) as bootstrap:
+    security = SECURITY.format(keystore=certs.server_pem, ca=certs.ca)
+    with private_kafka(tmp_path_factory.mktemp("tls-kafka"), "SSL", security) as bootstrap:
         yield bootstrap
 
 

@@ -66,12 +66,35 @@ def running(cmd: list[str], log_path: Path, port: int, timeout_s: float = 120
         log.close()
 
 
+SINGLE_NODE = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:{cport}
+listeners={listener}://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+advertised.listeners={listener}://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+inter.broker.listener.name={listener}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,{listener}:{listener}
+log.dirs={data}
+num.network.threads=2
+num.io.threads=2
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+"""
+
+
 @contextlib.contextmanager
-def private_kafka(root: Path, properties: str, port: int, format_args: Sequence[str] = ()
-                  ) -> Iterator[str]:
-    """A single-node KRaft Kafka from the stack's cached jars with the given
-    ``server.properties`` (``{data}`` is filled in); yields its bootstrap address. Skips the
-    test when the jars or Java are missing."""
+def private_kafka(root: Path, listener: str, security: str,
+                  format_args: Sequence[str] = ()) -> Iterator[str]:
+    """A single-node KRaft Kafka from the stack's cached jars whose only client listener is
+    ``listener`` (``SSL``, ``SASL_PLAINTEXT`` …), configured by the ``security`` lines of
+    ``server.properties``; yields its bootstrap address. Skips the test when the jars or Java
+    are missing."""
     stack = stack_module()
     libs = stack.kafka_home() / "libs"
     if not any(libs.glob("kafka_2.13-*.jar")):
@@ -80,8 +103,10 @@ def private_kafka(root: Path, properties: str, port: int, format_args: Sequence[
         java = stack.java_bin()
     except stack.StackError as exc:
         pytest.skip(str(exc))
+    port, cport = stack.free_port(), stack.free_port()
     props = root / "server.properties"
-    props.write_text(properties.replace("{data}", str(root / "data")))
+    props.write_text(SINGLE_NODE.format(listener=listener, port=port, cport=cport,
+                                        data=root / "data") + security)
     jvm = ["-Xms128m", "-Xmx384m", "-Djava.awt.headless=true", f"-Dkafka.logs.dir={root}",
            "-cp", f"{libs}/*"]
     cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
