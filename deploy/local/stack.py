@@ -43,6 +43,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 KAFKA_POM = HERE / "kafka" / "pom.xml"
 FERRET_SRC = HERE / "ferretdb"
+HARNESS_PKG = HERE / "harnesses" / "package.json"
 
 SERVICES = ("admission", "storage", "dispatcher", "receipts")
 EXTRA_ENV = "SESSION_CORE_EXTRA_SERVICES"  # "name=command;name2=command2"
@@ -186,10 +187,46 @@ def install_ferretdb() -> Path:
     return binary
 
 
+def harness_home() -> Path:
+    """Where the pinned harness packages (deploy/local/harnesses/package.json) are installed."""
+    return cache_dir() / f"harnesses-{_digest([HARNESS_PKG])}"
+
+
+def harness_bin(name: str) -> Path:
+    """``codex`` or ``claude`` from the cached install (``stack.py install`` puts them there)."""
+    return harness_home() / "node_modules" / ".bin" / name
+
+
+def install_harnesses() -> Path:
+    """``npm install`` of the pinned Codex and Claude Code packages into the cache (each pulls its
+    platform binary through an optional dependency); prints both versions."""
+    home = harness_home()
+    marker = home / ".installed"
+    if not (marker.exists() and harness_bin("codex").exists() and harness_bin("claude").exists()):
+        npm = _need_tool("npm", "install Node.js 20+ with npm")
+        tmp = home.with_name(home.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        shutil.copy(HARNESS_PKG, tmp / "package.json")
+        env = dict(os.environ, DISABLE_AUTOUPDATER="1", npm_config_fund="false",
+                   npm_config_audit="false", npm_config_update_notifier="false")
+        _run_logged([npm, "install", "--no-save", "--include=optional"], cwd=tmp, env=env,
+                    what="harnesses: npm install @openai/codex @anthropic-ai/claude-code")
+        shutil.rmtree(home, ignore_errors=True)
+        tmp.rename(home)
+        marker.write_text("ok\n")
+    for name in ("codex", "claude"):
+        out = subprocess.run([str(harness_bin(name)), "--version"], stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=60, check=False)
+        log(f"harness {name}: {(out.stdout or out.stderr).strip()} ({harness_bin(name)})")
+    return home
+
+
 def cmd_install(_: argparse.Namespace) -> int:
     t0 = time.monotonic()
     install_kafka()
     install_ferretdb()
+    install_harnesses()
     log(f"install: everything in place ({time.monotonic() - t0:.1f}s)")
     return 0
 

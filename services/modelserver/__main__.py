@@ -1,0 +1,3 @@
+from services.modelserver.server import main
+
+raise SystemExit(main())
