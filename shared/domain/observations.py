@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from shared.domain.adapters import claude
+
 
 @dataclass(frozen=True)
 class CallOpened:
@@ -28,22 +30,14 @@ Classified = CallOpened | TurnEnded | None
 def classify_all(harness: str, native: Any) -> list[CallOpened | TurnEnded]:
     """Every fact one native record carries: a Claude assistant record may hold several
     parallel ``tool_use`` blocks, each one call."""
-    if (
-        harness == "claude_code"
-        and isinstance(native, dict)
-        and native.get("type") == "assistant"
-        and native.get("parent_tool_use_id") is None
-    ):
-        msg = native.get("message")
-        content = msg.get("content") if isinstance(msg, dict) else None
-        out: list[CallOpened | TurnEnded] = []
-        for block in content if isinstance(content, list) else []:
-            if (isinstance(block, dict) and block.get("type") == "tool_use"
-                    and isinstance(block.get("id"), str) and isinstance(block.get("name"), str)):
-                out.append(CallOpened(call_id=block["id"], name=block["name"],
-                                      arguments=block.get("input"),
-                                      native_ids={"session_id": native.get("session_id")}))
-        return out
+    if harness == "claude_code" and isinstance(native, dict) and native.get("type") == "assistant":
+        # the adapter's own classifier: live root records only (replayed, synthetic and
+        # Subagent copies of a tool_use open nothing)
+        return [
+            CallOpened(call_id=c.call_id, name=c.name, arguments=c.input,
+                       native_ids={"session_id": c.native_session_id})
+            for c in claude.tool_uses(native)
+        ]
     c = _single(harness, native)
     return [] if c is None else [c]
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from shared.domain.adapters import codex
+from shared.domain.adapters import claude, codex
 
 OBSERVATION_SCHEMA = "runtime.observation/1"
 # Later: shared.domain.harness.PROFILES[harness] / Settings.receipt_window_s.
@@ -178,9 +178,10 @@ def match_claude(expected: Expected, native: Mapping[str, Any]) -> Verdict:
         return RELEASED
     if kind != "user":
         return _differs("type", "user", kind)
-    if native.get("isReplay") not in (None, False):
+    dead = claude.dead_flag(native)  # one classifier with the adapter and storage
+    if dead == "isReplay":
         return NotAMatch("isReplay", "isReplay: a replayed record never confirms")
-    if native.get("isSynthetic") not in (None, False):
+    if dead == "isSynthetic":
         return NotAMatch("isSynthetic", "isSynthetic: a synthetic record never confirms")
     if native.get("parent_tool_use_id") is not None:
         return NotAMatch("parent_tool_use_id", "parent_tool_use_id: a Subagent record")

@@ -151,12 +151,37 @@ class ClaudeCall:
     input: Any
 
 
+LIVENESS_FLAGS = ("isReplay", "isSynthetic")
+
+
+def flag_is_live(native: Mapping[str, Any], key: str) -> bool:
+    """A liveness flag (``isReplay`` / ``isSynthetic``) leaves a record live only when it is
+    absent or exactly JSON ``false``. Checked by identity: ``0 == False`` and
+    ``0 in (None, False)`` hold in Python, but ``0``, ``0.0``, ``""`` and ``null`` are not
+    ``false`` (docs/runtime-boundary.md)."""
+    return key not in native or native[key] is False
+
+
+def dead_flag(native: Mapping[str, Any]) -> str | None:
+    """The first liveness flag that makes ``native`` a replayed or synthetic record, or None."""
+    for key in LIVENESS_FLAGS:
+        if not flag_is_live(native, key):
+            return key
+    return None
+
+
+def is_live_root(native: Mapping[str, Any]) -> bool:
+    """The one classifier of Claude Code records for the adapter, storage and receipts: live
+    (``isReplay`` and ``isSynthetic`` absent or exactly ``false``) and root
+    (``parent_tool_use_id`` absent or ``null``). Replayed, synthetic and Subagent records
+    neither open a public call nor confirm a result."""
+    return dead_flag(native) is None and native.get("parent_tool_use_id") is None
+
+
 def tool_uses(native: Mapping[str, Any]) -> list[ClaudeCall]:
-    """The root function calls in a live ``assistant`` record (Subagent and replayed records
-    announce no public call)."""
-    if native.get("type") != "assistant" or native.get("parent_tool_use_id") is not None:
-        return []
-    if native.get("isReplay") not in (None, False):
+    """The root function calls in a live ``assistant`` record (Subagent, replayed and
+    synthetic records announce no public call)."""
+    if native.get("type") != "assistant" or not is_live_root(native):
         return []
     session_id = native.get("session_id")
     message = native.get("message")
