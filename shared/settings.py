@@ -80,7 +80,9 @@ class Settings(BaseSettings):
     binding_wait_timeout_s: float = 60.0
 
     # --- receipt tracker --------------------------------------------------------------
-    receipt_window_s: float = 10.0
+    # the spec's 10-second wait ("at most 10 seconds for a receipt"), not a tuning knob: tests
+    # may shorten it, nothing may lengthen or disable it
+    receipt_window_s: float = Field(default=10.0, gt=0, le=10.0, allow_inf_nan=False)
 
     # --- health for the non-HTTP services -------------------------------------------
     health_port: int = 0  # 0 = no health HTTP server; the chart sets one per service
