@@ -2,7 +2,9 @@
 
 * Each public message becomes one native user message (``stream-json`` input) with a fresh
   UUID; ``input_text`` → ``{"type": "text", "text"}``, ``input_image`` (an inline data URI) →
-  ``{"type": "image", "source": {"type": "base64", "media_type", "data"}}``, in order.
+  ``{"type": "image", "source": {"type": "base64", "media_type", "data"}}``, in order. A message
+  with no image and no non-whitespace text is refused (terminal ``UnsupportedContent``), with the
+  whitespace set admission uses (``shared.domain.whitespace``).
 * ``ClaudeTurn`` enforces the bridge's bound: at most ``MAX_USER_MESSAGES_PER_TURN`` (64) native
   user messages per native Turn, the opening prompt included. A batch that would pass it is
   rejected before any part of it is submitted (nothing of it is recorded) and the running Turn
@@ -26,6 +28,7 @@ from shared.domain.adapters.errors import (
     UnsupportedContent,
 )
 from shared.domain.errors import join_path
+from shared.domain.whitespace import has_non_whitespace
 
 HARNESS = "claude_code"
 # Later: shared.domain.harness.PROFILES["claude_code"]
@@ -89,6 +92,15 @@ def user_message(
     }
 
 
+def runnable(blocks: Sequence[NativeBlock]) -> bool:
+    """A native user message Claude Code can run: an image, or text with a character outside
+    the whitespace set that admission uses (``shared.domain.whitespace``, one set)."""
+    return any(
+        b["type"] == "image" or (b["type"] == "text" and has_non_whitespace(b["text"]))
+        for b in blocks
+    )
+
+
 def encode_messages(
     messages: Sequence[Mapping[str, Any]],
     *,
@@ -99,9 +111,18 @@ def encode_messages(
     error in any message returns the error and no message."""
     encoded: list[list[NativeBlock]] = []
     for i, message in enumerate(messages):
-        blocks = content_blocks(message["content"], join_path(join_path("messages", i), "content"))
+        param = join_path(join_path("messages", i), "content")
+        blocks = content_blocks(message["content"], param)
         if isinstance(blocks, AdapterError):
             return blocks
+        if not runnable(blocks):
+            return UnsupportedContent(
+                message=(
+                    "Claude Code cannot run a message with no image and no non-whitespace text "
+                    "(whitespace: Go unicode.IsSpace ∪ ECMAScript trim, the admission set)"
+                ),
+                param=param,
+            )
         encoded.append(blocks)
     return [
         user_message(b, native_session_id=native_session_id, uuid=uuid_factory()) for b in encoded
