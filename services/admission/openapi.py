@@ -173,9 +173,10 @@ _WAIT = [
                     "so far; the Turn goes on). Concurrent waits are bounded per replica and "
                     "per tenant: past the bound, 429 with Retry-After, and nothing is admitted."},
     {"name": "timeout_ms", "in": "query", "required": False,
-     "schema": {"type": "integer", "minimum": 1, "maximum": 600000, "default": 120000},
-     "description": "the wait budget in milliseconds; outside 1…600000 → 400 (param "
-                    "timeout_ms)"},
+     "schema": {"type": "integer", "minimum": 1, "default": 120000},
+     "description": "the wait budget in milliseconds, capped at 600000: a larger value is "
+                    "clamped to 600000, never refused; below 1 or not a decimal integer → 400 "
+                    "(param timeout_ms)"},
 ]
 
 OPERATIONS: dict[tuple[str, str], Json] = {

@@ -78,7 +78,7 @@ def _add_wait(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", action="store_true",
                    help="answer when the Turn ends (?wait=true), printing its Items")
     p.add_argument("--timeout-ms", type=int, default=120_000,
-                   help="with --wait: the budget (1…600000 ms; default 120000)")
+                   help="with --wait: the budget in ms (≥ 1; default 120000; the server caps it at 600000)")
 
 
 def _common(p: argparse.ArgumentParser, suppress: bool) -> None:

@@ -34,9 +34,11 @@ class WaitRequest:
 
 
 def parse_wait(params: Mapping[str, str]) -> WaitRequest | ApiError:
-    """``wait`` (true/false, 1/0, yes/no; default false) and ``timeout_ms`` (an integer from 1
-    to 600000; default 120000). A ``timeout_ms`` is checked even without ``wait=true``: a wrong
-    value is a 400, never silently capped."""
+    """``wait`` (true/false, 1/0, yes/no; default false) and ``timeout_ms`` (a decimal integer
+    of at least 1; default 120000). A budget above 600000 is *capped* at 600000 (CONTRACT §1 and
+    seed 004: "capped at 600000"), whatever its size. A ``timeout_ms`` is checked even without
+    ``wait=true``: anything that is not an integer ≥ 1 (``0``, ``-1``, ``1.5``, ``+1``, ``""``,
+    non-ASCII digits) is a 400."""
     raw_wait = params.get("wait", "false").strip().lower()
     if raw_wait in _TRUE:
         wait = True
@@ -48,9 +50,16 @@ def parse_wait(params: Mapping[str, str]) -> WaitRequest | ApiError:
     if raw_timeout is None:
         return WaitRequest(wait)
     text = raw_timeout.strip()
-    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_TIMEOUT_MS:
-        return invalid(f"timeout_ms must be an integer from 1 to {MAX_TIMEOUT_MS}", "timeout_ms")
-    return WaitRequest(wait, int(text))
+    if not text.isascii() or not text.isdigit():
+        return invalid("timeout_ms must be a positive integer (milliseconds; capped at "
+                       f"{MAX_TIMEOUT_MS})", "timeout_ms")
+    digits = text.lstrip("0")
+    # more digits than the cap has: above it (no int() of an arbitrarily long string)
+    budget = MAX_TIMEOUT_MS if len(digits) > len(str(MAX_TIMEOUT_MS)) else int(digits or "0")
+    if budget < 1:
+        return invalid("timeout_ms must be a positive integer (milliseconds; capped at "
+                       f"{MAX_TIMEOUT_MS})", "timeout_ms")
+    return WaitRequest(wait, min(budget, MAX_TIMEOUT_MS))
 
 
 @dataclass

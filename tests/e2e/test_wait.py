@@ -96,7 +96,7 @@ async def test_timeout_ms_out_of_range_is_400_and_writes_nothing(api: httpx.Asyn
                                                                 ) -> None:
     s = await create(api, "codex", "x")
     before = (await api.get(f"/v1/sessions/{s['id']}")).json()["last_sequence"]
-    for bad in ("0", "600001", "abc", "-1"):
+    for bad in ("0", "abc", "-1", "1.5", "+5"):
         r = await api.post(f"/v1/sessions/{s['id']}/events",
                            params={"wait": "true", "timeout_ms": bad},
                            json={"type": MESSAGE, "input": [msg(text("no"))]})
@@ -108,6 +108,22 @@ async def test_timeout_ms_out_of_range_is_400_and_writes_nothing(api: httpx.Asyn
     assert r.status_code == 400 and r.json()["error"]["param"] == "timeout_ms"
     await asyncio.sleep(1)
     assert (await api.get(f"/v1/sessions/{s['id']}")).json()["last_sequence"] == before
+
+
+async def test_timeout_ms_above_the_cap_is_clamped_not_refused(api: httpx.AsyncClient) -> None:
+    """CONTRACT §1 / seed 004: timeout_ms is "capped at 600000" — a larger budget is clamped to
+    600000 (the unit test in tests/unit/test_wait_http.py sees the 600 s budget), so the wait is
+    answered like any other: 200 when the Turn ends."""
+    for raw in ("600001", "9" * 30):
+        body = await create_waiting(api, "clamped budget", params={"wait": "true",
+                                                                   "timeout_ms": raw})
+        assert kinds(body["items"])[-1] == ("turn", "completed")
+        s = await create(api, "codex", "x")
+        r = await api.post(f"/v1/sessions/{s['id']}/events",
+                           params={"wait": "true", "timeout_ms": raw},
+                           json={"type": MESSAGE, "input": [msg(text("clamped"))]})
+        assert r.status_code == 200, r.text
+        assert kinds(r.json()["items"])[-1] == ("turn", "completed")
 
 
 # ---- idempotency under wait ----------------------------------------------------------------

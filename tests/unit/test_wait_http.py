@@ -117,11 +117,44 @@ async def test_timeout_ms_is_checked_before_anything() -> None:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://core") as c:
         for path in (f"/v1/sessions/{SID}/events", "/v1/sessions"):
-            r = await c.post(path, json=BODY, headers=auth("a"),
-                             params={"wait": "true", "timeout_ms": "600001"})
-            assert r.status_code == 400 and r.json()["error"]["param"] == "timeout_ms"
+            for bad in ("0", "-1", "1.5"):
+                r = await c.post(path, json=BODY, headers=auth("a"),
+                                 params={"wait": "true", "timeout_ms": bad})
+                assert r.status_code == 400 and r.json()["error"]["param"] == "timeout_ms"
         r = await c.post("/v1/sessions", params={"wait": "true"}, headers=auth("a"),
                          json={"harness": "codex", "placement": "none", "input": "x",
                                "stream": True})
         assert r.status_code == 400 and r.json()["error"]["param"] == "wait"
     assert fake.admitted == []
+
+
+async def test_timeout_ms_above_the_cap_waits_600s(monkeypatch: Any) -> None:
+    """CONTRACT §1 / seed 004: the budget is "capped at 600000" — a larger ``timeout_ms`` is
+    admitted and waits at most 600 s (issue 17 item 10), it is not a 400."""
+    budgets: list[float | None] = []
+    real_wait = asyncio.wait
+
+    async def recording_wait(fs: Any, *, timeout: float | None = None, **kw: Any) -> Any:
+        budgets.append(timeout)
+        return await real_wait(fs, timeout=timeout, **kw)
+
+    monkeypatch.setattr(asyncio, "wait", recording_wait)
+    fake = FakeAdmission()
+    app = make_app(fake, per_tenant=4)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://core", timeout=30) as c:
+        for n, raw in enumerate(("600001", "86400000", "9" * 40), start=1):
+            task = asyncio.create_task(c.post(f"/v1/sessions/{SID}/events", json=BODY,
+                                              headers=auth("a"),
+                                              params={"wait": "true", "timeout_ms": raw}))
+            for _ in range(500):
+                if fake.items.queues:
+                    break
+                await asyncio.sleep(0.01)
+            assert len(fake.admitted) == n, await task  # admitted, not refused
+            fake.items.queues[0].put_nowait({"session_id": SID, "id": "item_end", "sequence": 99,
+                                             "type": "turn", "turn_id": "turn_1",
+                                             "state": "completed"})
+            r = await asyncio.wait_for(task, 20)
+            assert r.status_code == 200, r.text
+            assert budgets[-1] == 600.0

@@ -21,22 +21,37 @@ from tests.unit.conftest import assert_error
         ({"wait": "1", "timeout_ms": "600000"}, WaitRequest(True, 600_000)),
         ({"wait": "false", "timeout_ms": "5000"}, WaitRequest(False, 5000)),
         ({"wait": "no"}, WaitRequest(False, 120_000)),
+        ({"wait": "true", "timeout_ms": "599999"}, WaitRequest(True, 599_999)),
+        ({"wait": "true", "timeout_ms": "0600000"}, WaitRequest(True, 600_000)),
     ],
 )
 def test_parse_wait(params: dict[str, str], expected: WaitRequest) -> None:
     assert parse_wait(params) == expected
 
 
+# CONTRACT §1 and seed 004: "timeout_ms … (default 120000, capped at 600000)" — a larger budget
+# is clamped to the cap, never refused (issue 17 item 10). Any ASCII decimal integer above the
+# cap is clamped, whatever its size; values below 1 stay refused.
+CLAMPED = ["600001", "700000", "9999999", "9223372036854775807", "9" * 50, "0" * 30 + "600001",
+           "1" + "0" * 5000]
+
+
+@pytest.mark.parametrize("raw", CLAMPED, ids=lambda r: r if len(r) < 40 else f"{len(r)} digits")
+@pytest.mark.parametrize("wait", ["true", "false"])
+def test_timeout_ms_above_the_cap_is_clamped_to_600000(raw: str, wait: str) -> None:
+    assert parse_wait({"wait": wait, "timeout_ms": raw}) == WaitRequest(wait == "true", 600_000)
+
+
 @pytest.mark.parametrize(
     ("params", "param"),
     [
         ({"wait": "true", "timeout_ms": "0"}, "timeout_ms"),
-        ({"wait": "true", "timeout_ms": "600001"}, "timeout_ms"),
         ({"wait": "true", "timeout_ms": "-5"}, "timeout_ms"),
         ({"wait": "true", "timeout_ms": "1.5"}, "timeout_ms"),
         ({"wait": "true", "timeout_ms": ""}, "timeout_ms"),
         ({"wait": "true", "timeout_ms": "١٢"}, "timeout_ms"),  # non-ASCII digits
-        ({"timeout_ms": "9999999"}, "timeout_ms"),
+        ({"wait": "true", "timeout_ms": "+1"}, "timeout_ms"),
+        ({"wait": "true", "timeout_ms": "600001.0"}, "timeout_ms"),
         ({"wait": "maybe"}, "wait"),
     ],
 )
@@ -111,6 +126,6 @@ def test_watch_failed_turn_is_terminal() -> None:
 
 
 def test_parse_wait_never_raises_on_odd_values() -> None:
-    for raw in ["", " ", "+1", "1e3", "0x10", "9" * 50]:
+    for raw in ["", " ", "+1", "1e3", "0x10", "-" + "9" * 50, "9" * 50 + "x"]:
         result = parse_wait({"wait": "true", "timeout_ms": raw})
         assert isinstance(result, ApiError) and result.param == "timeout_ms"
