@@ -20,7 +20,22 @@ An image is admitted when, in this order (cheap checks first, the full decode la
    ``Image.MAX_IMAGE_PIXELS`` → else 413; this runs before any pixel is decoded. Pillow's own
    decompression-bomb guard stays on (``MAX_IMAGE_PIXELS`` is restored if something set it to
    ``None``) and its error counts as a rejection;
-6. ``load()`` decodes every pixel; a truncated or corrupt stream → 400.
+6. the image data is decoded completely, and short data is an error, not zeros (Pillow's
+   ``load()`` zero-fills a PNG whose zlib stream ends early and a JPEG whose scan data is cut and
+   closed with EOI, so it is not the judge):
+
+   * PNG: the concatenated ``IDAT`` data must be one complete zlib stream (Adler-32 checked) that
+     inflates to exactly the scanline bytes ``IHDR`` declares — ``height`` rows (or the seven
+     Adam7 passes) of one filter byte plus ``ceil(width × bits per pixel / 8)`` bytes — with
+     every filter byte in 0..4 and nothing after the stream. Unfiltering such data cannot fail,
+     so this *is* the full decode; Pillow's ``load()`` (which would inflate everything again)
+     is not repeated;
+   * JPEG: libjpeg-turbo (``simplejpeg``, ``strict=True``) decodes every scan of the first frame
+     and any libjpeg warning is an error: "premature end of data segment" (scan data cut, then a
+     marker), "premature end of JPEG file", corrupt Huffman data. Bytes after EOI are allowed
+     (MPO, camera trailers); they are not part of the image.
+
+   A truncated or corrupt image → 400 (docs/admission.md, "Images").
 
 Errors are values (``shared.domain.errors``); nothing here raises for bad input.
 """
@@ -34,7 +49,8 @@ from dataclasses import dataclass
 from struct import error as struct_error
 from typing import Literal
 
-from PIL import Image, ImageFile, UnidentifiedImageError
+import simplejpeg
+from PIL import Image, UnidentifiedImageError
 
 from shared.domain.errors import ApiError, invalid, too_large
 
@@ -126,14 +142,23 @@ def decode_canonical_base64(b64: str) -> bytes | None:
     return data
 
 
-def check_png_structure(data: bytes) -> str | None:
-    """Why ``data`` is not a complete PNG chunk stream (signature, chunk CRCs, IEND last), or
-    None when it is."""
+@dataclass(frozen=True, slots=True)
+class _PngLayout:
+    ihdr: bytes  # the 13 bytes of IHDR
+    idat: list[memoryview]  # the IDAT chunks' data, in order
+
+
+def _walk_png(data: bytes) -> _PngLayout | str:
+    """The chunk stream: signature, every CRC, IHDR first, IDAT chunks consecutive, IEND last
+    with nothing after it. The layout, or why ``data`` is not a complete PNG chunk stream."""
     if not data.startswith(_PNG_SIGNATURE):
         return "not a PNG signature"
     view = memoryview(data)
     pos = len(_PNG_SIGNATURE)
     end = len(data)
+    ihdr: bytes | None = None
+    idat: list[memoryview] = []
+    idat_done = False
     while True:
         if pos + 12 > end:
             return "truncated PNG (no IEND chunk)"
@@ -147,9 +172,119 @@ def check_png_structure(data: bytes) -> str | None:
         if zlib.crc32(view[pos + 4 : data_end]) != crc:
             return "corrupt PNG (chunk CRC mismatch)"
         ctype = bytes(view[pos + 4 : pos + 8])
+        body = view[pos + 8 : data_end]
+        if ihdr is None and ctype != b"IHDR":
+            return "the first PNG chunk is not IHDR"
+        if ctype == b"IHDR":
+            if ihdr is not None:
+                return "a second PNG IHDR chunk"
+            ihdr = bytes(body)
+        elif ctype == b"IDAT":
+            if idat_done:
+                return "PNG IDAT chunks are not consecutive"
+            idat.append(body)
+        elif idat:
+            idat_done = True
         pos = data_end + 4
         if ctype == b"IEND":
-            return None if pos == end else "bytes after the PNG IEND chunk"
+            if pos != end:
+                return "bytes after the PNG IEND chunk"
+            if ihdr is None:  # unreachable: the first chunk was checked to be IHDR
+                return "the first PNG chunk is not IHDR"
+            return _PngLayout(ihdr, idat)
+
+
+def check_png_structure(data: bytes) -> str | None:
+    """Why ``data`` is not a complete PNG chunk stream (signature, chunk CRCs, IHDR first, IDAT
+    consecutive, IEND last), or None when it is."""
+    layout = _walk_png(data)
+    return layout if isinstance(layout, str) else None
+
+
+# colour type → channels, and the bit depths the PNG specification allows for it
+_PNG_COLOR_TYPES: dict[int, tuple[int, tuple[int, ...]]] = {
+    0: (1, (1, 2, 4, 8, 16)),  # greyscale
+    2: (3, (8, 16)),  # truecolour
+    3: (1, (1, 2, 4, 8)),  # indexed
+    4: (2, (8, 16)),  # greyscale + alpha
+    6: (4, (8, 16)),  # truecolour + alpha
+}
+# Adam7 passes: (x0, y0, dx, dy)
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+          (0, 1, 1, 2))
+_PNG_FILTERS = bytes(range(5))  # None, Sub, Up, Average, Paeth
+
+
+def png_scanline_layout(ihdr: bytes) -> list[tuple[int, int]] | str:
+    """``(rows, bytes per row incl. its filter byte)`` of every pass of the image data ``IHDR``
+    declares (one pass, or the seven Adam7 passes with their empty ones left out), or why the
+    header is invalid."""
+    if len(ihdr) != 13:
+        return "PNG IHDR has the wrong length"
+    width = int.from_bytes(ihdr[0:4], "big")
+    height = int.from_bytes(ihdr[4:8], "big")
+    depth, color, compression, filtering, interlace = ihdr[8], ihdr[9], ihdr[10], ihdr[11], ihdr[12]
+    if not (0 < width <= 0x7FFFFFFF and 0 < height <= 0x7FFFFFFF):
+        return "PNG width and height must be 1 … 2^31-1"
+    if color not in _PNG_COLOR_TYPES or depth not in _PNG_COLOR_TYPES[color][1]:
+        return f"PNG colour type {color} with bit depth {depth} is not valid"
+    if compression != 0 or filtering != 0 or interlace not in (0, 1):
+        return "PNG IHDR names an unknown compression, filter or interlace method"
+    bits = _PNG_COLOR_TYPES[color][0] * depth
+    if interlace == 0:
+        return [(height, 1 + (width * bits + 7) // 8)]
+    passes = []
+    for x0, y0, dx, dy in _ADAM7:
+        cols = (width - x0 + dx - 1) // dx if width > x0 else 0
+        rows = (height - y0 + dy - 1) // dy if height > y0 else 0
+        if cols and rows:
+            passes.append((rows, 1 + (cols * bits + 7) // 8))
+    return passes
+
+
+def check_png_image_data(layout: _PngLayout) -> str | None:
+    """Why the IDAT data is not exactly the image ``IHDR`` declares, or None when it is."""
+    passes = png_scanline_layout(layout.ihdr)
+    if isinstance(passes, str):
+        return passes
+    if not layout.idat:
+        return "PNG has no IDAT chunk"
+    expected = sum(rows * stride for rows, stride in passes)
+    inflater = zlib.decompressobj()
+    try:
+        # at most one byte more than declared: enough to tell "too much", never a bomb
+        raw = inflater.decompress(b"".join(layout.idat), expected + 1)
+    except zlib.error:
+        return "PNG image data is not a valid zlib stream"
+    if len(raw) > expected:
+        return "PNG image data is longer than IHDR declares"
+    if not inflater.eof:
+        return "PNG image data ends early (the zlib stream is cut)"
+    if len(raw) < expected:
+        return f"PNG image data is short: {len(raw)} of {expected} scanline bytes"
+    if inflater.unused_data:
+        return "bytes after the PNG zlib stream"
+    offset = 0
+    for rows, stride in passes:
+        filters = raw[offset : offset + rows * stride : stride]
+        if filters.translate(None, _PNG_FILTERS):
+            return "PNG scanline with an unknown filter type"
+        offset += rows * stride
+    return None
+
+
+def _jpeg_decode_problem(data: bytes) -> str | None:
+    """Decode every scan with libjpeg-turbo, treating any libjpeg warning as an error (short
+    scan data closed by a marker is a warning to libjpeg and zeros to Pillow)."""
+    try:
+        _h, _w, space, _sub = simplejpeg.decode_jpeg_header(data)
+        # Greyscale output still entropy-decodes every component of every scan (where short or
+        # corrupt data is found) and skips the colour work; CMYK/YCCK cannot become greyscale.
+        out = "CMYK" if space in ("CMYK", "YCCK") else "GRAY"
+        simplejpeg.decode_jpeg(data, colorspace=out, strict=True)
+    except (ValueError, RuntimeError, OSError, MemoryError) as exc:
+        return str(exc) or type(exc).__name__
+    return None
 
 
 def _pixel_guard(limit: int) -> int:
@@ -172,18 +307,18 @@ def check_image_bytes(
     if fmt == "jpeg" and not is_jpeg:
         what = "PNG" if is_png else "not a JPEG"
         return invalid(f"image declared {declared} but the bytes are {what}", param)
+    layout: _PngLayout | None = None
     if fmt == "png":
-        problem = check_png_structure(data)
-        if problem is not None:
-            return invalid(f"image is not a complete PNG: {problem}", param)
-    if ImageFile.LOAD_TRUNCATED_IMAGES:  # someone relaxed Pillow globally; do not follow
-        return invalid("image decoding is misconfigured (LOAD_TRUNCATED_IMAGES)", param)
+        walked = _walk_png(data)
+        if isinstance(walked, str):
+            return invalid(f"image is not a complete PNG: {walked}", param)
+        layout = walked
     decoder, reported = _PILLOW_FORMATS[fmt]
     guard = _pixel_guard(max_pixels)
     try:
         # Pillow warns (DecompressionBombWarning) above MAX_IMAGE_PIXELS and raises above twice
         # that; ``guard`` ≤ MAX_IMAGE_PIXELS, so every image Pillow would warn about is rejected
-        # here, before load(). (No warnings.catch_warnings: it is not thread-safe.)
+        # here, before any pixel is decoded. (No warnings.catch_warnings: not thread-safe.)
         with Image.open(io.BytesIO(data), formats=[decoder]) as im:
             width, height = im.size
             if width * height > guard:
@@ -193,7 +328,11 @@ def check_image_bytes(
                 )
             if im.format not in reported:
                 return invalid(f"image is not a {declared} file", param)
-            im.load()
+        # the full decode, after the pixel guard (docstring, step 6)
+        problem = (check_png_image_data(layout) if layout is not None
+                   else _jpeg_decode_problem(data))
+        if problem is not None:
+            return invalid(f"image is truncated or corrupt: {problem}", param)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         return too_large(f"image exceeds the decompression-bomb limit: {exc}", param)
     except UnidentifiedImageError:
