@@ -78,7 +78,8 @@ def _add_wait(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", action="store_true",
                    help="answer when the Turn ends (?wait=true), printing its Items")
     p.add_argument("--timeout-ms", type=int, default=120_000,
-                   help="with --wait: the budget in ms (≥ 1; default 120000; the server caps it at 600000)")
+                   help="with --wait: the budget in ms (≥ 1; default 120000; the server "
+                        "caps it at 600000)")
 
 
 def _common(p: argparse.ArgumentParser, suppress: bool) -> None:

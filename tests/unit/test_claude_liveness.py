@@ -101,7 +101,8 @@ def test_adapter_and_storage_open_calls_only_from_live_records(
 ) -> None:
     rec = with_flag(assistant(), key, value)
     want_adapter = [claude.ClaudeCall("ns_1", "toolu_1", "lookup", {"q": 1})] if live else []
-    want_storage = [CallOpened("toolu_1", "lookup", {"q": 1}, {"session_id": "ns_1"})] if live else []
+    opened = CallOpened("toolu_1", "lookup", {"q": 1}, {"session_id": "ns_1"})
+    want_storage = [opened] if live else []
     assert claude.tool_uses(rec) == want_adapter
     assert classify_all("claude_code", rec) == want_storage
 

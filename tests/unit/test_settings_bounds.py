@@ -17,9 +17,8 @@ from pydantic import ValidationError
 from shared.settings import Settings
 
 ENV = "SESSION_CORE_RECEIPT_WINDOW_S"
-SCHEMA = json.loads(
-    (Path(__file__).resolve().parents[2] / "deploy/helm/session-core/values.schema.json").read_text()
-)
+CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "session-core"
+SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 
 WINDOW_TABLE: list[tuple[str, float | None]] = [
     # (environment value, the window accepted — None: refused)
