@@ -93,3 +93,66 @@ async def test_a_replayed_tool_use_of_an_answered_call_opens_nothing(
     # the answered call stays answered: the same result again is a duplicate, not a new answer
     again = await core.event(sid, res)
     assert (again.status_code, again.json()["delivery"]) == (202, "duplicate"), again.text
+
+
+def _tool_result(sid: str, call_id: str) -> Json:
+    """A ``session.admitted/1`` tool result as admission publishes it."""
+    return {"schema": records.ADMITTED, "op": records.OP_EVENT,
+            "request_id": f"req_{uuid.uuid4().hex}", "session_id": sid,
+            "event_id": f"evt_{uuid.uuid4().hex}", "admitted_at": now_rfc3339(),
+            "fingerprint": uuid.uuid4().hex, "event_type": records.EV_TOOL_RESULT,
+            "call_id": call_id, "submission": {"success": True, "output": "ok"},
+            "fields_present": ["success", "output"], "submission_fingerprint": "fp-1",
+            "client_event_id": None, "metadata": None, "tags": None, "external_actor": None,
+            "has_images": False}
+
+
+@pytest.mark.parametrize("flags", [{"isReplay": True}, {"isSynthetic": True}, {"isReplay": 0},
+                                   {"isSynthetic": None}],
+                         ids=["isReplay true", "isSynthetic true", "isReplay 0",
+                              "isSynthetic null"])
+@pytest.mark.parametrize("trusted", [True, False], ids=["trusted", "after a restart"])
+async def test_the_storage_handler_opens_no_call_from_a_replayed_tool_use(
+        settings: Settings, flags: Json, trusted: bool) -> None:
+    """The same, one level down: ``StorageHandler`` on the real store (no broker), fed the
+    inputs ``record_to_inputs`` makes of each observation — once with its memory trusted and
+    once as a fresh replica after a restart (journal and state read from the store)."""
+    from services.storage.handler import StorageHandler, record_to_inputs
+    from services.storage.repository import StorageRepository
+    from shared.store import database, ensure_indexes, make_client
+    from tests.integration.test_foundation import admitted_create
+
+    client = make_client(settings)
+    db = database(client, settings)
+    try:
+        await ensure_indexes(db)
+        handler = StorageHandler(StorageRepository(db, 4096, 1500), now_rfc3339)
+        create = admitted_create("start", harness="claude_code")
+        sid = create["session_id"]
+
+        def obs(native: Json) -> list[Json]:
+            return record_to_inputs({"schema": records.OBSERVATION, "session_id": sid,
+                                     "runtime_id": "rt_" + "5" * 32, "harness": "claude_code",
+                                     "native": native})
+
+        await handler.handle([create])
+        opened = await handler.handle(obs(tool_use("toolu_1")))
+        assert [i["type"] for i in opened.items] == ["function_call"]
+        answered = await handler.handle([_tool_result(sid, "toolu_1")])
+        assert [i["type"] for i in answered.items] == ["function_call_output"]
+        if not trusted:
+            handler = StorageHandler(StorageRepository(db, 4096, 1500), now_rfc3339)
+        # a replayed copy with a uuid of its own (the observation id), as a replay has
+        replay = obs(tool_use("toolu_1", **flags))
+        out = await handler.handle(replay)
+        items = [i async for i in db.items.find({"session_id": sid})]
+        kinds = sorted(str(i.get("type")) for i in items)
+        assert kinds.count("function_call") == 1, kinds
+        state = (await handler.repo.sessions([sid]))[sid]
+        assert "toolu_1" not in state.open_calls  # answered, and still answered
+        # nothing published either: not even the old function_call Item again
+        assert [i for i in out.items if i["type"] == "function_call"] == []
+        assert replay == []  # it is not even a fact
+    finally:
+        await client.drop_database(settings.mongodb_database)
+        await client.close()
