@@ -169,8 +169,23 @@ class DispatcherService:
                 "turn_id": None,
             }
             await self.db.bindings.insert_one(b)
+        images = rec["kind"] != "function_result" and wire.messages_have_images(
+            rec.get("messages") or ())
+        if images and not b.get("needs_images"):
+            # Images that arrive after creation: from now on the Session needs a Runtime that
+            # reports message images (for a re-bind below, and after its Runtime is gone).
+            await self.db.bindings.update_one({"_id": sid}, {"$set": {"needs_images": True}})
+            b = {**b, "needs_images": True}
         pending = await self.db.pending_deliveries.count_documents({"session_id": sid})
         rt = self._live(b.get("runtime_id"))
+        if rt is not None and images and rec["kind"] == "start" and not rt.message_images:
+            # A new Turn that opens with images on a Runtime without message images: re-bind
+            # before the Turn starts (nothing runs natively yet). A steer into a running Turn
+            # cannot move; it fails the Turn at delivery (check_delivery).
+            log.info("dispatcher.rebind_for_images", session_id=sid, runtime_id=rt.runtime_id)
+            await self._release(b, "the next Turn carries images")
+            b = {**b, "runtime_id": None, "status": "waiting_for_runtime"}
+            rt = None
         if pending == 0 and rt is not None:
             await self.deliver(b, rt, rec)
             return
@@ -265,6 +280,18 @@ class DispatcherService:
         need = " with message image support" if b["needs_images"] else ""
         return (f"waiting for a ready {b['harness']} Runtime on placement {b['placement']}"
                 f"{need}")
+
+    async def _release(self, b: Doc, why: str) -> None:
+        """Let go of the Session's Runtime between Turns (nothing to fail): the binding waits
+        for an eligible Runtime again; ``try_bind`` chooses it."""
+        sid = b["_id"]
+        res = await self.db.bindings.update_one(
+            {"_id": sid, "runtime_id": b.get("runtime_id")},
+            {"$set": {"runtime_id": None, "status": "waiting_for_runtime",
+                      "waiting_since": time.time(), "announced_wait": False}})
+        if res.modified_count:
+            self._count(b.get("runtime_id"), -1)
+        log.info("dispatcher.released", session_id=sid, runtime_id=b.get("runtime_id"), why=why)
 
     async def _unbind(self, b: Doc, reason: str) -> None:
         sid = b["_id"]

@@ -302,21 +302,56 @@ async def test_message_with_images_to_a_runtime_without_message_images_fails_the
     uri = png_data_uri(7, 2, (1, 2, 3))
     sent = [text("and this?"), image(uri), text("")]
 
-    # Steering input with an image.
+    # Steering input with an image: a running native Turn cannot move to another Runtime.
     await send(system, sid, [msg(*sent)], "steered")
     fail = await system.items.wait_for(sid, failed_turn(d["turn_id"]))
     assert fail["reason"] == reason
-    # A new Turn that opens with an image.
+    # A new Turn that opens with an image is re-bound before it starts (issue 17, item 9); with
+    # no Runtime reporting message images it waits, then fails after the binding wait.
     await send(system, sid, [msg(image(uri))], "started")
     got = await until(lambda: _as_view(items(system, sid)),
-                      lambda v: sum(map(failed_turn(), v["items"])) == 2)
+                      lambda v: sum(map(failed_turn(), v["items"])) == 2, timeout=30)
     fails = [i for i in got["items"] if failed_turn()(i)]
-    assert fails[1]["reason"] == reason and fails[1]["turn_id"] != d["turn_id"]
+    assert fails[1]["turn_id"] != d["turn_id"]
+    assert fails[1]["reason"] == (
+        "no eligible Runtime within 8 s: waiting for a ready codex Runtime on placement none "
+        "with message image support")
     await assert_no_delivery(rt, 1.0)
 
     # The stored input is intact and readable, byte for byte.
     messages = [i["content"] for i in got["items"] if i["type"] == "message"]
     assert messages == [[text("text first")], sent, [image(uri)]]
+
+
+async def test_image_turn_on_a_text_only_binding_rebinds_before_the_turn_starts(
+        system: System) -> None:
+    """Issue 17, item 9: binding used to look at the creation input only. A Session created
+    text-only and bound to a Runtime without message images, whose next Turn opens with an
+    image, is re-bound before that Turn starts, to a Runtime that reports message images; from
+    then on it needs them (docs/runtime-boundary.md, "Images that arrive after binding")."""
+    blind = await system.runtime("codex", message_images=False, function_result_images=True)
+    sid = await create(system, "codex", "text only, for now")
+    first = await blind.next_delivery(timeout=20)
+    assert first["kind"] == "start"
+    seeing = await system.runtime("codex", message_images=True, function_result_images=True)
+    await blind.observe(sid, {"method": "turn/completed", "params": {
+        "threadId": "thr_1", "turnId": "nt_1", "status": "completed"}}, turn_id=first["turn_id"])
+    await system.items.wait_for(sid, lambda i: i["type"] == "turn"
+                                and i["turn_id"] == first["turn_id"] and i["state"] == "completed")
+
+    sent = [msg(text("and this picture?"), image(png_data_uri(6, 4, (4, 5, 6))))]
+    await send(system, sid, sent, "started")
+    d = await seeing.next_delivery(timeout=20)
+    assert (d["kind"], d["messages"]) == ("start", sent)
+    assert d["turn_id"] != first["turn_id"]
+    await assert_no_delivery(blind, 1.0)
+    v = await until(lambda: view(system, sid),
+                    lambda v: (v["binding"] or {}).get("runtime_id") == seeing.runtime_id)
+    assert v["runtime_id"] == seeing.runtime_id and v["binding"]["status"] == "bound"
+    assert not [i for i in await items(system, sid) if failed_turn()(i)]
+    # The Session now needs message images: a text-only Turn stays on the seeing Runtime.
+    doc = await system.dispatcher.db.bindings.find_one({"_id": sid})
+    assert doc is not None and doc["needs_images"] is True
 
 
 async def _as_view(coro: Awaitable[list[Json]]) -> Json:
