@@ -22,7 +22,7 @@ DEMO         ?= $(if $(SERVICES),--demo,)
 PYTEST_ARGS  ?=
 
 .PHONY: help venv install run up down status env test test-unit test-integration test-e2e \
-        faults test-chaos test-hostile lint deploy-check bench clean-state
+        faults test-chaos test-hostile lint deploy-tools deploy-check bench clean-state
 
 help: ## show this help
 	@echo "Session Core — make targets:"
@@ -78,6 +78,9 @@ test-hostile: install ## schemathesis + hypothesis fuzzing of the HTTP API on th
 lint: venv ## ruff, and mypy --strict on services/ and shared/
 	$(PY) -m ruff check services shared tests
 	$(PY) -m mypy --strict services shared
+
+deploy-tools: ## build Helm (cached), which the rendered-chart tests of `make test` need
+	bash deploy/helm/check.sh tools
 
 deploy-check: venv ## check the deployment files (deploy/helm/check.sh)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash deploy/helm/check.sh

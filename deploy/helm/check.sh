@@ -213,4 +213,11 @@ main() {
   echo "deploy-check: OK"
 }
 
+if [[ ${1:-} == tools ]]; then # only build what the tests need (Helm), for CI before `make test`
+  command -v "$GO" >/dev/null || die "go not found"
+  k8s_version
+  build_helm
+  echo "$HELM"
+  exit 0
+fi
 main "$@"

@@ -254,6 +254,17 @@ class Admission:
                 watch.offer(it)
             after = min(after + CATCH_UP_PAGE, last)
 
+    async def items_after(self, session_id: str, after: int) -> list[Json]:
+        """Every stored Item of the Session after ``sequence`` ``after``, in order (an SSE
+        stream's catch-up: what was published before its listener attached)."""
+        doc = await self.db.sessions.find_one({"_id": session_id}, {"last_sequence": 1})
+        last = int((doc or {}).get("last_sequence", 0))
+        out: list[Json] = []
+        while after < last:
+            out += await itemstore.page(self.db, session_id, after, CATCH_UP_PAGE, last)
+            after = min(after + CATCH_UP_PAGE, last)
+        return out
+
     async def get_session(self, session_id: str, *, tenant: str) -> Answer:
         owned = await self._owned(session_id, tenant)
         if isinstance(owned, ApiError):

@@ -151,20 +151,34 @@ def build_http_app(
 
     async def _stream_create(adm: Admission, body: dict[str, Any], tenant: str) -> Response:
         # Validate and store first: an admission error is a plain JSON answer, never a stream.
-        # Items published before the listener attaches come back from the store.
         answer = await adm.create_session(body, tenant=tenant)
         if answer.status >= 300 or answer.session_id is None:
             return _json(answer)
         sid = answer.session_id
+        # Attach first, then read back what storage published between its reply and now
+        # (the shared Item tail drops Items no one listens for); de-duplicated by sequence.
         q = adm.items.listen(sid)
 
         async def events() -> AsyncIterator[bytes]:
             seen: set[int] = set()
+
+            def fresh(it: dict[str, Any]) -> bool:
+                seq = it.get("sequence")
+                if not isinstance(seq, int) or seq in seen:
+                    return False
+                seen.add(seq)
+                return True
+
             try:
                 yield _sse("session", {k: v for k, v in answer.body.items() if k != "items"})
-                for it in answer.body.get("items", []):
-                    seen.add(it["sequence"])
-                    yield _sse("item", it)
+                known = list(answer.body.get("items", []))
+                for it in known:
+                    if fresh(it):
+                        yield _sse("item", it)
+                after = max((it["sequence"] for it in known), default=0)
+                for it in await adm.items_after(sid, after):
+                    if fresh(it):
+                        yield _sse("item", it)
                 while True:
                     try:
                         it = await asyncio.wait_for(q.get(), 15)
@@ -172,10 +186,8 @@ def build_http_app(
                         yield b": keep-alive\n\n"
                         continue
                     it = {k: v for k, v in it.items() if k != "schema"}
-                    if it.get("sequence") in seen:
-                        continue
-                    seen.add(it["sequence"])
-                    yield _sse("item", it)
+                    if fresh(it):
+                        yield _sse("item", it)
             finally:
                 adm.items.unlisten(sid, q)
 

@@ -3,7 +3,7 @@ the Core–Runtime wire (``runtime.deliveries``). A Runtime that cannot take an 
 Turn (a ``turn`` Item with the reason, through storage); content is never dropped or stripped.
 
 State lives in the store so it survives restarts: ``bindings`` (one per Session: the Runtime,
-whether its input needs message images, the Turn's user-message count) and
+whether its input needs message images) and
 ``pending_deliveries`` (input waiting for an eligible Runtime, in arrival order)."""
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from services.dispatcher.registry import RegistryTail
 from shared import records
 from shared.domain import delivery as wire
 from shared.domain.binding import RuntimeInfo, check_delivery, choose, is_alive
-from shared.domain.harness import PROFILES
 from shared.domain.recordcheck import UNPROCESSABLE, Poison
 from shared.ids import new_id
 from shared.kafka import (
@@ -137,6 +136,13 @@ class DispatcherService:
                                     turn_id=rec.get("turn_id"), event_id=event_id,
                                     delivery_id=did)
                     continue
+                if refusal.get("code") == wire.REFUSAL_TURN_BOUND_EXCEEDED:
+                    # The bridge refused a steer past the per-Turn bound and ends its native
+                    # Turn: Core's Turn ends from that observed end (storage), not from here —
+                    # a function call the native Turn makes before its end is still its own.
+                    log.info("dispatcher.turn_bound_refused", session_id=sid,
+                             turn_id=rec.get("turn_id"), delivery_id=did)
+                    continue
                 reason = f"the runtime refused the input: {refusal.get('reason')}"
                 await self.fact(sid, f"refusal:{refusal.get('delivery_id')}:turn", kind="turn",
                                 turn_id=rec.get("turn_id"), state="failed", reason=reason)
@@ -161,11 +167,25 @@ class DispatcherService:
                 "status": "waiting_for_runtime",
                 "waiting_since": time.time(),
                 "turn_id": None,
-                "turn_user_messages": 0,
             }
             await self.db.bindings.insert_one(b)
+        images = rec["kind"] != "function_result" and wire.messages_have_images(
+            rec.get("messages") or ())
+        if images and not b.get("needs_images"):
+            # Images that arrive after creation: from now on the Session needs a Runtime that
+            # reports message images (for a re-bind below, and after its Runtime is gone).
+            await self.db.bindings.update_one({"_id": sid}, {"$set": {"needs_images": True}})
+            b = {**b, "needs_images": True}
         pending = await self.db.pending_deliveries.count_documents({"session_id": sid})
         rt = self._live(b.get("runtime_id"))
+        if rt is not None and images and rec["kind"] == "start" and not rt.message_images:
+            # A new Turn that opens with images on a Runtime without message images: re-bind
+            # before the Turn starts (nothing runs natively yet). A steer into a running Turn
+            # cannot move; it fails the Turn at delivery (check_delivery).
+            log.info("dispatcher.rebind_for_images", session_id=sid, runtime_id=rt.runtime_id)
+            await self._release(b, "the next Turn carries images")
+            b = {**b, "runtime_id": None, "status": "waiting_for_runtime"}
+            rt = None
         if pending == 0 and rt is not None:
             await self.deliver(b, rt, rec)
             return
@@ -261,6 +281,18 @@ class DispatcherService:
         return (f"waiting for a ready {b['harness']} Runtime on placement {b['placement']}"
                 f"{need}")
 
+    async def _release(self, b: Doc, why: str) -> None:
+        """Let go of the Session's Runtime between Turns (nothing to fail): the binding waits
+        for an eligible Runtime again; ``try_bind`` chooses it."""
+        sid = b["_id"]
+        res = await self.db.bindings.update_one(
+            {"_id": sid, "runtime_id": b.get("runtime_id")},
+            {"$set": {"runtime_id": None, "status": "waiting_for_runtime",
+                      "waiting_since": time.time(), "announced_wait": False}})
+        if res.modified_count:
+            self._count(b.get("runtime_id"), -1)
+        log.info("dispatcher.released", session_id=sid, runtime_id=b.get("runtime_id"), why=why)
+
     async def _unbind(self, b: Doc, reason: str) -> None:
         sid = b["_id"]
         self._count(b.get("runtime_id"), -1)
@@ -298,19 +330,10 @@ class DispatcherService:
                 turn_id=rec["turn_id"], kind=kind, messages=rec["messages"],
             )
             images = wire.messages_have_images(rec["messages"])
-            limit = PROFILES[b["harness"]].max_user_messages_per_turn
-            if kind == "start" or rec["turn_id"] != b.get("turn_id"):
-                count = len(rec["messages"])
-            else:
-                count = b.get("turn_user_messages", 0) + len(rec["messages"])
-            if limit is not None and count > limit:
-                await self.fail_input(rec, (
-                    f"the steering batch of {len(rec['messages'])} message(s) would exceed "
-                    f"{limit} user messages in one native Turn (opening prompt included); "
-                    "nothing of it was submitted and the Turn ends"))
-                return
-            await self.db.bindings.update_one(
-                {"_id": sid}, {"$set": {"turn_id": rec["turn_id"], "turn_user_messages": count}})
+            # The per-Turn user-message bound (Claude Code: 64) is the bridge's to enforce: a
+            # steer past it is delivered, and the bridge refuses it whole and ends its native
+            # Turn (docs/runtime-boundary.md). Failing it here would leave the native Turn
+            # running, its later function calls attributed to a Turn Core shows as failed.
         refusal = check_delivery(rt, kind, images)
         if refusal is not None:
             await self.fail_input(rec, refusal)

@@ -26,7 +26,8 @@ no_replay_synthetic_subagent   no replayed, synthetic or Subagent record answers
 receipt_within_10s             the confirming record arrives within 10 s of the delivery
 claude_64_bound                Claude Code: 63 and 64 user messages in a Turn are taken; the 65th
                                and a batch that would pass 64 are refused before any part is
-                               submitted, and the Turn ends failed
+                               submitted (refusal code turn_message_bound_exceeded), and the
+                               native Turn ends failed
 =============================  ==================================================================
 """
 
@@ -49,7 +50,12 @@ from services.runtime.harness import HARNESSES
 from services.runtime.main import add_switch_flags, settings_from_args, switches_from_args
 from shared.domain import receipts
 from shared.domain.adapters import codex
-from shared.domain.delivery import function_result_delivery, message_delivery, result_content
+from shared.domain.delivery import (
+    REFUSAL_TURN_BOUND_EXCEEDED,
+    function_result_delivery,
+    message_delivery,
+    result_content,
+)
 from shared.domain.observations import CallOpened, TurnEnded, classify
 from shared.ids import new_id
 from shared.kafka import (
@@ -572,6 +578,10 @@ async def case_claude_64_bound(wire: Wire, rt: RuntimeUnderTest) -> str:
         rs = [r for r in probe.refusals() if r.get("delivery_id") == refused_did]
         if not rs or rs[0].get("terminal") is not True:
             problems.append("the batch over the bound was not refused terminally")
+        elif rs[0].get("code") != REFUSAL_TURN_BOUND_EXCEEDED:
+            problems.append(f"the refusal's code is {rs[0].get('code')!r}, want "
+                            f"{REFUSAL_TURN_BOUND_EXCEEDED!r} (Core ends its Turn from the "
+                            "native end that must follow)")
         if end is None or not _failed_end(end):
             problems.append("the Turn did not end failed after the refusal")
     if problems:

@@ -43,7 +43,7 @@ from services.runtime.switches import Switches
 from shared.domain.adapters import AdapterError, claude, codex, text_only
 from shared.domain.adapters.claude import ClaudeTurn
 from shared.domain.adapters.errors import TurnBoundExceeded
-from shared.domain.delivery import REFUSAL_TURN_ENDED
+from shared.domain.delivery import REFUSAL_TURN_BOUND_EXCEEDED, REFUSAL_TURN_ENDED
 from shared.logging import get_logger
 
 log = get_logger(__name__)
@@ -267,7 +267,11 @@ class SimulatedHarness:
         log.info("turn.started", session_id=session.core_session_id, turn_id=core_turn_id)
         return turn, self._emit(session, turn, started)
 
-    def _end_turn(self, session: _Session, *, failed: bool, delay: float = 0.0) -> list[Emit]:
+    def _end_turn(self, session: _Session, *, failed: bool, delay: float = 0.0,
+                  end_reason: str | None = None) -> list[Emit]:
+        """End the native Turn: release its pending calls, then its end record. ``end_reason``
+        (the bridge ended the Turn itself, e.g. the 64-message bound) travels on the end
+        record's envelope; Core's failed ``turn`` Item gives it as its reason."""
         turn = session.turn
         if turn is None:
             return []
@@ -294,7 +298,10 @@ class SimulatedHarness:
                 "subtype": "error" if failed else "success",
                 "is_error": failed,
             }
-        out.append(self._emit(session, turn, end, delay))
+        ended = self._emit(session, turn, end, delay)
+        if end_reason is not None:
+            ended.record["end_reason"] = end_reason
+        out.append(ended)
         if turn.claude is not None:
             turn.claude.finish("failed" if failed else "completed")
         session.ended_turns[turn.core_turn_id] = None
@@ -353,9 +360,16 @@ class SimulatedHarness:
             return out
 
         received = self._encode(session, turn, delivery, messages, opening)
+        if isinstance(received, TurnBoundExceeded):
+            # Seed 000: the bridge rejects the batch before submitting any part of it, which
+            # ends the running Turn. The refusal says so (its code); the end is observed.
+            why = f"{received.code}: {received.message}; nothing of it was submitted"
+            out.append(self._refusal(session, delivery, why, code=REFUSAL_TURN_BOUND_EXCEEDED))
+            out += self._end_turn(session, failed=True, end_reason=why)
+            return out
         if isinstance(received, AdapterError):
             out.append(self._refusal(session, delivery, f"{received.code}: {received.message}"))
-            if opening or isinstance(received, TurnBoundExceeded):
+            if opening:
                 out += self._end_turn(session, failed=True)
             return out
         out += [self._emit(session, turn, native) for native in received]

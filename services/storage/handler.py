@@ -71,9 +71,19 @@ def record_to_inputs(rec: Json) -> list[Json]:
                 "kind": "turn",
                 "turn_id": rec.get("turn_id"),
                 "state": c.state,
-                "reason": None if c.state == "completed" else "the harness ended the turn",
+                "reason": _end_reason(c.state, rec.get("end_reason")),
             })
     return out
+
+
+def _end_reason(state: str, end_reason: Any) -> str | None:
+    """A failed native end's reason: the Runtime's own (``end_reason`` on the envelope, set when
+    its bridge ended the Turn itself, e.g. the 64-message bound) or a generic one."""
+    if state == "completed":
+        return None
+    if isinstance(end_reason, str) and end_reason:
+        return f"the runtime ended the native Turn: {end_reason}"
+    return "the harness ended the turn"
 
 
 def source_key(rec: Json) -> str:

@@ -34,6 +34,12 @@ INPUT_IMAGE = "input_image"
 # (docs/runtime-boundary.md, "A steer that arrives after the Turn ended").
 REFUSAL_TURN_ENDED = "turn_ended"
 
+# The refusal code of a Claude Code bridge that got a ``steer`` which would take its native Turn
+# past the per-Turn user-message bound: it submitted no part of the batch and ends the running
+# native Turn; Core's Turn ends ``failed`` from that observed end (docs/runtime-boundary.md,
+# "The 64-message bound: the bridge refuses and ends the native Turn").
+REFUSAL_TURN_BOUND_EXCEEDED = "turn_message_bound_exceeded"
+
 
 def delivery_id(event_id: str) -> str:
     """The first delivery of an input: ``dlv_`` + the hex of its ``evt_`` id."""

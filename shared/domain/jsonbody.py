@@ -1,13 +1,14 @@
 """Parsing a request body, strictly, for every entry point: valid UTF-8 JSON, no duplicate
 object keys (which value would be "as sent"?), no unpaired surrogates (they cannot be stored as
-UTF-8), no NaN/Infinity, and a body nested so deeply that the parser runs out of recursion
-(10 000 levels) is a 400 like any malformed body, never a crash. How deep a *valid* body may nest
-is the content model's rule (``content.MAX_JSON_DEPTH``). Errors are values (400
-invalid_request)."""
+UTF-8), no NaN/Infinity nor a number that overflows to it (``1e999``), and a body nested so
+deeply that the parser runs out of recursion (10 000 levels) is a 400 like any malformed body,
+never a crash. How deep a *valid* body may nest is the content model's rule
+(``content.MAX_JSON_DEPTH``). Errors are values (400 invalid_request)."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -33,8 +34,18 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite(text: str) -> float:
+    """A JSON number that overflows a double (``1e999``) would be stored and sent on as
+    Infinity, which JSON cannot carry: refused like the constant."""
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text} is out of range (it overflows to infinity)")
+    return value
+
+
 # One decoder for every request (json.loads with hooks builds a new one per call).
-_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_no_constants)
+_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_no_constants,
+                            parse_float=_finite)
 
 
 def bad_unicode_path(value: Any, path: str = "") -> str | None:

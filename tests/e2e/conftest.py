@@ -6,7 +6,6 @@ database of their own; tests speak only the public surfaces (HTTP API, `session.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import sys
@@ -15,9 +14,10 @@ from typing import Any
 
 import httpx
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from shared.kafka import encode
+from services.runtime.switches import Switches
+from shared.kafka import assigned_consumer, decode, encode
 from shared.topics import topics_for
 from tests.support.processes import Core, launch
 from tests.support.system import ItemCollector
@@ -65,19 +65,44 @@ async def api(core: Core) -> AsyncIterator[httpx.AsyncClient]:
 
 
 class Control:
-    """Sets the reference Runtimes' misbehaviour switches over `runtime.control`."""
+    """Sets the reference Runtimes' misbehaviour switches over `runtime.control` and waits for
+    the acknowledgement: the Runtime re-registers on `runtime.registrations` with the switches
+    in force (services/runtime/app.py), so a test never runs against the old state."""
+
+    ACK_TIMEOUT_S = 30.0
 
     def __init__(self, core: Core, producer: AIOKafkaProducer) -> None:
         self.core = core
         self.producer = producer
         self.topic = topics_for(core.settings).runtime_control
+        self.state: dict[str, Switches] = {}
 
     async def set(self, runtime: str, **switches: Any) -> None:
         rid = self.core.runtime_ids[runtime]
-        await self.producer.send_and_wait(
-            self.topic, encode({"schema": "runtime.control/1", "runtime_id": rid,
-                                "set": switches}), key=rid.encode())
-        await asyncio.sleep(0.5)  # the Runtime folds control records as they arrive
+        want = self.state.get(runtime, Switches()).updated(switches)
+        regs = await assigned_consumer(self.core.settings,
+                                       topics_for(self.core.settings).runtime_registrations,
+                                       at_end=True)
+        try:
+            await self.producer.send_and_wait(
+                self.topic, encode({"schema": "runtime.control/1", "runtime_id": rid,
+                                    "set": switches}), key=rid.encode())
+            await asyncio.wait_for(self._ack(regs, rid, want.active()), self.ACK_TIMEOUT_S)
+        finally:
+            await regs.stop()
+        self.state[runtime] = want
+
+    @staticmethod
+    async def _ack(regs: AIOKafkaConsumer, rid: str, active: dict[str, Any]) -> None:
+        """Until a registration of ``rid`` published after the control record reports
+        exactly ``active``."""
+        while True:
+            batches = await regs.getmany(timeout_ms=500)
+            for recs in batches.values():
+                for r in recs:
+                    reg = decode(r.value)
+                    if reg.get("runtime_id") == rid and reg.get("switches") == active:
+                        return
 
 
 @pytest.fixture
@@ -85,24 +110,17 @@ async def control(core: Core) -> AsyncIterator[Control]:
     p = AIOKafkaProducer(bootstrap_servers=core.settings.kafka_bootstrap_servers, acks="all")
     await p.start()
     ctl = Control(core, p)
-    touched: list[str] = []
-    orig = ctl.set
-
-    async def tracking(runtime: str, **switches: Any) -> None:
-        touched.append(runtime)
-        await orig(runtime, **switches)
-
-    ctl.set = tracking  # type: ignore[method-assign]
     try:
         yield ctl
     finally:
-        defaults = {"receipt_delay_s": 0.0, "release_calls": False, "replay": False,
-                    "synthetic": False, "subagent": False, "alter_text": False,
-                    "drop_image": False, "refuse_results": False, "fail_turns": False}
-        for rt in set(touched):
-            with contextlib.suppress(Exception):
-                await orig(rt, **defaults)
-        await p.stop()
+        try:
+            # Back to the correct behaviour, acknowledged; a failed reset fails the test (the
+            # next test would run against a misbehaving Runtime otherwise).
+            for rt, sw in ctl.state.items():
+                if sw.active():
+                    await ctl.set(rt, **{k: getattr(Switches(), k) for k in sw.active()})
+        finally:
+            await p.stop()
 
 
 def sse_events(raw: str) -> list[tuple[str, Any]]:

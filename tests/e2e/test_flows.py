@@ -8,6 +8,7 @@ import io
 import json
 import time
 import uuid
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -15,7 +16,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from PIL import Image
 
-from shared.kafka import decode, encode
+from shared.kafka import assigned_consumer, decode, encode
 from shared.topics import topics_for
 from tests.e2e.conftest import Control, Core, sse_events
 from tests.support.system import ItemCollector, image, msg, png_data_uri, text
@@ -237,16 +238,51 @@ async def test_result_not_confirmed(api: httpx.AsyncClient, items: ItemCollector
 
 
 async def test_uncertain_by_timeout_then_late_receipt_changes_nothing(
-        api: httpx.AsyncClient, items: ItemCollector, control: Control) -> None:
+        core: Core, api: httpx.AsyncClient, items: ItemCollector, control: Control) -> None:
     await control.set("claude_bad", receipt_delay_s=12)
     sid, call_id, _ = await _call(api, items, "claude_code", "self_hosted")
-    await event(api, sid, {"type": TOOL_RESULT, "call_id": call_id, "success": True,
-                           "output": "late"})
-    app = await wait_item(items, sid, 30, type="function_call_application", call_id=call_id)
-    assert app["state"] == "uncertain"
-    await asyncio.sleep(3.5)  # the receipt arrives at 12 s
+    obs = await assigned_consumer(core.settings, topics_for(core.settings).runtime_observations,
+                                  at_end=True)
+    try:
+        await event(api, sid, {"type": TOOL_RESULT, "call_id": call_id, "success": True,
+                               "output": "late"})
+        app = await wait_item(items, sid, 30, type="function_call_application",
+                              call_id=call_id)
+        assert app["state"] == "uncertain"
+        # The late receipt really was sent (at 12 s, after the 10-second verdict): the exact
+        # native record of the result, live and root, on runtime.observations.
+        late = await asyncio.wait_for(_receipt(obs, sid, call_id), 30)
+        assert late["native"]["isReplay"] is False and late["native"]["isSynthetic"] is False
+        block = late["native"]["message"]["content"][0]
+        assert block["content"] == [{"type": "text", "text": "late"}]
+        assert _ts(late["observed_at"]) > _ts(app["created_at"])
+    finally:
+        await obs.stop()
+    await asyncio.sleep(2.0)  # the tracker has read it by now (it reads the same topic)
     apps = [i for i in items.by_session[sid] if i["type"] == "function_call_application"]
     assert [a["state"] for a in apps] == ["uncertain"]
+    r = await api.get(f"/v1/sessions/{sid}/tool_results/{call_id}")
+    assert r.json()["state"] == "uncertain"
+
+
+async def _receipt(obs: AIOKafkaConsumer, sid: str, call_id: str) -> dict[str, Any]:
+    """The Claude Code user record carrying the tool_result of ``call_id``."""
+    while True:
+        for recs in (await obs.getmany(timeout_ms=500)).values():
+            for r in recs:
+                rec = decode(r.value)
+                native = rec.get("native") or {}
+                if rec.get("session_id") != sid or native.get("type") != "user":
+                    continue
+                blocks = (native.get("message") or {}).get("content")
+                if isinstance(blocks, list) and any(
+                        isinstance(b, dict) and b.get("type") == "tool_result"
+                        and b.get("tool_use_id") == call_id for b in blocks):
+                    return dict(rec)
+
+
+def _ts(rfc3339: str) -> float:
+    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
 
 
 # ---- function-result identity -----------------------------------------------------------------
@@ -348,10 +384,26 @@ async def test_claude_64_message_bound_ends_turn(api: httpx.AsyncClient, items: 
     assert not [i for i in items.by_session[sid] if i["type"] == "turn"
                 and i["state"] == "failed"]
     r = await event(api, sid, {"type": MESSAGE, "input": [msg(text("65th"))]})
+    assert r["delivery"] == "steered"
     failed = await wait_item(items, sid, type="turn", state="failed", turn_id=turn_id)
-    assert "64" in failed["reason"]
+    # The bridge refused the 65th message whole and ended its native Turn; Core's Turn ended
+    # from that observed end (docs/runtime-boundary.md, "The 64-message bound").
+    assert failed["reason"] == (
+        "the runtime ended the native Turn: turn_message_bound_exceeded: the batch of 1 would "
+        "bring the native Turn to 65 user messages; the bound is 64 including the opening "
+        "prompt; nothing of it was submitted")
+    await asyncio.sleep(1.5)  # anything the native Turn might still do
     listed = await stored_items(api, sid)
-    assert listed[-1]["type"] == "turn" or any(i["id"] == r["items"][0]["id"] for i in listed)
+    assert [i["sequence"] for i in listed] == list(range(1, len(listed) + 1))
+    # Exactly: the opening message, the Turn, its call, 62 + 1 + 1 steered messages (the 65th
+    # stored as sent), the failed end — and nothing after it (no later call of that Turn).
+    assert [(i["type"], i.get("state")) for i in listed] == [
+        ("message", None), ("turn", "started"), ("function_call", None),
+        *[("message", None)] * 64, ("turn", "failed")]
+    assert listed[-2]["id"] == r["items"][0]["id"]
+    assert listed[-2]["content"] == [text("65th")]
+    assert listed[2]["call_id"] == call_id
+    assert {i["turn_id"] for i in listed} == {turn_id}
 
 
 # ---- idempotent repeats, recovery reads, the session.input topic --------------------------------

@@ -92,8 +92,8 @@ async def test_wait_expires_with_partial_items_and_the_turn_goes_on(
     assert end["turn_id"] == got[0]["turn_id"]
 
 
-async def test_timeout_ms_out_of_range_is_400_and_writes_nothing(api: httpx.AsyncClient
-                                                                ) -> None:
+async def test_timeout_ms_out_of_range_is_400_and_writes_nothing(api: httpx.AsyncClient,
+                                                                items: ItemCollector) -> None:
     s = await create(api, "codex", "x")
     before = (await api.get(f"/v1/sessions/{s['id']}")).json()["last_sequence"]
     for bad in ("0", "abc", "-1", "1.5", "+5"):
@@ -103,11 +103,26 @@ async def test_timeout_ms_out_of_range_is_400_and_writes_nothing(api: httpx.Asyn
         assert r.status_code == 400, r.text
         assert r.json()["error"]["type"] == "invalid_request"
         assert r.json()["error"]["param"] == "timeout_ms"
-    r = await api.post("/v1/sessions", params={"wait": "true", "timeout_ms": "0"},
-                       json={"harness": "codex", "placement": "none", "input": "x"})
+    # A create-with-wait refused for its budget writes nothing: no Session, no Item, and its
+    # client_request_id stays unused (a later create with it is new, not a replay).
+    crid, marker = str(uuid.uuid4()), f"refused create {uuid.uuid4().hex}"
+    body = {"harness": "codex", "placement": "none", "input": marker, "client_request_id": crid}
+    sessions_before = set(items.by_session)
+    r = await api.post("/v1/sessions", params={"wait": "true", "timeout_ms": "0"}, json=body)
     assert r.status_code == 400 and r.json()["error"]["param"] == "timeout_ms"
-    await asyncio.sleep(1)
+    assert "id" not in r.json()
+    await asyncio.sleep(1.5)
     assert (await api.get(f"/v1/sessions/{s['id']}")).json()["last_sequence"] == before
+    assert not [it for sid in set(items.by_session) - sessions_before
+                for it in items.by_session[sid]
+                if any(p.get("text") == marker for p in it.get("content") or [])]
+    fresh = await api.post("/v1/sessions", json=body)
+    assert fresh.status_code == 201 and "idempotent-replayed" not in fresh.headers
+    made = await wait_item(items, fresh.json()["id"], type="message")
+    assert made["content"] == [text(marker)]
+    assert [sid for sid in set(items.by_session) - sessions_before
+            if any(any(p.get("text") == marker for p in it.get("content") or [])
+                   for it in items.by_session[sid])] == [fresh.json()["id"]]
 
 
 async def test_timeout_ms_above_the_cap_is_clamped_not_refused(api: httpx.AsyncClient) -> None:

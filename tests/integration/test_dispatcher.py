@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 import uuid
 from collections import defaultdict
@@ -17,9 +18,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer
 
+from services.runtime.app import RuntimeConfig, RuntimeService
 from shared.domain.binding import RuntimeInfo
+from shared.domain.delivery import REFUSAL_TURN_BOUND_EXCEEDED
+from shared.kafka import decode
 from shared.settings import Settings
+from shared.topics import topics_for
 from tests.support.system import System, TestRuntime, image, msg, png_data_uri, text
 
 pytestmark = pytest.mark.integration
@@ -296,21 +302,56 @@ async def test_message_with_images_to_a_runtime_without_message_images_fails_the
     uri = png_data_uri(7, 2, (1, 2, 3))
     sent = [text("and this?"), image(uri), text("")]
 
-    # Steering input with an image.
+    # Steering input with an image: a running native Turn cannot move to another Runtime.
     await send(system, sid, [msg(*sent)], "steered")
     fail = await system.items.wait_for(sid, failed_turn(d["turn_id"]))
     assert fail["reason"] == reason
-    # A new Turn that opens with an image.
+    # A new Turn that opens with an image is re-bound before it starts (issue 17, item 9); with
+    # no Runtime reporting message images it waits, then fails after the binding wait.
     await send(system, sid, [msg(image(uri))], "started")
     got = await until(lambda: _as_view(items(system, sid)),
-                      lambda v: sum(map(failed_turn(), v["items"])) == 2)
+                      lambda v: sum(map(failed_turn(), v["items"])) == 2, timeout=30)
     fails = [i for i in got["items"] if failed_turn()(i)]
-    assert fails[1]["reason"] == reason and fails[1]["turn_id"] != d["turn_id"]
+    assert fails[1]["turn_id"] != d["turn_id"]
+    assert fails[1]["reason"] == (
+        "no eligible Runtime within 8 s: waiting for a ready codex Runtime on placement none "
+        "with message image support")
     await assert_no_delivery(rt, 1.0)
 
     # The stored input is intact and readable, byte for byte.
     messages = [i["content"] for i in got["items"] if i["type"] == "message"]
     assert messages == [[text("text first")], sent, [image(uri)]]
+
+
+async def test_image_turn_on_a_text_only_binding_rebinds_before_the_turn_starts(
+        system: System) -> None:
+    """Issue 17, item 9: binding used to look at the creation input only. A Session created
+    text-only and bound to a Runtime without message images, whose next Turn opens with an
+    image, is re-bound before that Turn starts, to a Runtime that reports message images; from
+    then on it needs them (docs/runtime-boundary.md, "Images that arrive after binding")."""
+    blind = await system.runtime("codex", message_images=False, function_result_images=True)
+    sid = await create(system, "codex", "text only, for now")
+    first = await blind.next_delivery(timeout=20)
+    assert first["kind"] == "start"
+    seeing = await system.runtime("codex", message_images=True, function_result_images=True)
+    await blind.observe(sid, {"method": "turn/completed", "params": {
+        "threadId": "thr_1", "turnId": "nt_1", "status": "completed"}}, turn_id=first["turn_id"])
+    await system.items.wait_for(sid, lambda i: i["type"] == "turn"
+                                and i["turn_id"] == first["turn_id"] and i["state"] == "completed")
+
+    sent = [msg(text("and this picture?"), image(png_data_uri(6, 4, (4, 5, 6))))]
+    await send(system, sid, sent, "started")
+    d = await seeing.next_delivery(timeout=20)
+    assert (d["kind"], d["messages"]) == ("start", sent)
+    assert d["turn_id"] != first["turn_id"]
+    await assert_no_delivery(blind, 1.0)
+    v = await until(lambda: view(system, sid),
+                    lambda v: (v["binding"] or {}).get("runtime_id") == seeing.runtime_id)
+    assert v["runtime_id"] == seeing.runtime_id and v["binding"]["status"] == "bound"
+    assert not [i for i in await items(system, sid) if failed_turn()(i)]
+    # The Session now needs message images: a text-only Turn stays on the seeing Runtime.
+    doc = await system.dispatcher.db.bindings.find_one({"_id": sid})
+    assert doc is not None and doc["needs_images"] is True
 
 
 async def _as_view(coro: Awaitable[list[Json]]) -> Json:
@@ -367,49 +408,121 @@ async def test_function_result_with_images_to_a_runtime_without_result_images_fa
 
 # ---- the Claude Code 64-message bound -------------------------------------------------------
 
-async def test_claude_64_user_messages_per_native_turn(system: System) -> None:
-    rt = await system.runtime("claude_code")
-    inbox = Inbox(rt)
+class Observations:
+    """Every ``runtime.observations`` record of the test's topics, by Core session_id."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.consumer = AIOKafkaConsumer(
+            topics_for(settings).runtime_observations,
+            bootstrap_servers=settings.kafka_bootstrap_servers,
+            group_id=f"test-obs-{uuid.uuid4().hex[:8]}", auto_offset_reset="earliest")
+        self.by_session: dict[str, list[Json]] = defaultdict(list)
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> Observations:
+        await self.consumer.start()
+        self.task = asyncio.create_task(self._run())
+        return self
+
+    async def _run(self) -> None:
+        async for r in self.consumer:
+            rec = decode(r.value)
+            self.by_session[str(rec.get("session_id"))].append(rec)
+
+    async def wait_for(self, sid: str, pred: Callable[[Json], bool], timeout: float = 20
+                       ) -> Json:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for rec in self.by_session[sid]:
+                if pred(rec):
+                    return rec
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no such observation for {sid} within {timeout} s; "
+                             f"saw {self.by_session[sid][-3:]}")
+
+    async def close(self) -> None:
+        if self.task:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        await self.consumer.stop()
+
+
+async def test_claude_64_bound_refused_by_the_bridge_which_ends_the_native_turn(
+        system: System) -> None:
+    """Seed 000: "Within one native Turn the bridge accepts at most 64 user messages, including
+    the opening prompt; it rejects a steering batch that would exceed the bound before
+    submitting any part of it, which ends the running Turn." Core delivers the steer; the
+    reference Runtime's bridge refuses it whole (code ``turn_message_bound_exceeded``) and ends
+    its native Turn, releasing the call it had pending; Core's Turn ends ``failed`` from that
+    observed end, and no later function call is attributed to it (issue 17, item 3)."""
+    rt = RuntimeService(system.settings, RuntimeConfig(
+        runtime_id=f"rt_{uuid.uuid4().hex}", harness="claude_code", placements=["none"],
+        heartbeat_s=1.0, turn_idle_s=120.0))
+    obs = await Observations(system.settings).start()
+    await rt.start()
     try:
-        async def steer(sid: str, n: int, tag: str) -> list[Json]:
-            batch = [msg(text(f"{tag}{k}")) for k in range(n)]
-            await send(system, sid, batch, "steered")
-            return batch
-
-        # A: 1 + 62 + 1 = 64 is fine; one more (65) fails the Turn, nothing of it delivered.
-        # B: 1 + 62 = 63; a batch of 2 (65) fails, not even its first message is delivered.
-        a = await create(system, "claude_code", "opening A")
-        b = await create(system, "claude_code", "opening B")
-        da, db = await inbox.next(a), await inbox.next(b)
-        assert len(da["messages"]) == len(db["messages"]) == 1
-
+        # A: 1 + 62 + 1 = 64 taken; one more (65) refused. B: 1 + 62 = 63; a batch of 2 refused
+        # whole. Each opening prompt calls a function, so the native Turn stays open.
+        a = await create(system, "claude_code", "opening A call probe {\"n\": 1}")
+        b = await create(system, "claude_code", "opening B call probe {\"n\": 2}")
+        calls = {sid: await system.items.wait_for(sid, lambda i: i["type"] == "function_call")
+                 for sid in (a, b)}
+        turns = {sid: c["turn_id"] for sid, c in calls.items()}
         for sid in (a, b):
-            batch = await steer(sid, 62, "m")
-            d = await inbox.next(sid)
-            assert d["kind"] == "steer" and d["messages"] == batch
-        batch = await steer(a, 1, "sixty-fourth")
-        d = await inbox.next(a)
-        assert d["kind"] == "steer" and d["messages"] == batch
+            await send(system, sid, [msg(text(f"m{k}")) for k in range(62)], "steered")
+        await send(system, a, [msg(text("sixty-fourth"))], "steered")
+        await obs.wait_for(a, lambda r: "sixty-fourth" in json.dumps(r.get("native")))
 
-        await steer(a, 1, "sixty-fifth")
-        await steer(b, 2, "over")
-        for sid, turn, n in ((a, da["turn_id"], 1), (b, db["turn_id"], 2)):
-            fail = await system.items.wait_for(sid, failed_turn(turn))
+        over = {a: [msg(text('sixty-fifth call late {"n": 3}'))],
+                b: [msg(text("over0")), msg(text('over1 call late {"n": 4}'))]}
+        for sid, batch in over.items():
+            await send(system, sid, batch, "steered")
+        for sid, batch in over.items():
+            t = turns[sid]
+            refusal = await obs.wait_for(sid, lambda r: isinstance(r.get("refusal"), dict))
+            assert refusal["turn_id"] == t and refusal["refusal"]["kind"] == "steer"
+            assert refusal["refusal"]["code"] == REFUSAL_TURN_BOUND_EXCEEDED
+            assert refusal["refusal"]["terminal"] is True
+            # Nothing of the refused batch reached the native Turn.
+            seen = json.dumps([r.get("native") for r in obs.by_session[sid]])
+            assert "sixty-fifth" not in seen and "over0" not in seen and "late" not in seen
+            # The native Turn ended (observed): the pending call released, then a failed end.
+            end = await obs.wait_for(sid, lambda r: (r.get("native") or {}).get("type")
+                                     == "result")
+            assert end["turn_id"] == t and end["native"]["subtype"] == "error"
+            release = await obs.wait_for(sid, lambda r: (r.get("native") or {}).get("type")
+                                         == "tool_release")
+            assert release["native"]["tool_use_id"] == calls[sid]["call_id"]
+            # Core's Turn ends failed, from the observed end, with the bound as its reason.
+            fail = await system.items.wait_for(sid, failed_turn(t))
             assert fail["reason"] == (
-                f"the steering batch of {n} message(s) would exceed 64 user messages in one "
-                "native Turn (opening prompt included); nothing of it was submitted and the "
-                "Turn ends")
-        await asyncio.gather(inbox.assert_quiet(a, 1.5), inbox.assert_quiet(b, 1.5))
+                "the runtime ended the native Turn: turn_message_bound_exceeded: the batch of "
+                f"{len(batch)} would bring the native Turn to 65 user messages; the bound is 64 "
+                "including the opening prompt; nothing of it was submitted")
 
-        # The rejected input stays stored; the next input opens a new native Turn.
-        assert [i["content"] for i in await items(system, b) if i["type"] == "message"][-2:] == [
-            [text("over0")], [text("over1")]]
+        await asyncio.sleep(1.5)  # anything the refused batch might still cause
+        for sid, batch in over.items():
+            got = await items(system, sid)
+            assert [(i["type"], i.get("name")) for i in got if i["type"] == "function_call"] == [
+                ("function_call", "probe")]
+            # Exactly: the opening message, the Turn, its call, the 62 + 1 steered messages, the
+            # refused batch (stored), one failed end — nothing after it.
+            assert [(i["type"], i.get("state")) for i in got if i["type"] != "message"] == [
+                ("turn", "started"), ("function_call", None), ("turn", "failed")]
+            assert got[-1]["type"] == "turn" and got[-1]["state"] == "failed"
+            # The refused input stays stored, exactly as sent.
+            assert [i["content"] for i in got if i["type"] == "message"][-len(batch):] == [
+                m["content"] for m in batch]
+        # The next input opens a new Core Turn and a new native Turn.
         await send(system, a, [msg(text("fresh"))], "started")
-        d = await inbox.next(a)
-        assert d["kind"] == "start" and d["turn_id"] != da["turn_id"]
-        assert d["messages"] == [msg(text("fresh"))]
+        await obs.wait_for(a, lambda r: "fresh" in json.dumps(r.get("native")))
+        started = [r for r in obs.by_session[a]
+                   if (r.get("native") or {}).get("subtype") == "init"]
+        assert len(started) == 2 and started[1]["turn_id"] != turns[a]
     finally:
-        await inbox.close()
+        await rt.stop()
+        await obs.close()
 
 
 async def test_redelivered_record_waiting_for_a_runtime_is_queued_once(

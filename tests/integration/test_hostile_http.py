@@ -35,11 +35,12 @@ from typing import Any
 
 import httpx
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from shared.domain.tenancy import key_entry
+from shared.kafka import encode
 from shared.settings import Settings
 from tests.support.system import System, png_data_uri
 
@@ -53,6 +54,7 @@ pytestmark = [
 Json = dict[str, Any]
 KEY = "fuzz-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
+OPEN_CALL = "call_hostile_open"  # opened by the Session's "Runtime" before the cases run
 FUZZ = settings(max_examples=150, derandomize=True, database=None, deadline=None,
                 suppress_health_check=list(HealthCheck))
 
@@ -373,7 +375,7 @@ def event_bodies(urls: list[str]) -> st.SearchStrategy[Json]:
                                                         max_size=3), json_value)})
     result = st.fixed_dictionaries(
         {"type": st.just("agent.session.input.tool_result"),
-         "call_id": st.one_of(st.text(max_size=12), json_leaf),
+         "call_id": st.one_of(st.just(OPEN_CALL), st.text(max_size=12), json_leaf),
          "success": st.one_of(st.booleans(), json_leaf)},
         optional={"output": st.one_of(st.text(max_size=20), st.lists(parts(urls), max_size=3),
                                       json_leaf),
@@ -408,6 +410,34 @@ def _report(name: str, tally: dict[str, Tally]) -> None:
               f"statuses={dict(sorted(t.statuses.items()))}")
 
 
+async def _open_call(core: System, sid: str) -> None:
+    """The Session's Runtime opens ``OPEN_CALL`` (a Codex ``item/started`` observation, which
+    storage turns into the call), so the tool-result cases reach the content rules instead of
+    the 404 for an unknown call."""
+    producer = AIOKafkaProducer(bootstrap_servers=core.settings.kafka_bootstrap_servers,
+                                acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(core.topics.runtime_observations, encode({
+            "schema": "runtime.observation/1", "runtime_id": "rt_" + "0" * 32,
+            "session_id": sid, "harness": "codex", "observed_at": "2026-01-01T00:00:00Z",
+            "observation_id": f"obs_{sid}", "native": {"method": "item/started", "params": {
+                "threadId": "thr_hostile", "turnId": "turn_hostile",
+                "item": {"type": "dynamicToolCall", "id": OPEN_CALL, "tool": "look",
+                         "arguments": {}}}}}), key=sid.encode())
+    finally:
+        await producer.stop()
+    assert core.http is not None
+    deadline = time.monotonic() + 60
+    while True:
+        r = await core.http.get(f"/v1/sessions/{sid}/tool_results/{OPEN_CALL}", headers=AUTH)
+        if r.status_code == 200:
+            assert r.json()["submitted"] is False, r.text
+            return
+        assert time.monotonic() < deadline, f"the call was not opened: {r.status_code} {r.text}"
+        await asyncio.sleep(0.2)
+
+
 async def _run(core: System, work: Callable[[Harness, str, int], None], name: str
                ) -> dict[str, Tally]:
     """Run ``work`` in a thread (blocking HTTP client) while the services run on this loop,
@@ -426,6 +456,7 @@ async def _run(core: System, work: Callable[[Harness, str, int], None], name: st
         "harness": "codex", "placement": "none", "input": "a real Session to fuzz events at"})
     assert created.status_code == 201, created.text
     sid = created.json()["id"]
+    await _open_call(core, sid)
     assert await writes.snapshot() != before  # the snapshot does see a write
     started = time.monotonic()
     try:
@@ -529,15 +560,16 @@ async def test_explicit_hostile_cases(core: System) -> None:
            b'"user","content":[{"type":"input_text","text":"a","text":"b"}]}]}', 400)
         for const in (b"NaN", b"Infinity", b"-Infinity", b"1e999"):
             go("nan_infinity", create, b'{"harness":"codex","placement":"none","input":"x",'
-               b'"metadata":{"n":' + const + b"}}", None if const == b"1e999" else 400)
+               b'"metadata":{"n":' + const + b"}}", 400)
         for url in remote_urls(port):
             go("remote_urls", create, body([_msg(_img(url))]), 400)
             go("remote_urls", ev, _j({"type": "agent.session.input.message",
                                       "input": [_msg(_img(url))]}), 400)
             go("remote_urls", ev, _j({"type": "agent.session.input.tool_result",
-                                      "call_id": "call_x", "success": True,
-                                      "output": [_img(url)]}), None)
-            go("remote_urls", create, body("x", metadata={"image_url": url}), None)
+                                      "call_id": OPEN_CALL, "success": True,
+                                      "output": [_img(url)]}), 400)
+            # metadata is stored, never interpreted: a URL there is just a string
+            go("remote_urls", create, body("x", metadata={"image_url": url}), 201)
         # a tiny valid image is still admitted (the remote ones are refused, not all images)
         go("remote_urls", create, body([_msg(_img(png_data_uri()))]), 201)
         # last: the store's counts get slower with every large document (FerretDB scans)

@@ -17,6 +17,11 @@ from shared.domain.jsonbody import parse_json
     (b'{"a": {"b": 1, "b": 1}}', None, "duplicate key 'b'"),
     (b'{"a": NaN}', None, "NaN"),
     (b'{"a": Infinity}', None, "Infinity"),
+    # a number that overflows to infinity is no number JSON can carry back (docs/reliability.md:
+    # "NaN, Infinity, -Infinity → 400 (1e999 too)")
+    (b'{"metadata": {"n": 1e999}}', None, "1e999"),
+    (b'{"a": [-1e999]}', None, "-1e999"),
+    (b'{"a": 1.5e309}', None, "out of range"),
     (b'{"a": "\xff"}', None, "UTF-8"),
     (b'{"a": ', None, "malformed JSON"),
     (b'{"input": [{"content": [{"text": "\\ud800"}]}]}', "input[0].content[0].text",
@@ -30,6 +35,11 @@ def test_rejections(raw: bytes, param: str | None, fragment: str) -> None:
     assert got.type == "invalid_request" and got.status == 400
     assert got.param == param
     assert fragment in got.message
+
+
+@pytest.mark.parametrize("raw", [b"1e308", b"-1.7976931348623157e308", b"1e-999", b"0.1"])
+def test_large_but_finite_numbers_are_fine(raw: bytes) -> None:
+    assert parse_json(b'{"n": ' + raw + b"}") == {"n": float(raw)}
 
 
 def test_pairs_and_escaped_backslashes_are_fine() -> None:

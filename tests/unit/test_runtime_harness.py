@@ -11,7 +11,11 @@ from services.runtime.harness import ALTERED_SUFFIX, Emit, SimulatedHarness, par
 from services.runtime.switches import Switches
 from shared.domain import receipts
 from shared.domain.adapters import codex
-from shared.domain.delivery import function_result_delivery, message_delivery
+from shared.domain.delivery import (
+    REFUSAL_TURN_BOUND_EXCEEDED,
+    function_result_delivery,
+    message_delivery,
+)
 from shared.domain.observations import CallOpened, TurnEnded, classify
 
 RT = "rt_" + "a" * 32
@@ -409,7 +413,14 @@ def test_claude_64_message_bound(opening: int, steers: list[int], refused_at: in
             assert users == []  # no part of the batch submitted
             assert refusals[0]["refusal"]["terminal"] is True
             assert "turn_message_bound_exceeded" in refusals[0]["refusal"]["reason"]
+            assert refusals[0]["refusal"]["code"] == REFUSAL_TURN_BOUND_EXCEEDED
             assert [e.state for e in turn_ends(h, out)] == ["failed"]
+            # The end's envelope says why the bridge ended the Turn (storage's reason) and it
+            # comes after the refusal, in the same ordered batch.
+            end = out[-1].record
+            assert end["native"]["type"] == "result" and end["turn_id"] == "turn_1"
+            assert end["end_reason"] == refusals[0]["refusal"]["reason"]
+            assert out.index(next(e for e in out if e.record["native"] is None)) < len(out) - 1
             return
         assert len(users) == n_msgs and not refusals
     assert refused_at is None
