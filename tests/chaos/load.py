@@ -45,6 +45,7 @@ RETRY_BUDGET_S = 150.0  # per input: the client keeps retrying this long
 # own budget (storage's reply, 10 s), so a timeout here means no answer at all
 REQUEST_TIMEOUT_S = 30.0
 SETTLE_S = 90.0  # after the load: every Turn must end and every call get its verdict by then
+QUIET_S = 5.0  # … and no new Item for this long (a late hand-over starts a new Turn)
 REFUSAL_TURN_ENDED = "turn_ended"  # CONTRACT / docs/runtime-boundary.md: a steer after the end
 
 
@@ -601,13 +602,19 @@ def check(load: Load, store: dict[str, list[Json]], topic: dict[str, list[Json]]
     return v
 
 
-async def settle(api: httpx.AsyncClient, load: Load, timeout: float = SETTLE_S) -> list[str]:
+async def settle(api: httpx.AsyncClient, load: Load, timeout: float = SETTLE_S,
+                 quiet_s: float = QUIET_S) -> list[str]:
     """Until every Session's Turns have ended and every call has its verdict (a verdict comes
-    at the latest when the receipt window closes). Returns what is still open at the timeout:
+    at the latest when the receipt window closes), and no Session got a new Item for
+    ``quiet_s`` — a steer the Runtime refused after its Turn ended is handed over again as a
+    new Turn, possibly after every Turn had ended. Returns what is still open at the timeout:
     a Turn that never ends or a call never decided fails the scenario, not a silent wait."""
     deadline = time.monotonic() + timeout
+    last_change = time.monotonic()
+    count = -1
     while True:
         still: list[str] = []
+        total = 0
         for run in load.runs:
             if run.session_id is None:
                 continue
@@ -615,11 +622,15 @@ async def settle(api: httpx.AsyncClient, load: Load, timeout: float = SETTLE_S) 
             if items is None:
                 still.append(f"s{run.index} {run.session_id}: Items not readable")
                 continue
+            total += len(items)
             still += [f"s{run.index} {run.session_id}: Turn {t} never ended"
                       for t in sorted(turns_open(items))]
             still += [f"s{run.index} {run.session_id}: call {c} never decided"
                       for c in sorted(calls_undecided(items))]
-        if not still or time.monotonic() > deadline:
+        if total != count:
+            count, last_change = total, time.monotonic()
+        if (not still and time.monotonic() - last_change >= quiet_s) or (
+                time.monotonic() > deadline):
             return still
         await asyncio.sleep(1.0)
 
@@ -629,13 +640,16 @@ async def verify(api: httpx.AsyncClient, core: Any, load: Load, since: Offsets) 
     ``session.items`` (again, until it has caught up with the store: storage publishes after
     it writes), ``runtime.deliveries`` and ``runtime.observations`` from where they stood when
     the load began, and check."""
-    unsettled = await settle(api, load)
-    store = {}
-    for run in load.runs:
-        if run.session_id is not None:
-            items = await read_items(api, run.session_id)
-            assert items is not None, run.session_id
-            store[run.session_id] = items
+    for _ in range(3):  # settled, yet a Turn opened meanwhile (a late hand-over): once more
+        unsettled = await settle(api, load)
+        store = {}
+        for run in load.runs:
+            if run.session_id is not None:
+                items = await read_items(api, run.session_id)
+                assert items is not None, run.session_id
+                store[run.session_id] = items
+        if unsettled or not any(turns_open(i) or calls_undecided(i) for i in store.values()):
+            break
     topics = topics_for(core.settings)
     deadline = time.monotonic() + 30
     while True:

@@ -33,24 +33,26 @@ WARMUP_S = 2.5  # load runs this long before the fault
 DOWN_S = 3.0  # how long the killed component stays dead
 SESSIONS = int(os.environ.get("CHAOS_SESSIONS", "12"))  # × 13 inputs, 5 calls each
 
-# The answers a row allows from the fault on (before it: 201 / 202 / 504). Never a 500 (or any
-# other 5xx), a 429 or a 4xx, never a client timeout (a hang: REQUEST_TIMEOUT_S is 30 s, above
-# admission's own 10 s budget); a crash may only show as
+# The answers a row allows from the fault on (before it: 201 / 202 and the two below). Never a
+# 500 (or any other 5xx), a 429 or a 4xx, never a client timeout (a hang: REQUEST_TIMEOUT_S is
+# 30 s, above admission's own 10 s budget), never a broken connection but where admission dies.
 OK = frozenset({"201", "202"})
-# storage's reply not in its budget (SESSION_CORE_STORAGE_REPLY_TIMEOUT_MS, 10 s): admitted,
-# stored later; the same-id retry gets the stored answer. Caused by the fault where storage, the
-# broker or a storage rebalance is hit; in any row by a CPU-starved machine (seen: 504s a minute
-# after a dispatcher kill at load average 38 on 2 cores) — allowed everywhere, counted in the row
-STORAGE_LATE = frozenset({"504"})
+# 504: storage's reply not in its budget (SESSION_CORE_STORAGE_REPLY_TIMEOUT_MS, 10 s) —
+# admitted, stored later, the same-id retry gets the stored answer. 503 + Retry-After: the
+# broker or store watch refused up front, nothing was handed over. The fault causes them where
+# it hits storage, the broker, the store or a storage rebalance; a CPU-starved machine causes
+# them in any row (seen at load average 30–45 on 2 cores: 504s a minute after a dispatcher or
+# receipts kill, 503s from a broker watch whose 2 s probe timed out with the broker up). Neither
+# can hide a loss (the checks count every input), so they are allowed in every row and counted.
+REFUSED_OR_LATE = frozenset({"503", "504"})
 # the dead admission process: connection refused, or a connection it had open broken mid-request
 CONNECTION_BROKEN = frozenset({"ConnectError", "RemoteProtocolError", "ReadError", "WriteError"})
-# the broker or store watch: refused up front, nothing handed over
-UNAVAILABLE = frozenset({"503"})
+EVERY_ROW = OK | REFUSED_OR_LATE
 ALLOWED: dict[str, frozenset[str]] = {
-    "admission": OK | STORAGE_LATE | CONNECTION_BROKEN,
-    "storage": OK | STORAGE_LATE,
-    "dispatcher": OK | STORAGE_LATE,  # the client never waits on the dispatcher or the tracker
-    "receipts": OK | STORAGE_LATE,
+    "admission": EVERY_ROW | CONNECTION_BROKEN,
+    "storage": EVERY_ROW,
+    "dispatcher": EVERY_ROW,  # the client never waits on the dispatcher or the tracker
+    "receipts": EVERY_ROW,
 }
 
 
@@ -80,7 +82,7 @@ async def run_scenario(core: Core, api: httpx.AsyncClient, record: Callable[[Row
     before = Counter(s for t, s in load.statuses if t < t_fault)
     record(make_row(fault, v, t_restored - t_fault, recovered - t_restored, answers, allowed))
     assert load.problems == []
-    assert set(before) <= OK | STORAGE_LATE, before
+    assert set(before) <= EVERY_ROW, before
     assert set(answers) <= allowed, (answers, sorted(allowed), [
         (round(t - t_fault, 1), s) for t, s in load.statuses if t >= t_fault and s not in OK])
     assert v.acked == v.sent, [i for i in load.inputs if not i.acked]
@@ -122,7 +124,7 @@ async def test_kill_storage_with_steers_racing_turn_ends(
     problem otherwise): the Runtime refuses such a steer and Core hands it over again."""
     inject, restore = kill_restart(chaos_core, "storage")
     await run_scenario(chaos_core, api, record, "kill -9 storage, steers racing Turn ends",
-                       inject, restore, OK | STORAGE_LATE, avoid_steer_race=False,
+                       inject, restore, EVERY_ROW, avoid_steer_race=False,
                        pace_s=float(os.environ.get("CHAOS_STEER_PACE_S", "0.75")))
 
 
@@ -131,7 +133,7 @@ async def test_kill_broker(chaos_core: Core, chaos_stack: Stack, api: httpx.Asyn
     answers = await run_scenario(chaos_core, api, record, "kill -9 Kafka broker",
                                  lambda: chaos_stack.stop("kafka", kill=True),
                                  lambda: chaos_stack.start("kafka"),
-                                 OK | UNAVAILABLE | STORAGE_LATE)
+                                 EVERY_ROW)
     # while the broker is away a write is refused at once (503 + Retry-After: the broker
     # watch), not left hanging on the producer's timeouts (the client's ReadTimeout)
     assert answers["503"] > 0 and answers["ReadTimeout"] == 0, answers
@@ -159,4 +161,4 @@ async def test_rebalance(chaos_core: Core, api: httpx.AsyncClient,
     how = "leave (SIGTERM)" if leave == "sigterm" else "are killed (kill -9)"
     await run_scenario(chaos_core, api, record,
                        f"rebalance: storage + dispatcher replica join, then {how}", join, go,
-                       OK | STORAGE_LATE)
+                       EVERY_ROW)
