@@ -155,6 +155,13 @@ class Load:
         return [image_part(kind, f"{self.tag}:{run.index}:{step.key}:{j}")
                 for j, kind in enumerate(step.images)]
 
+    def progress(self) -> str:
+        """Where each Session's script stands (for a load that does not finish)."""
+        return ", ".join(f"s{r.index}: {len(r.inputs)}/{len(SCRIPT)} sent, last "
+                         f"{r.inputs[-1].key if r.inputs else '-'} "
+                         f"{'acked' if r.inputs and r.inputs[-1].acked else 'not acked'}"
+                         for r in self.runs)
+
     @property
     def inputs(self) -> list[Input]:
         return [i for r in self.runs for i in r.inputs]

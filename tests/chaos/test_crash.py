@@ -71,7 +71,10 @@ async def run_scenario(core: Core, api: httpx.AsyncClient, record: Callable[[Row
     await asyncio.to_thread(restore)
     t_restored = time.monotonic()
     recovered = await probe(api)
-    await asyncio.wait_for(running, 400)
+    try:
+        await asyncio.wait_for(running, 400)
+    except TimeoutError:
+        pytest.fail(f"load not done 400 s after the probe: {load.progress()}; {load.problems}")
     t_load = time.monotonic()
     assert core.dead() == [], core.logs_tail()
 
