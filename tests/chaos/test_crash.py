@@ -27,7 +27,7 @@ from tests.chaos.load import Load, topic_ends, verify
 from tests.conftest import Stack
 from tests.support.processes import Core
 
-pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]  # the first test also starts the stack
 
 WARMUP_S = 2.5  # load runs this long before the fault
 DOWN_S = 3.0  # how long the killed component stays dead

@@ -27,7 +27,7 @@ from tests.conftest import Stack
 from tests.integration.test_storage import admitted_event
 from tests.support.processes import TENANT, Core
 
-pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]  # the first test also starts the stack
 
 OUTAGE_S = 8.0
 # store_request_timeout_ms is 2 s (the default): a 503 must come well inside this
