@@ -4,25 +4,35 @@
 like a real client: every input carries a client-minted idempotency id (``client_request_id`` /
 ``client_event_id``) and is retried with the SAME id after a 5xx, a 429, a timeout or a connection
 error, until it gets its 201/202 — so "lost" and "duplicated" are measurable. Each Session's
-script mixes messages and function results: a message containing ``call f<k> {...}`` makes the
-reference Runtime open a call; the generator waits for the ``function_call`` Item, then submits
-the result.
+script mixes messages and function results, with real PNG / JPEG images (data URIs) in messages
+and in function results: a message containing ``call f<k> {...}`` makes the reference Runtime
+open a call; the generator waits for the ``function_call`` Item, then submits the result.
 
-``check`` then reads every Session from the store (``GET …/items``) and from ``session.items``
-(the whole topic) and counts, per input the generator sent, how often it appears."""
+``verify`` lets the Sessions settle (every Turn ended, every call decided — or it reports what
+never did), then reads every Session from the store (``GET …/items``) and, from outside the
+services, ``session.items``, ``runtime.deliveries`` and ``runtime.observations`` (from where
+they stood when the load began), and ``check`` counts per input the generator sent how often it
+was stored, published and delivered; per call its ``function_call_application`` verdicts; per
+Turn its end."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import io
 import json
+import random
 import time
 import uuid
-from collections import defaultdict
+import zlib
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from aiokafka import TopicPartition
+from PIL import Image
 
 from shared.kafka import assigned_consumer
 from shared.settings import Settings
@@ -31,14 +41,61 @@ from shared.topics import topics_for
 Json = dict[str, Any]
 OK = (200, 201, 202)
 RETRY_BUDGET_S = 150.0  # per input: the client keeps retrying this long
-REQUEST_TIMEOUT_S = 15.0  # per attempt: a hang counts as a timeout and is retried
+# per attempt: a hang counts as a timeout (no row allows one) and is retried. Above admission's
+# own budget (storage's reply, 10 s), so a timeout here means no answer at all
+REQUEST_TIMEOUT_S = 30.0
+SETTLE_S = 90.0  # after the load: every Turn must end and every call get its verdict by then
+QUIET_S = 5.0  # … and no new Item for this long (a late hand-over starts a new Turn)
+REFUSAL_TURN_ENDED = "turn_ended"  # CONTRACT / docs/runtime-boundary.md: a steer after the end
 
-# One Session's script: ("message", k, with_call) or ("result", k). Step 0 creates the Session.
-SCRIPT: list[tuple[str, int, bool]] = [
-    ("message", 0, True), ("result", 0, False), ("message", 1, False),
-    ("message", 2, True), ("result", 2, False), ("message", 3, False), ("message", 4, False),
-    ("message", 5, True), ("result", 5, False), ("message", 6, False),
+
+@dataclass(frozen=True)
+class Step:
+    """One input of a Session's script. ``kind`` "message": ``key`` is the message's name
+    (``m<k>``), ``calls`` the functions it asks the Runtime to call. ``kind`` "result": ``key``
+    is the function whose result this is. ``images``: ``png`` / ``jpeg`` (a few hundred bytes,
+    kept inline in the Item document) or ``png_large`` (about 270 KB as a data URI: above
+    ``inline_image_max_bytes``, so storage keeps it in the image chunk store)."""
+    kind: str
+    key: str
+    calls: tuple[str, ...] = ()
+    images: tuple[str, ...] = ()
+
+
+# One Session's script; step 0 creates the Session. 13 inputs, 5 calls (two of them opened by
+# one message: two calls pending in one Turn), 9 images in 7 inputs.
+SCRIPT: list[Step] = [
+    Step("message", "m0", ("f0",), ("png",)),
+    Step("result", "f0", images=("jpeg",)),
+    Step("message", "m1", images=("png_large",)),
+    Step("message", "m2", ("f2", "g2")),
+    Step("result", "f2"),
+    Step("result", "g2", images=("png",)),
+    Step("message", "m3"),
+    Step("message", "m4", images=("jpeg",)),
+    Step("message", "m5", ("f5",), ("jpeg",)),
+    Step("result", "f5", images=("png", "jpeg")),
+    Step("message", "m6"),
+    Step("message", "m7", ("f7",)),
+    Step("result", "f7"),
 ]
+CALLS_PER_SESSION = sum(len(s.calls) for s in SCRIPT)
+
+
+def image_uri(kind: str, seed: str) -> str:
+    """A real image, different for every ``seed``, as a data URI: PNG / JPEG of random pixels
+    (Pillow-encoded, so admission's decoder accepts it)."""
+    rnd = random.Random(zlib.crc32(f"{kind}:{seed}".encode()))
+    side = {"png": 6, "jpeg": 8, "png_large": 260}[kind]
+    img = Image.frombytes("RGB", (side, side), rnd.randbytes(side * side * 3))
+    buf = io.BytesIO()
+    fmt, mime = ("JPEG", "image/jpeg") if kind == "jpeg" else ("PNG", "image/png")
+    img.save(buf, fmt)
+    return f"data:{mime};base64,{base64.b64encode(buf.getvalue()).decode()}"
+
+
+def image_part(kind: str, seed: str) -> Json:
+    return {"type": "input_image", "image_url": image_uri(kind, seed)}
 
 
 @dataclass
@@ -48,6 +105,8 @@ class Input:
     key: str  # the message text, or the function name whose result this is
     idem: str  # client_request_id / client_event_id
     call_id: str | None = None
+    content: list[Json] | None = None  # a message: its content parts, as sent
+    output: str | list[Json] | None = None  # a result: its output, as sent
     attempts: list[str] = field(default_factory=list)  # status codes / error names, in order
     acked_at: float | None = None
 
@@ -66,11 +125,13 @@ class SessionRun:
     harness: str
     session_id: str | None = None
     inputs: list[Input] = field(default_factory=list)
+    call_text: dict[str, str] = field(default_factory=dict)  # function → the asking message
+    seen: list[Json] = field(default_factory=list)  # the Items read so far, in sequence order
 
 
 class Load:
-    def __init__(self, base_url: str, api_key: str, tag: str, sessions: int = 6,
-                 pace_s: float = 0.6, stagger_s: float = 0.8,
+    def __init__(self, base_url: str, api_key: str, tag: str, sessions: int = 12,
+                 pace_s: float = 0.6, stagger_s: float = 0.3,
                  avoid_steer_race: bool = True) -> None:
         self.base_url = base_url
         self.headers = {"Authorization": f"Bearer {api_key}"}
@@ -86,9 +147,20 @@ class Load:
         self.problems: list[str] = []  # answers a correct Core never gives (4xx to valid input)
         self.statuses: list[tuple[float, str]] = []  # (time, status) of every attempt
 
-    def text(self, run: SessionRun, k: int, with_call: bool) -> str:
-        t = f"chaos {self.tag} s{run.index} m{k}"
-        return f"{t} call f{k} {{\"k\": {k}}}" if with_call else t
+    def text(self, run: SessionRun, step: Step) -> str:
+        t = f"chaos {self.tag} s{run.index} {step.key}"
+        return t + "".join(f" call {c} {{\"k\": \"{c}\"}}" for c in step.calls)
+
+    def images(self, run: SessionRun, step: Step) -> list[Json]:
+        return [image_part(kind, f"{self.tag}:{run.index}:{step.key}:{j}")
+                for j, kind in enumerate(step.images)]
+
+    def progress(self) -> str:
+        """Where each Session's script stands (for a load that does not finish)."""
+        return ", ".join(f"s{r.index}: {len(r.inputs)}/{len(SCRIPT)} sent, last "
+                         f"{r.inputs[-1].key if r.inputs else '-'} "
+                         f"{'acked' if r.inputs and r.inputs[-1].acked else 'not acked'}"
+                         for r in self.runs)
 
     @property
     def inputs(self) -> list[Input]:
@@ -101,14 +173,18 @@ class Load:
 
     async def _session(self, http: httpx.AsyncClient, run: SessionRun) -> None:
         await asyncio.sleep(run.index * self.stagger_s)
-        for step, (kind, k, with_call) in enumerate(SCRIPT):
-            if step:
+        for n, step in enumerate(SCRIPT):
+            if n:
                 await asyncio.sleep(self.pace_s)
-            if kind == "message":
-                text = self.text(run, k, with_call)
-                msg = [{"role": "user", "content": [{"type": "input_text", "text": text}]}]
-                if step == 0:
-                    inp = Input(run.index, "create", text, str(uuid.uuid4()))
+            payload: Json
+            if step.kind == "message":
+                text = self.text(run, step)
+                for c in step.calls:
+                    run.call_text[c] = text
+                content = [{"type": "input_text", "text": text}, *self.images(run, step)]
+                msg = [{"role": "user", "content": content}]
+                if n == 0:
+                    inp = Input(run.index, "create", text, str(uuid.uuid4()), content=content)
                     run.inputs.append(inp)
                     body = await self._send(http, inp, "/v1/sessions", {
                         "harness": run.harness, "placement": "none", "input": msg,
@@ -117,29 +193,32 @@ class Load:
                         return
                     run.session_id = body["id"]
                     continue
-                if with_call and self.avoid_steer_race:
-                    assert run.session_id is not None
-                    await self._wait_turns_over(http, run.session_id)
-                inp = Input(run.index, "message", text, str(uuid.uuid4()))
+                assert run.session_id is not None
+                if step.calls and self.avoid_steer_race:
+                    open_turns = await self._wait_turns_over(http, run)
+                    if open_turns:
+                        self.problems.append(f"s{run.index} {run.session_id}: Turns "
+                                             f"{sorted(open_turns)} never ended")
+                        return
+                inp = Input(run.index, "message", text, str(uuid.uuid4()), content=content)
+                payload = {"type": "agent.session.input.message", "input": msg,
+                           "client_event_id": inp.idem}
             else:
                 assert run.session_id is not None
-                call = await self._wait_call(http, run.session_id, f"f{k}",
-                                             self.text(run, k, True))
+                call = await self._wait_call(http, run, step.key, run.call_text[step.key])
                 if not isinstance(call, dict):  # the message was never run
-                    self.problems.append(f"s{run.index}: call f{k} never appeared ({call})")
+                    self.problems.append(f"s{run.index}: call {step.key} never appeared ({call})")
                     return
-                inp = Input(run.index, "result", f"f{k}", str(uuid.uuid4()),
-                            call_id=call["call_id"])
-            run.inputs.append(inp)
-            assert run.session_id is not None
-            path = f"/v1/sessions/{run.session_id}/events"
-            if kind == "message":
-                payload: Json = {"type": "agent.session.input.message", "input": msg,
-                                 "client_event_id": inp.idem}
-            else:
+                said = f"result of {step.key} for s{run.index}"
+                output: str | list[Json] = (
+                    [{"type": "input_text", "text": said}, *self.images(run, step)]
+                    if step.images else said)
+                inp = Input(run.index, "result", step.key, str(uuid.uuid4()),
+                            call_id=call["call_id"], output=output)
                 payload = {"type": "agent.session.input.tool_result", "call_id": inp.call_id,
-                           "success": True, "output": f"result of f{k} for s{run.index}",
-                           "client_event_id": inp.idem}
+                           "success": True, "output": output, "client_event_id": inp.idem}
+            run.inputs.append(inp)
+            path = f"/v1/sessions/{run.session_id}/events"
             if await self._send(http, inp, path, payload) is None:
                 return
 
@@ -168,22 +247,34 @@ class Load:
                 return None
             await asyncio.sleep(min(wait, 2.0))
 
-    async def _wait_turns_over(self, http: httpx.AsyncClient, sid: str,
-                               timeout: float = RETRY_BUDGET_S) -> None:
-        """Until every Turn of the Session has a ``completed`` or ``failed`` Item."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            items = await read_items(http, sid)
-            if items is not None:
-                started = {it["turn_id"] for it in items
-                           if it.get("type") == "turn" and it.get("state") == "started"}
-                ended = {it["turn_id"] for it in items if it.get("type") == "turn"
-                         and it.get("state") in ("completed", "failed")}
-                if started <= ended:
-                    return
-            await asyncio.sleep(0.3)
+    async def _poll(self, http: httpx.AsyncClient, run: SessionRun) -> list[Json] | None:
+        """The Session's Items, reading only those after the last one seen (``after``): the
+        generator polls often, and a full read of every Session (a 270 KB image among its
+        Items) each time would cost more CPU than the load itself. None: not readable now."""
+        assert run.session_id is not None
+        after = run.seen[-1]["sequence"] if run.seen else 0
+        new = await read_items(http, run.session_id, after)
+        if new is None:
+            return None
+        run.seen.extend(new)
+        return run.seen
 
-    async def _wait_call(self, http: httpx.AsyncClient, sid: str, name: str, text: str,
+    async def _wait_turns_over(self, http: httpx.AsyncClient, run: SessionRun,
+                               timeout: float = RETRY_BUDGET_S) -> set[str]:
+        """Until every Turn of the Session has a ``completed`` or ``failed`` Item. Returns the
+        Turns still open at the timeout (empty: all ended) — never a silent timeout."""
+        deadline = time.monotonic() + timeout
+        open_turns: set[str] = {"(the Session's Items could not be read)"}
+        while time.monotonic() < deadline:
+            items = await self._poll(http, run)
+            if items is not None:
+                open_turns = turns_open(items)
+                if not open_turns:
+                    return open_turns
+            await asyncio.sleep(0.4)
+        return open_turns
+
+    async def _wait_call(self, http: httpx.AsyncClient, run: SessionRun, name: str, text: str,
                          timeout: float = RETRY_BUDGET_S) -> Json | str:
         """The ``function_call`` Item ``name``; ``"refused"`` when the Turn of the message that
         asks for it failed on a Runtime refusal (no call will come), or ``"timeout"``. A steer
@@ -191,7 +282,7 @@ class Load:
         (docs/runtime-boundary.md), so its call does come."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            items = await read_items(http, sid) or []
+            items = await self._poll(http, run) or []
             turn = None
             for it in items:
                 if it.get("type") == "function_call" and it.get("name") == name:
@@ -204,29 +295,30 @@ class Load:
                         and it.get("state") == "failed"
                         and "refused" in str(it.get("reason"))):
                     return "refused"
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.4)
         return "timeout"
 
 
-async def handed_over(http: httpx.AsyncClient, load: Load) -> int:
-    """Steers the Runtime refused because its Turn had ended, handed over again by Core: the
-    ``turn`` Items that say so (``decide_steer_refused``)."""
-    n = 0
-    for run in load.runs:
-        if run.session_id is None:
-            continue
-        for it in await read_items(http, run.session_id) or []:
-            reason = str(it.get("reason"))
-            if it.get("type") == "turn" and it.get("state") == "started" and (
-                    "reached the runtime after that Turn ended" in reason):
-                n += 1
-    return n
+def turns_open(items: list[Json]) -> set[str]:
+    """Turns with a ``started`` Item and no ``completed`` / ``failed`` one."""
+    started = {it["turn_id"] for it in items
+               if it.get("type") == "turn" and it.get("state") == "started"}
+    ended = {it["turn_id"] for it in items
+             if it.get("type") == "turn" and it.get("state") in ("completed", "failed")}
+    return started - ended
 
 
-async def read_items(http: httpx.AsyncClient, sid: str) -> list[Json] | None:
-    """Every Item of a Session from the store through the API (None: not readable now)."""
+def calls_undecided(items: list[Json]) -> set[str]:
+    """Calls with a ``function_call`` Item and no ``function_call_application`` verdict."""
+    calls = {it["call_id"] for it in items if it.get("type") == "function_call"}
+    decided = {it["call_id"] for it in items if it.get("type") == "function_call_application"}
+    return calls - decided
+
+
+async def read_items(http: httpx.AsyncClient, sid: str, after: int = 0) -> list[Json] | None:
+    """Every Item of a Session (after sequence ``after``) from the store through the API (None:
+    not readable now)."""
     out: list[Json] = []
-    after = 0
     while True:
         try:
             r = await http.get(f"/v1/sessions/{sid}/items",
@@ -242,23 +334,50 @@ async def read_items(http: httpx.AsyncClient, sid: str) -> list[Json] | None:
         after = page["next_after"]
 
 
-async def read_topic(settings: Settings) -> dict[str, list[Json]]:
-    """The whole ``session.items`` topic up to its current end, by session_id, in log order."""
-    topic = topics_for(settings).session_items
+# The topics read from outside, by their name in ``Topics``.
+WATCHED = ("session_items", "runtime_deliveries", "runtime_observations")
+Offsets = dict[str, dict[int, int]]  # topic → partition → offset
+
+
+async def topic_ends(settings: Settings) -> Offsets:
+    """Where each watched topic ends now: the checker reads from here (the load's Sessions are
+    created after this, so nothing of theirs is before it)."""
+    out: Offsets = {}
+    for attr in WATCHED:
+        topic = getattr(topics_for(settings), attr)
+        c = await assigned_consumer(settings, topic, at_end=False)
+        try:
+            ends = await c.end_offsets(list(c.assignment()))
+            out[topic] = {tp.partition: off for tp, off in ends.items()}
+        finally:
+            with contextlib.suppress(asyncio.CancelledError):
+                await c.stop()
+    return out
+
+
+async def read_topic(settings: Settings, topic: str, since: Offsets | None = None
+                     ) -> dict[str, list[Json]]:
+    """A topic from ``since`` (default: its beginning) up to its current end, by
+    ``session_id``, in log order per partition."""
     c = await assigned_consumer(settings, topic, at_end=False)
     try:
         tps = list(c.assignment())
+        start = (since or {}).get(topic, {})
+        for tp in tps:
+            if start.get(tp.partition):
+                c.seek(tp, start[tp.partition])
         end = await c.end_offsets(tps)
         out: dict[str, list[Json]] = defaultdict(list)
-        left = {tp for tp in tps if end[tp] > 0}
+        left = {tp for tp in tps if end[tp] > start.get(tp.partition, 0)}
         while left:
             batch = await c.getmany(*left, timeout_ms=1000)
             for recs in batch.values():
                 for r in recs:
-                    item = json.loads(r.value)
-                    out[item["session_id"]].append(item)
+                    rec = json.loads(r.value)
+                    if isinstance(rec, dict) and isinstance(rec.get("session_id"), str):
+                        out[rec["session_id"]].append(rec)
             for tp in list(left):
-                if await c.position(tp) >= end[tp]:
+                if await c.position(TopicPartition(tp.topic, tp.partition)) >= end[tp]:
                     left.discard(tp)
         return out
     finally:
@@ -275,6 +394,24 @@ class Verdict:
     lost: list[str]
     duplicated: list[str]
     gaps: list[str]  # sequence, order and store/topic agreement violations
+    # what the dispatcher and the receipt tracker produced, seen from outside
+    delivered: int = 0  # acked inputs with a delivery record carrying them
+    undelivered: list[str] = field(default_factory=list)
+    delivery_problems: list[str] = field(default_factory=list)  # twice, altered, not handed over
+    calls: int = 0
+    verdicts: Counter[str] = field(default_factory=Counter)  # application state → count
+    verdict_problems: list[str] = field(default_factory=list)  # not exactly one, not applied
+    turns: int = 0
+    turns_ended: int = 0
+    turn_problems: list[str] = field(default_factory=list)  # never ended, ended twice, failed
+    unsettled: list[str] = field(default_factory=list)  # still open after SETTLE_S
+    handovers: int = 0  # deliveries ``…_r<n>``: refused steers handed over again
+
+    @property
+    def problems(self) -> list[str]:
+        return (self.lost + self.duplicated + self.gaps + self.undelivered
+                + self.delivery_problems + self.verdict_problems + self.turn_problems
+                + self.unsettled)
 
 
 def _occurrences(items: list[Json], inp: Input) -> list[int]:
@@ -291,7 +428,118 @@ def _occurrences(items: list[Json], inp: Input) -> list[int]:
     return seqs
 
 
-def check(load: Load, store: dict[str, list[Json]], topic: dict[str, list[Json]]) -> Verdict:
+def _altered(items: list[Json], inp: Input, seq: int) -> bool:
+    """The Item at ``seq`` does not hold ``inp`` exactly as sent (text and images, in order)."""
+    it = next(i for i in items if i["sequence"] == seq)
+    if inp.kind == "result":
+        return bool(it.get("output") != inp.output or it.get("success") is not True)
+    return bool(it.get("content") != inp.content)
+
+
+def _base(delivery_id: str) -> tuple[str, int]:
+    """``dlv_x`` → (``dlv_x``, 0); a hand-over again ``dlv_x_r2`` → (``dlv_x``, 2)."""
+    base, _, n = delivery_id.partition("_r")
+    return base, int(n) if n.isdigit() else 0
+
+
+def _check_deliveries(v: Verdict, run: SessionRun, deliveries: list[Json],
+                      observations: list[Json]) -> None:
+    """Every acked input has a delivery record carrying it exactly as sent (a ``start`` or
+    ``steer`` holding the message, or a ``function_result`` for its call with its output as
+    content), all under one delivery (a republication after a crash repeats the same
+    ``delivery_id``; a hand-over again is ``<id>_r<n>``); every steer the Runtime refused
+    because its Turn had ended was handed over again; no other refusal."""
+    by_message: dict[str, set[str]] = defaultdict(set)
+    by_call: dict[str, list[Json]] = defaultdict(list)
+    ids: set[str] = set()
+    for d in deliveries:
+        ids.add(d["delivery_id"])
+        if d.get("kind") in ("start", "steer"):
+            for m in d.get("messages", []):
+                by_message[json.dumps(m.get("content"), sort_keys=True)].add(d["delivery_id"])
+        elif d.get("kind") == "function_result":
+            by_call[str(d.get("call_id"))].append(d)
+    v.handovers += sum(1 for i in ids if _base(i)[1] > 0)
+    for inp in run.inputs:
+        if not (inp.acked or inp.retried):
+            continue
+        label = f"s{run.index}/{inp.kind}/{inp.key}"
+        if inp.kind == "result":
+            found = by_call.get(str(inp.call_id), [])
+            want = ([{"type": "input_text", "text": inp.output}] if isinstance(inp.output, str)
+                    else inp.output)
+            if found and any(d.get("content") != want or d.get("success") is not True
+                             for d in found):
+                v.delivery_problems.append(f"{label}: delivered altered")
+            got = {d["delivery_id"] for d in found}
+        else:
+            got = by_message.get(json.dumps(inp.content, sort_keys=True), set())
+        if not got:
+            v.undelivered.append(f"{label} (call {inp.call_id})" if inp.call_id else label)
+            continue
+        v.delivered += 1
+        if len({_base(i)[0] for i in got}) > 1:
+            v.delivery_problems.append(f"{label}: delivered as {sorted(got)} (twice)")
+    for o in observations:
+        refusal = o.get("refusal")
+        if not isinstance(refusal, dict):
+            continue
+        did = str(refusal.get("delivery_id"))
+        if refusal.get("kind") == "steer" and refusal.get("code") == REFUSAL_TURN_ENDED:
+            base, n = _base(did)
+            if not any(_base(i)[0] == base and _base(i)[1] > n for i in ids):
+                v.delivery_problems.append(f"s{run.index}: steer {did} refused "
+                                           "(turn ended) and never handed over again")
+        else:
+            v.delivery_problems.append(f"s{run.index}: the Runtime refused {did}: "
+                                       f"{refusal.get('reason')}")
+
+
+def _check_verdicts_and_turns(v: Verdict, run: SessionRun, items: list[Json]) -> None:
+    """Exactly one ``function_call_application`` per call, ``applied`` (every result reaches a
+    live Runtime that applies it; a restarted tracker still counts a receipt that came in the
+    window, docs/receipts.md), none for a call that does not exist; every Turn started once and
+    ended once (``completed``; a ``failed`` Turn is reported: nothing in this load should fail
+    one)."""
+    calls = [it["call_id"] for it in items if it.get("type") == "function_call"]
+    v.calls += len(set(calls))
+    if len(calls) != len(set(calls)):
+        v.verdict_problems.append(f"s{run.index}: a call opened twice {calls}")
+    apps: dict[str, list[Json]] = defaultdict(list)
+    for it in items:
+        if it.get("type") == "function_call_application":
+            apps[it["call_id"]].append(it)
+            v.verdicts[it.get("state")] += 1
+    for cid in set(calls) | set(apps):
+        got = apps.get(cid, [])
+        if cid not in calls:
+            v.verdict_problems.append(f"s{run.index}: verdict for unknown call {cid}")
+        elif len(got) != 1:
+            v.verdict_problems.append(f"s{run.index}: call {cid} has {len(got)} verdicts "
+                                      f"{[a.get('state') for a in got]}")
+        elif got[0].get("state") != "applied":
+            v.verdict_problems.append(f"s{run.index}: call {cid} {got[0].get('state')}: "
+                                      f"{got[0].get('reason')}")
+    turns: dict[str, list[Json]] = defaultdict(list)
+    for it in items:
+        if it.get("type") == "turn":
+            turns[it["turn_id"]].append(it)
+    for tid, its in turns.items():
+        states = [it.get("state") for it in its]
+        ends = [it for it in its if it.get("state") in ("completed", "failed")]
+        if states.count("started") == 1:
+            v.turns += 1
+        if states[0] != "started" or states.count("started") != 1 or len(ends) != 1:
+            v.turn_problems.append(f"s{run.index}: Turn {tid} {states}")
+            continue
+        v.turns_ended += 1
+        if ends[0].get("state") == "failed":
+            v.turn_problems.append(f"s{run.index}: Turn {tid} failed: {ends[0].get('reason')}")
+
+
+def check(load: Load, store: dict[str, list[Json]], topic: dict[str, list[Json]],
+          deliveries: dict[str, list[Json]] | None = None,
+          observations: dict[str, list[Json]] | None = None) -> Verdict:
     inputs = load.inputs
     lost: list[str] = []
     dup: list[str] = []
@@ -307,6 +555,8 @@ def check(load: Load, store: dict[str, list[Json]], topic: dict[str, list[Json]]
                     if isinstance(p.get("text"), str) and p["text"].startswith(
                             f"chaos {load.tag} "):
                         everywhere[p["text"]] += 1
+    v = Verdict(sent=len(inputs), acked=sum(i.acked for i in inputs),
+                retried=sum(i.retried for i in inputs), lost=lost, duplicated=dup, gaps=gaps)
     for run in load.runs:
         sid = run.session_id
         if sid is None:
@@ -327,11 +577,10 @@ def check(load: Load, store: dict[str, list[Json]], topic: dict[str, list[Json]]
         topic_seqs = [it["sequence"] for it in first.values()]
         if topic_seqs != list(range(1, len(topic_seqs) + 1)):
             gaps.append(f"{sid}: topic sequences (first publication order) {topic_seqs}")
-        # the topic was read first: the store may be ahead (a Turn ending meanwhile), never
-        # behind, and the Items they share are the same
+        # the Sessions have settled: the topic holds exactly the store's Items
         by_seq_store = {it["sequence"]: it["id"] for it in items}
         by_seq_topic = {it["sequence"]: it["id"] for it in first.values()}
-        if any(by_seq_store.get(q) != i for q, i in by_seq_topic.items()):
+        if by_seq_store != by_seq_topic:
             gaps.append(f"{sid}: store and session.items disagree "
                         f"({len(by_seq_store)} vs {len(by_seq_topic)} Items)")
         last = 0
@@ -348,25 +597,77 @@ def check(load: Load, store: dict[str, list[Json]], topic: dict[str, list[Json]]
                     inp.kind != "result" and everywhere[inp.key] > 1):
                 dup.append(f"{label} (store {in_store}, topic {in_topic}, "
                            f"sessions {everywhere[inp.key]})")
+            if _altered(items, inp, in_store[0]):
+                gaps.append(f"{label}: stored altered (text or images not as sent)")
             if in_store[0] <= last:
                 gaps.append(f"{label}: at sequence {in_store[0]}, not after {last}")
             last = in_store[0]
-    return Verdict(sent=len(inputs), acked=sum(i.acked for i in inputs),
-                   retried=sum(i.retried for i in inputs), lost=lost, duplicated=dup,
-                   gaps=gaps)
+        if deliveries is not None:
+            _check_deliveries(v, run, deliveries.get(sid, []),
+                              (observations or {}).get(sid, []))
+        _check_verdicts_and_turns(v, run, items)
+    return v
 
 
-async def verify(api: httpx.AsyncClient, core: Any, load: Load) -> Verdict:
-    """Let the Sessions settle (every Turn ended), read ``session.items`` and then the store
-    (so the store can only be ahead), and check."""
-    for run in load.runs:
-        if run.session_id is not None:
-            await load._wait_turns_over(api, run.session_id, timeout=60)
-    topic = await read_topic(core.settings)
-    store = {}
-    for run in load.runs:
-        if run.session_id is not None:
-            items = await read_items(api, run.session_id)
-            assert items is not None, run.session_id
-            store[run.session_id] = items
-    return check(load, store, topic)
+async def settle(api: httpx.AsyncClient, load: Load, timeout: float = SETTLE_S,
+                 quiet_s: float = QUIET_S) -> list[str]:
+    """Until every Session's Turns have ended and every call has its verdict (a verdict comes
+    at the latest when the receipt window closes), and no Session got a new Item for
+    ``quiet_s`` — a steer the Runtime refused after its Turn ended is handed over again as a
+    new Turn, possibly after every Turn had ended. Returns what is still open at the timeout:
+    a Turn that never ends or a call never decided fails the scenario, not a silent wait."""
+    deadline = time.monotonic() + timeout
+    last_change = time.monotonic()
+    count = -1
+    while True:
+        still: list[str] = []
+        total = 0
+        for run in load.runs:
+            if run.session_id is None:
+                continue
+            items = await load._poll(api, run)
+            if items is None:
+                still.append(f"s{run.index} {run.session_id}: Items not readable")
+                continue
+            total += len(items)
+            still += [f"s{run.index} {run.session_id}: Turn {t} never ended"
+                      for t in sorted(turns_open(items))]
+            still += [f"s{run.index} {run.session_id}: call {c} never decided"
+                      for c in sorted(calls_undecided(items))]
+        if total != count:
+            count, last_change = total, time.monotonic()
+        if (not still and time.monotonic() - last_change >= quiet_s) or (
+                time.monotonic() > deadline):
+            return still
+        await asyncio.sleep(1.0)
+
+
+async def verify(api: httpx.AsyncClient, core: Any, load: Load, since: Offsets) -> Verdict:
+    """Let the Sessions settle (every Turn ended, every call decided), read the store, then
+    ``session.items`` (again, until it has caught up with the store: storage publishes after
+    it writes), ``runtime.deliveries`` and ``runtime.observations`` from where they stood when
+    the load began, and check."""
+    for _ in range(3):  # settled, yet a Turn opened meanwhile (a late hand-over): once more
+        unsettled = await settle(api, load)
+        store = {}
+        for run in load.runs:
+            if run.session_id is not None:
+                items = await read_items(api, run.session_id)
+                assert items is not None, run.session_id
+                store[run.session_id] = items
+        if unsettled or not any(turns_open(i) or calls_undecided(i) for i in store.values()):
+            break
+    topics = topics_for(core.settings)
+    deadline = time.monotonic() + 30
+    while True:
+        topic = await read_topic(core.settings, topics.session_items, since)
+        behind = [sid for sid, items in store.items()
+                  if not {it["id"] for it in items} <= {it["id"] for it in topic.get(sid, [])}]
+        if not behind or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(1.0)
+    deliveries = await read_topic(core.settings, topics.runtime_deliveries, since)
+    observations = await read_topic(core.settings, topics.runtime_observations, since)
+    v = check(load, store, topic, deliveries, observations)
+    v.unsettled = unsettled
+    return v

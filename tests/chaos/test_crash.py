@@ -3,12 +3,16 @@ to several Sessions (codex and claude_code, through the reference Runtimes), eac
 ``kill -9``ed and restarted, two at once, the Kafka broker is ``kill -9``ed and restarted, and a
 second storage and dispatcher replica join and leave the consumer groups. Afterwards every input
 the client got a 201/202 for (or retried with the same idempotency id) is in the store and on
-``session.items`` exactly once, in order per Session, with gap-free sequences."""
+``session.items`` exactly once, in order per Session, with gap-free sequences, and on
+``runtime.deliveries`` (the dispatcher's work); every call has exactly one
+``function_call_application`` (the receipt tracker's); every Turn ended; and the client saw only
+the answers the row allows (``ALLOWED``, docs/chaos.md)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 import uuid
 from collections import Counter
@@ -18,23 +22,47 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.chaos.conftest import API_KEY, Row, probe
-from tests.chaos.load import Load, handed_over, verify
+from tests.chaos.conftest import API_KEY, Row, make_row, probe
+from tests.chaos.load import Load, topic_ends, verify
 from tests.conftest import Stack
 from tests.support.processes import Core
 
-pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]  # the first test also starts the stack
 
 WARMUP_S = 2.5  # load runs this long before the fault
 DOWN_S = 3.0  # how long the killed component stays dead
+SESSIONS = int(os.environ.get("CHAOS_SESSIONS", "12"))  # × 13 inputs, 5 calls each
+
+# The answers a row allows from the fault on (before it: 201 / 202 and the two below). Never a
+# 500 (or any other 5xx), a 429 or a 4xx, never a client timeout (a hang: REQUEST_TIMEOUT_S is
+# 30 s, above admission's own 10 s budget), never a broken connection but where admission dies.
+OK = frozenset({"201", "202"})
+# 504: storage's reply not in its budget (SESSION_CORE_STORAGE_REPLY_TIMEOUT_MS, 10 s) —
+# admitted, stored later, the same-id retry gets the stored answer. 503 + Retry-After: the
+# broker or store watch refused up front, nothing was handed over. The fault causes them where
+# it hits storage, the broker, the store or a storage rebalance; a CPU-starved machine causes
+# them in any row (seen at load average 30–45 on 2 cores: 504s a minute after a dispatcher or
+# receipts kill, 503s from a broker watch whose 2 s probe timed out with the broker up). Neither
+# can hide a loss (the checks count every input), so they are allowed in every row and counted.
+REFUSED_OR_LATE = frozenset({"503", "504"})
+# the dead admission process: connection refused, or a connection it had open broken mid-request
+CONNECTION_BROKEN = frozenset({"ConnectError", "RemoteProtocolError", "ReadError", "WriteError"})
+EVERY_ROW = OK | REFUSED_OR_LATE
+ALLOWED: dict[str, frozenset[str]] = {
+    "admission": EVERY_ROW | CONNECTION_BROKEN,
+    "storage": EVERY_ROW,
+    "dispatcher": EVERY_ROW,  # the client never waits on the dispatcher or the tracker
+    "receipts": EVERY_ROW,
+}
 
 
 async def run_scenario(core: Core, api: httpx.AsyncClient, record: Callable[[Row], None],
                        fault: str, inject: Callable[[], None], restore: Callable[[], None],
-                       sessions: int = 6, avoid_steer_race: bool = True,
-                       pace_s: float = 0.6) -> Counter[Any]:
+                       allowed: frozenset[str], sessions: int = SESSIONS,
+                       avoid_steer_race: bool = True, pace_s: float = 0.6) -> Counter[Any]:
     load = Load(core.base_url, API_KEY, uuid.uuid4().hex[:8], sessions=sessions,
                 avoid_steer_race=avoid_steer_race, pace_s=pace_s)
+    since = await topic_ends(core.settings)
     running = asyncio.create_task(load.run())
     await asyncio.sleep(WARMUP_S)
     t_fault = time.monotonic()
@@ -43,19 +71,25 @@ async def run_scenario(core: Core, api: httpx.AsyncClient, record: Callable[[Row
     await asyncio.to_thread(restore)
     t_restored = time.monotonic()
     recovered = await probe(api)
-    await asyncio.wait_for(running, 400)
+    try:
+        await asyncio.wait_for(running, 400)
+    except TimeoutError:
+        pytest.fail(f"load not done 400 s after the probe: {load.progress()}; {load.problems}")
+    t_load = time.monotonic()
     assert core.dead() == [], core.logs_tail()
 
-    v = await verify(api, core, load)
+    v = await verify(api, core, load, since)
+    sys.stderr.write(f"\n[chaos] {fault}: load {t_load - t_fault + WARMUP_S:.0f} s, "
+                     f"settle + checks {time.monotonic() - t_load:.0f} s\n")
     answers = Counter(s for t, s in load.statuses if t >= t_fault)
-    record(Row(fault=fault, sent=v.sent, acked=v.acked, retried=v.retried, lost=len(v.lost),
-               duplicated=len(v.duplicated), down_s=t_restored - t_fault,
-               recover_s=recovered - t_restored,
-               answers=", ".join(f"{k}×{n}" for k, n in sorted(answers.items())),
-               steers_handed_over=await handed_over(api, load)))
+    before = Counter(s for t, s in load.statuses if t < t_fault)
+    record(make_row(fault, v, t_restored - t_fault, recovered - t_restored, answers, allowed))
     assert load.problems == []
+    assert set(before) <= EVERY_ROW, before
+    assert set(answers) <= allowed, (answers, sorted(allowed), [
+        (round(t - t_fault, 1), s) for t, s in load.statuses if t >= t_fault and s not in OK])
     assert v.acked == v.sent, [i for i in load.inputs if not i.acked]
-    assert v.lost == [] and v.duplicated == [] and v.gaps == [], (v.lost, v.duplicated, v.gaps)
+    assert v.problems == [], v.problems
     return answers
 
 
@@ -77,7 +111,11 @@ def kill_restart(core: Core, *names: str) -> tuple[Callable[[], None], Callable[
 async def test_kill_services(chaos_core: Core, api: httpx.AsyncClient,
                              record: Callable[[Row], None], names: tuple[str, ...]) -> None:
     inject, restore = kill_restart(chaos_core, *names)
-    await run_scenario(chaos_core, api, record, f"kill -9 {' + '.join(names)}", inject, restore)
+    allowed = frozenset().union(*(ALLOWED[n] for n in names))
+    answers = await run_scenario(chaos_core, api, record, f"kill -9 {' + '.join(names)}", inject,
+                                 restore, allowed)
+    if "admission" in names:  # the load did meet the dead admission
+        assert answers["ConnectError"] > 0, answers
 
 
 async def test_kill_storage_with_steers_racing_turn_ends(
@@ -89,7 +127,7 @@ async def test_kill_storage_with_steers_racing_turn_ends(
     problem otherwise): the Runtime refuses such a steer and Core hands it over again."""
     inject, restore = kill_restart(chaos_core, "storage")
     await run_scenario(chaos_core, api, record, "kill -9 storage, steers racing Turn ends",
-                       inject, restore, avoid_steer_race=False,
+                       inject, restore, EVERY_ROW, avoid_steer_race=False,
                        pace_s=float(os.environ.get("CHAOS_STEER_PACE_S", "0.75")))
 
 
@@ -97,7 +135,8 @@ async def test_kill_broker(chaos_core: Core, chaos_stack: Stack, api: httpx.Asyn
                            record: Callable[[Row], None]) -> None:
     answers = await run_scenario(chaos_core, api, record, "kill -9 Kafka broker",
                                  lambda: chaos_stack.stop("kafka", kill=True),
-                                 lambda: chaos_stack.start("kafka"))
+                                 lambda: chaos_stack.start("kafka"),
+                                 EVERY_ROW)
     # while the broker is away a write is refused at once (503 + Retry-After: the broker
     # watch), not left hanging on the producer's timeouts (the client's ReadTimeout)
     assert answers["503"] > 0 and answers["ReadTimeout"] == 0, answers
@@ -124,4 +163,5 @@ async def test_rebalance(chaos_core: Core, api: httpx.AsyncClient,
 
     how = "leave (SIGTERM)" if leave == "sigterm" else "are killed (kill -9)"
     await run_scenario(chaos_core, api, record,
-                       f"rebalance: storage + dispatcher replica join, then {how}", join, go)
+                       f"rebalance: storage + dispatcher replica join, then {how}", join, go,
+                       EVERY_ROW)
