@@ -19,6 +19,12 @@ from shared.store import Doc, find_by_ids
 from shared.storecodec import dumps, item_doc, item_key, pack, unpack
 
 DUPLICATE_KEY = 11000
+# Session updates per ``update`` command. FerretDB v1.24 keeps every statement's query cursor of
+# one ``update`` command open until the command ends (msg_update.go: ``defer closer.Close()``
+# in the loop), each holding one of the 100 connections of the database's SQLite pool: a
+# command of 100 or more statements waits forever for a 101st connection (seen: 100 upserts
+# never answered). So the bulk write goes in commands of at most this many statements.
+SESSIONS_PER_UPDATE = 32
 
 
 def _only_duplicates(exc: BulkWriteError) -> bool:
@@ -213,21 +219,20 @@ class StorageRepository:
              if stored is None or st["version"] > stored.get(sid, -1)})
 
     async def _advance_sessions(self, states: dict[str, Doc]) -> None:
-        """Every Session of the batch in one unordered bulk write, each filtered by ``_id``
-        alone: FerretDB v1 serves only a lone ``_id`` equality from an index (a filter with a
-        version guard scanned the whole sessions collection once per Session). The guard is
+        """Every Session of the batch in one unordered bulk write (per ``SESSIONS_PER_UPDATE``
+        Sessions), each filtered by ``_id`` alone: FerretDB v1 serves only a lone ``_id``
+        equality from an index (a filter with a version guard scanned the whole sessions
+        collection once per Session). The guard is
         where the versions are known: the caller writes only states newer than the store's
         (fresh decisions are decided from it; replays pass ``stored``), and this replica is the
         one writer of its Sessions. A writer that lost its partition and still writes is
         stopped at the Items' unique index (``StaleDecision``) before it gets here; if its
         Session write is delayed past the new owner's, the document lags behind its Items and
         ``roll_forward`` brings it up when the Session is next read untrusted."""
-        if not states:
-            return
-        await self.db.sessions.bulk_write(
-            [UpdateOne({"_id": sid}, {"$set": pack({k: v for k, v in st.items() if k != "_id"})},
-                       upsert=True) for sid, st in states.items()],
-            ordered=False)
+        ops = [UpdateOne({"_id": sid}, {"$set": pack({k: v for k, v in st.items() if k != "_id"})},
+                         upsert=True) for sid, st in states.items()]
+        for i in range(0, len(ops), SESSIONS_PER_UPDATE):
+            await self.db.sessions.bulk_write(ops[i:i + SESSIONS_PER_UPDATE], ordered=False)
 
     # ---- image rehydration for published / read Items ------------------------------
     async def rehydrate(self, items: list[Doc]) -> list[Doc]:
