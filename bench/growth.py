@@ -137,6 +137,25 @@ async def _phase(name: str, target: Target, collector: Collector, rate: float, s
     return lat
 
 
+async def _warm_up(target: Target, collector: Collector, fill: Filler,
+                   timeout_s: float = 300) -> None:
+    """Wait until the product answers one request end to end (a cold broker can take minutes
+    to give the product's consumer groups a coordinator): measuring before that would count
+    start-up as growth."""
+    sid = await fill.session(None, 1)
+    await fill.flush()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            await preflight(Target(target.base_url, [sid], target.counter), collector)
+            return
+        except (RuntimeError, TimeoutError) as exc:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the product never answered: {exc}") from exc
+            progress(f"  warm-up: not answering yet ({str(exc)[:60]}); retrying")
+            await asyncio.sleep(2)
+
+
 def sizes_for(quick: bool) -> tuple[int, ...]:
     """Stored Items at each phase, in one Session and (separately) across Sessions."""
     return (1_000, 10_000) if quick else (1_000, 100_000, 1_000_000)
@@ -159,6 +178,7 @@ async def _run(infra: Infra, quick: bool, rate: float) -> dict[str, Latency]:
         fill = Filler(db)
         await collector.start()
         target = Target(f"http://127.0.0.1:{port}", [])
+        await _warm_up(target, collector, fill)
         one: str | None = None
         in_one = 0
         across: list[str] = []
