@@ -86,6 +86,7 @@ class Result:
     unit: str
     notes: str = ""
     ratio: float | None = None  # default: value / baseline
+    failed: int | None = None  # failed requests behind the figure (a target needs 0)
 
     def __post_init__(self) -> None:
         if self.ratio is None and self.value is not None and self.baseline:
@@ -97,6 +98,8 @@ class Result:
             return "MISSING"
         if self.ratio is None or not self.target or self.target == "info":
             return "info"
+        if self.failed:
+            return "MISSED"
         op, _, num = self.target.partition(" ")
         bound = float(num)
         ok = self.ratio >= bound if op == ">=" else self.ratio <= bound
@@ -129,10 +132,11 @@ class Run:
                             r.notes])
 
     def table(self) -> str:
-        rows = [("case", "value", "baseline", "ratio", "target", "verdict", "unit")]
+        rows = [("case", "value", "baseline", "ratio", "failed", "target", "verdict", "unit")]
         for r in self.results:
             rows.append((r.case, _num(r.value), _num(r.baseline),
-                         "-" if r.ratio is None else f"{r.ratio:.3f}", r.target or "-",
+                         "-" if r.ratio is None else f"{r.ratio:.3f}",
+                         "-" if r.failed is None else str(r.failed), r.target or "-",
                          r.verdict, r.unit))
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines = []

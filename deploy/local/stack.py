@@ -103,8 +103,14 @@ def kafka_home() -> Path:
     return cache_dir() / f"kafka-{kafka_version()}"
 
 
+def _ferretdb_sources() -> list[Path]:
+    return [FERRET_SRC / "go.mod", FERRET_SRC / "go.sum", *sorted(FERRET_SRC.glob("*.go"))]
+
+
 def ferretdb_binary() -> Path:
-    return cache_dir() / "bin" / f"ferretdb-{ferretdb_version()}"
+    # the source digest is in the name: worktrees with different wrapper sources (main.go,
+    # idindex.go) each keep their own binary instead of rebuilding over each other's
+    return cache_dir() / "bin" / f"ferretdb-{ferretdb_version()}-{_digest(_ferretdb_sources())[:8]}"
 
 
 # ------------------------------------------------------------------------------------------
@@ -165,7 +171,7 @@ def install_kafka() -> Path:
 def install_ferretdb() -> Path:
     binary = ferretdb_binary()
     stamp = binary.with_name(binary.name + ".src")
-    want = _digest([FERRET_SRC / "go.mod", FERRET_SRC / "go.sum", FERRET_SRC / "main.go"])
+    want = _digest(_ferretdb_sources())
     if binary.exists() and stamp.exists() and stamp.read_text().strip() == want:
         log(f"ferretdb {ferretdb_version()}: cached at {binary}")
         return binary

@@ -161,6 +161,7 @@ class StorageHandler:
                   else keys)
         journal = await self.repo.journal(lookup)
         states = await self._states({r["session_id"] for r in inputs})
+        stored = {sid: st.version for sid, st in states.items() if st is not None}
         idem_keys, call_keys = [], []
         for r in inputs:
             if r["schema"] != records.ADMITTED:
@@ -209,7 +210,7 @@ class StorageHandler:
 
         # Replays first (they precede fresh decisions in partition order).
         if replayed:
-            await self.repo.apply(replayed)
+            await self.repo.apply(replayed, stored)
             for j in replayed:
                 await self._replay_outputs(j, out)
         docs, chunks = [], []

@@ -10,7 +10,7 @@ from typing import Any
 
 from pymongo import UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import BulkWriteError, DuplicateKeyError
+from pymongo.errors import BulkWriteError
 
 from shared import imagerefs as images
 from shared import itemstore
@@ -19,6 +19,12 @@ from shared.store import Doc, find_by_ids
 from shared.storecodec import dumps, item_doc, item_key, pack, unpack
 
 DUPLICATE_KEY = 11000
+# Session updates per ``update`` command. FerretDB v1.24 keeps every statement's query cursor of
+# one ``update`` command open until the command ends (msg_update.go: ``defer closer.Close()``
+# in the loop), each holding one of the 100 connections of the database's SQLite pool: a
+# command of 100 or more statements waits forever for a 101st connection (seen: 100 upserts
+# never answered). So the bulk write goes in commands of at most this many statements.
+SESSIONS_PER_UPDATE = 32
 
 
 def _only_duplicates(exc: BulkWriteError) -> bool:
@@ -130,10 +136,14 @@ class StorageRepository:
             raise StaleDecision(f"records decided before: {[d['_id'] for d in taken][:5]}")
         await self._apply_rest(journal_docs)
 
-    async def apply(self, journal_docs: list[Doc]) -> None:
-        """Apply journaled decisions again (idempotent): a replay, or a roll-forward."""
+    async def apply(self, journal_docs: list[Doc], stored: dict[str, int] | None = None
+                    ) -> None:
+        """Apply journaled decisions again (idempotent): a replay, or a roll-forward.
+        ``stored``: the version of each Session the store holds (read or written by this
+        replica); a replayed state not newer than it is not written (a Session never moves
+        back)."""
         await self._insert_items(journal_docs)
-        await self._apply_rest(journal_docs)
+        await self._apply_rest(journal_docs, stored)
 
     async def _insert_items(self, journal_docs: list[Doc]) -> None:
         await insert_ignoring_duplicates(self.db.items, _item_docs(journal_docs))
@@ -185,7 +195,8 @@ class StorageRepository:
             await self.db.items.delete_one({"_id": doc["_id"]})
             seq += 1
 
-    async def _apply_rest(self, journal_docs: list[Doc]) -> None:
+    async def _apply_rest(self, journal_docs: list[Doc], stored: dict[str, int] | None = None
+                          ) -> None:
         call_ops: list[UpdateOne] = []
         idem: list[Doc] = []
         latest: dict[str, Doc] = {}
@@ -203,18 +214,25 @@ class StorageRepository:
         if call_ops:
             await self.db.calls.bulk_write(call_ops, ordered=True)
         await insert_ignoring_duplicates(self.db.idempotency, idem)
-        for sid, state in latest.items():
-            await self._advance_session(sid, state)
+        await self._advance_sessions(
+            {sid: st for sid, st in latest.items()
+             if stored is None or st["version"] > stored.get(sid, -1)})
 
-    async def _advance_session(self, sid: str, state: Doc) -> None:
-        version = state["version"]
-        body = pack({k: v for k, v in state.items() if k != "_id"})
-        try:
-            await self.db.sessions.update_one(
-                {"_id": sid, "version": {"$lt": version}}, {"$set": body}, upsert=True
-            )
-        except DuplicateKeyError:
-            pass  # the stored Session is already at this version or later
+    async def _advance_sessions(self, states: dict[str, Doc]) -> None:
+        """Every Session of the batch in one unordered bulk write (per ``SESSIONS_PER_UPDATE``
+        Sessions), each filtered by ``_id`` alone: FerretDB v1 serves only a lone ``_id``
+        equality from an index (a filter with a version guard scanned the whole sessions
+        collection once per Session). The guard is
+        where the versions are known: the caller writes only states newer than the store's
+        (fresh decisions are decided from it; replays pass ``stored``), and this replica is the
+        one writer of its Sessions. A writer that lost its partition and still writes is
+        stopped at the Items' unique index (``StaleDecision``) before it gets here; if its
+        Session write is delayed past the new owner's, the document lags behind its Items and
+        ``roll_forward`` brings it up when the Session is next read untrusted."""
+        ops = [UpdateOne({"_id": sid}, {"$set": pack({k: v for k, v in st.items() if k != "_id"})},
+                         upsert=True) for sid, st in states.items()]
+        for i in range(0, len(ops), SESSIONS_PER_UPDATE):
+            await self.db.sessions.bulk_write(ops[i:i + SESSIONS_PER_UPDATE], ordered=False)
 
     # ---- image rehydration for published / read Items ------------------------------
     async def rehydrate(self, items: list[Doc]) -> list[Doc]:

@@ -23,6 +23,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/FerretDB/FerretDB/ferretdb"
 )
@@ -35,6 +36,8 @@ func main() {
 	certFile := flag.String("tls-cert-file", "", "server certificate (PEM) for -listen-tls")
 	keyFile := flag.String("tls-key-file", "", "its private key (PEM)")
 	caFile := flag.String("tls-ca-file", "", "CA (PEM) whose client certificates are required")
+	idEvery := flag.Duration("id-index-interval", 200*time.Millisecond,
+		"how often to give new collections the exact _id index (idindex.go); 0 turns it off")
 	flag.Parse()
 
 	var lvl slog.Level
@@ -70,6 +73,10 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+
+	if *idEvery > 0 {
+		go newIDIndexer(abs, logger).run(ctx, *idEvery)
+	}
 
 	logger.Info("ferretdb (embedded, sqlite) listening", "addr", *listen, "tls", *listenTLS,
 		"dir", abs)

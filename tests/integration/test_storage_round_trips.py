@@ -1,0 +1,91 @@
+"""Storage's store path costs a constant number of round trips per batch (issue 18, item 1).
+
+A PyMongo ``CommandListener`` counts the commands one ``StorageHandler.handle`` sends to the real
+store. For a batch of messages to Sessions this replica owns (trusted, in its memory) the count is
+the same for 1, 8 and 32 records — whether the records go to one Session or to as many Sessions —
+and there is no read at all; the Session writes are one bulk write, filtered by ``_id`` alone
+(one ``update`` command per ``SESSIONS_PER_UPDATE`` Sessions: FerretDB v1 deadlocks on an
+``update`` of 100 statements, see repository.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from pymongo import AsyncMongoClient, monitoring
+
+from services.storage.handler import StorageHandler
+from services.storage.repository import SESSIONS_PER_UPDATE, StorageRepository
+from shared.kafka import now_rfc3339
+from shared.settings import Settings
+from shared.store import client_options, ensure_indexes
+from tests.integration.test_foundation import admitted_create
+from tests.integration.test_storage import admitted_event
+
+pytestmark = pytest.mark.integration
+
+
+class Commands(monitoring.CommandListener):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, Any]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name in ("ping", "isMaster", "hello", "endSessions"):
+            return
+        self.seen.append((event.command_name, event.command))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+@pytest.fixture
+async def counted(settings: Settings) -> AsyncIterator[tuple[StorageHandler, Commands]]:
+    listener = Commands()
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
+        settings.mongodb_uri, event_listeners=[listener], **client_options(settings))
+    db = client[settings.mongodb_database]
+    await ensure_indexes(db)
+    handler = StorageHandler(StorageRepository(db, 64 * 1024, 256 * 1024), now_rfc3339)
+    try:
+        yield handler, listener
+    finally:
+        await client.close()
+
+
+async def _count(handler: StorageHandler, listener: Commands, batch: list[Any]
+                 ) -> list[tuple[str, Any]]:
+    listener.seen.clear()
+    await handler.handle(batch)
+    return list(listener.seen)
+
+
+def _names(cmds: list[tuple[str, Any]]) -> list[str]:
+    return [f"{name}:{cmd.get(name)}" for name, cmd in cmds]
+
+
+async def test_round_trips_per_batch_are_constant_in_batch_size(
+        counted: tuple[StorageHandler, Commands]) -> None:
+    handler, listener = counted
+    creates = [admitted_create(f"s{i}") for i in range(3 * SESSIONS_PER_UPDATE + 1)]
+    await handler.handle(creates)  # the Sessions are this replica's now (trusted, cached)
+    sids = [c["session_id"] for c in creates]
+    shapes = {}
+    for n in (1, 8, SESSIONS_PER_UPDATE):
+        across = await _count(handler, listener, [admitted_event(s, "m") for s in sids[:n]])
+        one = await _count(handler, listener, [admitted_event(sids[0], "m") for _ in range(n)])
+        shapes[n] = (_names(across), _names(one))
+        for cmds in (across, one):
+            assert not [c for c, _ in cmds if c in ("find", "aggregate", "count")], cmds
+            updates = [cmd for c, cmd in cmds if c == "update"]
+            assert len(updates) == 1, cmds
+            # every Session write is filtered by _id alone (FerretDB v1 indexes nothing else)
+            assert all(list(u["q"]) == ["_id"] for u in updates[0]["updates"])
+    assert shapes[1] == shapes[8] == shapes[SESSIONS_PER_UPDATE], shapes
+    assert shapes[1][0] == ["insert:items", "insert:journal", "update:sessions"], shapes[1]
+    # past SESSIONS_PER_UPDATE Sessions: one more update command per that many, no more
+    many = await _count(handler, listener, [admitted_event(s, "m") for s in sids])
+    assert _names(many) == ["insert:items", "insert:journal"] + ["update:sessions"] * 4, many
