@@ -79,3 +79,13 @@ async def test_each_service_shows_its_metrics_after_a_flow(core: Core, api: http
     access = [d for d in lines if d.get("event") == "http.access"]
     assert any(d["path"] == f"/v1/sessions/{sid}/events" and d["status"] == 202
                and d["method"] == "POST" and d["duration_ms"] >= 0 for d in access), access[-5:]
+
+
+async def test_sse_answers_tell_proxies_not_to_buffer(api: httpx.AsyncClient) -> None:
+    """ingress-nginx buffers responses unless told otherwise: an SSE stream says so itself."""
+    body = {"harness": "codex", "placement": "none", "input": "stream me", "stream": True}
+    async with api.stream("POST", "/v1/sessions", json=body) as r:
+        assert r.status_code == 201
+        assert r.headers["content-type"].startswith("text/event-stream")
+        assert r.headers["x-accel-buffering"] == "no"
+        assert r.headers["cache-control"] == "no-cache"

@@ -216,7 +216,8 @@ def _render(*args: str) -> list[dict[str, Any]]:
     if helm is None:
         pytest.skip("helm is not built (make deploy-check builds it)")
     out = subprocess.run(
-        [helm, "template", "t", str(CHART), *args],
+        # the one required value (no default image exists): as after `make image` and a push
+        [helm, "template", "t", str(CHART), "--set=image.repository=registry.example/sc", *args],
         check=True,
         capture_output=True,
         text=True,
