@@ -287,6 +287,8 @@ def _registered() -> set[str]:
             names.add(sample.name)
         names.add(metric.name)
         names.add(metric.name + "_total")
+        if metric.type == "histogram":  # labelled ones have no samples before first use
+            names.update(metric.name + sfx for sfx in ("_bucket", "_count", "_sum"))
     return names
 
 
