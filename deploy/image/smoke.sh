@@ -49,6 +49,7 @@ cleanup() {
   exit "$rc"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT  # so that cleanup also runs when the smoke test is stopped
 
 # --- the stack ----------------------------------------------------------------------------
 if [[ -z ${KAFKA_BOOTSTRAP_SERVERS:-} || -z ${MONGODB_URI:-} ]]; then
@@ -127,7 +128,7 @@ run topics -- topics
 wait "${PIDS[-1]}" || die "session-core topics failed"
 unset 'PIDS[-1]'
 grep -q '"topics.created"' "$WORK/topics.log" || die "topics created nothing"
-echo "  topics: exit 0 ($(grep -o '"topics":\[[^]]*\]' "$WORK/topics.log" | tr ',' '\n' | wc -l) topics created)"
+echo "  topics: exit 0 ($(grep -o '"topics": *\[[^]]*\]' "$WORK/topics.log" | tr ',' '\n' | wc -l) topics created)"
 
 # --- 2. the four services -----------------------------------------------------------------
 declare -A HEALTH
