@@ -22,7 +22,7 @@ DEMO         ?= $(if $(SERVICES),--demo,)
 PYTEST_ARGS  ?=
 
 .PHONY: help venv install run up down status env test test-unit test-integration test-e2e \
-        faults test-chaos test-hostile lint deploy-tools deploy-check bench clean-state
+        faults test-chaos test-hostile lint deploy-tools deploy-check image image-smoke bench clean-state
 
 help: ## show this help
 	@echo "Session Core — make targets:"
@@ -84,6 +84,12 @@ deploy-tools: ## build Helm (cached), which the rendered-chart tests of `make te
 
 deploy-check: venv ## check the deployment files (deploy/helm/check.sh)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash deploy/helm/check.sh
+
+image: ## build the OCI image without Docker (mmdebstrap + buildah, deploy/image/build.sh); prints how to push it
+	bash deploy/image/build.sh
+
+image-smoke: ## start every service from the built image against Kafka + the store; readyz must answer 200
+	bash deploy/image/smoke.sh
 
 bench: install ## benchmarks (python -m bench)
 	$(PY) -m bench

@@ -43,8 +43,9 @@ async def _run_service(name: str) -> None:
     async def start() -> None:
         nonlocal health
         await svc.start()
-        if name != "admission":
-            health = await serve_health(settings.health_port, svc.ready)
+        # /healthz, /readyz, /metrics on their own port (admission too: the chart scrapes it
+        # there, and its Ingress never routes /metrics)
+        health = await serve_health(settings.health_port, svc.ready)
 
     async def stop() -> None:
         if health is not None:
@@ -54,12 +55,41 @@ async def _run_service(name: str) -> None:
     await run_until_stopped(start, stop)
 
 
-async def _create_topics() -> None:
-    from shared.kafka import ensure_topics
+async def _topics(argv: list[str]) -> int:
+    """``session-core topics [create | check]``: the topics as declared state. ``create`` (the
+    default, what the chart's Job runs) creates the missing topics, alters the configs that
+    differ (retention.ms, min.insync.replicas, max.message.bytes, cleanup.policy) and fails on
+    what Kafka cannot change in place (partition counts, replication factors); ``check``
+    changes nothing and fails on any difference. docs/deploy.md, "Topics"."""
+    from shared.kafka import TopicsDrift, ensure_topics
     from shared.topics import topics_for
 
+    p = argparse.ArgumentParser(prog="session-core topics", description=_topics.__doc__)
+    p.add_argument("action", nargs="?", choices=["create", "check"], default="create")
+    args = p.parse_args(argv)
     s = get_settings().model_copy(update={"create_topics": True})
-    await ensure_topics(s, topics_for(s))
+    if args.action == "check":
+        from shared.kafka import plan_existing
+
+        plan = await plan_existing(s, topics_for(s))
+        for d in plan.create:
+            print(f"missing: {d.name}", file=sys.stderr)
+        for name, changed in plan.alter.items():
+            print(f"configs differ: {name} {changed}", file=sys.stderr)
+        for err in plan.errors:
+            print(f"cannot change in place: {err}", file=sys.stderr)
+        if plan.create or plan.alter or plan.errors:
+            return 1
+        print("topics: as declared")
+        return 0
+    try:
+        await ensure_topics(s, topics_for(s), strict=True)
+    except TopicsDrift as exc:
+        print(f"session-core topics: the topics differ from the declared ones in what Kafka "
+              f"cannot change in place; nothing of that was changed:\n{exc}", file=sys.stderr)
+        return 1
+    print("topics: as declared")
+    return 0
 
 
 def hash_key(argv: list[str]) -> int:
@@ -98,9 +128,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "command",
         choices=[*SERVICES, "topics", "runtime", "cli", "conformance", "demo", "hash-key"],
-        help="a service to run, 'topics' to create all topics, 'runtime' for the reference "
-        "runtime, 'cli' for the user CLI, 'conformance' for the runtime qualification kit, "
-        "'hash-key' to make an API key entry",
+        help="a service to run, 'topics [create|check]' to make the topics as declared, "
+        "'runtime' for the reference runtime, 'cli' for the user CLI, 'conformance' for the "
+        "runtime qualification kit, 'hash-key' to make an API key entry",
     )
     args, rest = parser.parse_known_args(argv[:1])
     rest = argv[1:]
@@ -111,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command in SERVICES:
         asyncio.run(_run_service(args.command))
     elif args.command == "topics":
-        asyncio.run(_create_topics())
+        sys.exit(asyncio.run(_topics(rest)))
     elif args.command == "runtime":
         from services.runtime.main import main as runtime_main
 

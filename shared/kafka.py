@@ -15,23 +15,26 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
 from faststream.kafka import KafkaBroker
+from faststream.kafka.prometheus import KafkaPrometheusMiddleware
 from faststream.security import (
     BaseSecurity,
     SASLPlaintext,
     SASLScram256,
     SASLScram512,
 )
-from prometheus_client import Counter
+from prometheus_client import REGISTRY, Counter
 
 from shared.domain.recordcheck import Poison
 from shared.logging import get_logger
 from shared.settings import Settings
-from shared.topics import Topics
+from shared.topics import Existing, TopicPlan, Topics, declared_topics, plan_topics
 from shared.watch import Watch
 
 log = get_logger(__name__)
+DYNAMIC_TOPIC_CONFIG = 1  # DescribeConfigs config_source: set on the topic itself
 
 # A record may carry a whole admitted request (images inline), so the size cap follows the body
 # limit. Topics are created with max.message.bytes set to this, producers and consumers agree.
@@ -80,46 +83,107 @@ def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
         max_request_size=max_record_bytes(settings),
         security=security(settings),
         graceful_timeout=15.0,
+        # faststream_received_messages_total, …_published_messages_total, processing durations
+        middlewares=(KafkaPrometheusMiddleware(registry=REGISTRY, app_name=client_id),),
         # FastStream's per-message "Received/Processed" lines go to DEBUG; errors stay visible.
         log_level=logging.DEBUG,
     )
 
 
-async def ensure_topics(settings: Settings, topics: Topics) -> None:
-    """Create every topic the services use (idempotent). Skipped when create_topics=false,
-    where the platform provisions topics (the Helm chart's Job)."""
+class TopicsDrift(RuntimeError):
+    """The cluster's topics differ from the declared ones in a way Kafka cannot change in
+    place; ``str()`` says what and what to do, one line per topic."""
+
+
+async def _existing_topics(admin: AIOKafkaAdminClient, names: list[str],
+                           keys: set[str]) -> dict[str, Existing]:
+    present = set(await admin.list_topics())
+    wanted = [n for n in names if n in present]
+    if not wanted:
+        return {}
+    meta = {t["topic"]: t for t in await admin.describe_topics(wanted)}
+    resp = await admin.describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, n) for n in wanted])
+    configs: dict[str, dict[str, str]] = {}
+    for r in resp:
+        for res in r.to_object()["resources"]:
+            if res["error_code"]:
+                raise RuntimeError(f"describe configs of {res['resource_name']}: "
+                                   f"error {res['error_code']} {res['error_message']}")
+            configs[res["resource_name"]] = {
+                e["config_names"]: e["config_value"] for e in res["config_entries"]
+                if e["config_names"] in keys or e["config_source"] == DYNAMIC_TOPIC_CONFIG}
+    out = {}
+    for n in wanted:
+        parts = meta[n]["partitions"]
+        rf = max((len(p["replicas"]) for p in parts), default=0)
+        out[n] = Existing(n, len(parts), rf, configs.get(n, {}))
+    return out
+
+
+async def plan_existing(settings: Settings, topics: Topics) -> TopicPlan:
+    """The differences between the declared topics and the cluster, changing nothing."""
+    declared = declared_topics(settings, topics, max_record_bytes(settings))
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers,
+                                **client_security(settings))
+    await admin.start()
+    try:
+        keys = {k for d in declared for k in d.configs}
+        return plan_topics(declared, await _existing_topics(admin, [d.name for d in declared],
+                                                            keys))
+    finally:
+        await admin.close()
+
+
+async def ensure_topics(settings: Settings, topics: Topics, *, strict: bool = False) -> TopicPlan:
+    """Make the cluster's topics what the settings declare (``shared.topics.declared_topics``):
+    create the missing ones; with ``strict`` (``session-core topics``, the chart's Job) also
+    alter the configs that differ (retention, min.insync.replicas, …) and raise
+    ``TopicsDrift`` on what Kafka cannot change in place (partition counts, replication
+    factors). Services starting with create_topics=true only create and log the drift.
+    Skipped when create_topics=false, where the platform provisions topics (the Job)."""
     if not settings.create_topics:
-        return
+        return TopicPlan([], {}, [])
+    declared = declared_topics(settings, topics, max_record_bytes(settings))
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.kafka_bootstrap_servers,
         **client_security(settings),
     )
     await admin.start()
     try:
-        existing = set(await admin.list_topics())
-        wanted = [t for t in topics.all() if t not in existing]
-        if not wanted:
-            return
-        new = []
-        for name in wanted:
-            cfg = {"max.message.bytes": str(max_record_bytes(settings))}
-            if name in topics.compacted:
-                cfg["cleanup.policy"] = "compact"
-            else:
-                cfg["retention.ms"] = str(settings.topic_retention_ms)
-            new.append(
-                NewTopic(
-                    name,
-                    num_partitions=settings.topic_partitions,
-                    replication_factor=settings.topic_replication_factor,
-                    topic_configs=cfg,
-                )
-            )
-        try:
-            await admin.create_topics(new)
-        except TopicAlreadyExistsError:
-            pass
-        log.info("topics.created", topics=wanted)
+        keys = {k for d in declared for k in d.configs}
+        existing = await _existing_topics(admin, [d.name for d in declared], keys)
+        plan = plan_topics(declared, existing)
+        if plan.create:
+            new = [NewTopic(d.name, num_partitions=d.partitions,
+                            replication_factor=d.replication_factor, topic_configs=d.configs)
+                   for d in plan.create]
+            try:
+                await admin.create_topics(new)
+            except TopicAlreadyExistsError:
+                pass
+            log.info("topics.created", topics=[d.name for d in plan.create])
+        if not strict:
+            if plan.errors or plan.alter:
+                log.warning("topics.drift", errors=plan.errors, configs=plan.alter,
+                            hint="run `session-core topics` to check and fix")
+            return plan
+        if plan.alter:
+            # AlterConfigs replaces a topic's dynamic configs as a whole: keep the others
+            resources = [ConfigResource(ConfigResourceType.TOPIC, n,
+                                        {**existing[n].configs, **changed})
+                         for n, changed in plan.alter.items()]
+            for r in await admin.alter_configs(resources):
+                for res in r.to_object()["resources"]:
+                    if res["error_code"]:
+                        raise TopicsDrift(f"altering {res['resource_name']} was refused: error "
+                                          f"{res['error_code']} {res['error_message']}")
+            for n, changed in plan.alter.items():
+                log.info("topics.altered", topic=n,
+                         configs={k: [existing[n].configs.get(k), v] for k, v in changed.items()})
+        if plan.errors:
+            raise TopicsDrift("\n".join(plan.errors))
+        return plan
     finally:
         await admin.close()
 

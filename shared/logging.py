@@ -1,6 +1,8 @@
 """structlog configured once: JSON when stdout is not a TTY (production), console otherwise.
 Context (``session_id``, ``request_id``, ``call_id``) is bound with contextvars so it travels
-through every log line of the work it belongs to."""
+through every log line of the work it belongs to. The standard library's loggers (aiokafka,
+uvicorn, PyMongo, FastStream) go through structlog's ``ProcessorFormatter`` with the same
+processors and renderer: one JSON stream, each line with its ``logger`` name."""
 
 from __future__ import annotations
 
@@ -29,7 +31,20 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", service: str | Non
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(message)s")
+    # the standard library's records: the same processors and renderer, one line each
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, structlog.stdlib.ExtraAdder(),
+                           *processors],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    ))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if getattr(old, "_session_core", False):
+            root.removeHandler(old)
+    handler._session_core = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)  # aiokafka/PyMongo INFO is chatty; warnings and errors show
     if service:
         structlog.contextvars.bind_contextvars(service=service)
 

@@ -11,6 +11,7 @@ from pymongo import ASCENDING, AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ConnectionFailure
 
+from shared.metrics import STORE_LISTENER
 from shared.settings import Settings
 from shared.watch import Watch
 
@@ -33,6 +34,8 @@ def client_options(settings: Settings, server_selection_ms: int = 5_000) -> dict
         "serverSelectionTimeoutMS": server_selection_ms,
         "connectTimeoutMS": min(server_selection_ms, 20_000),
         "appname": "session-core",
+        # store round trips and their latency (session_core_store_commands_total, …)
+        "event_listeners": [STORE_LISTENER],
     }
     if settings.mongodb_tls_ca_file or settings.mongodb_tls_certificate_key_file:
         opts["tls"] = True

@@ -95,3 +95,103 @@ class Topics:
 
 def topics_for(settings: Settings) -> Topics:
     return Topics(prefix=settings.topic_prefix)
+
+
+# --- topics as declared state (``session-core topics``, the chart's topics Job) ---------------
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What one topic must be: its partition count, replication factor and the configs this
+    project sets (any other config is left as the cluster has it)."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Existing:
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str]  # the topic's current values of (at least) the declared configs
+
+
+@dataclass
+class TopicPlan:
+    """Differences between the declared topics and the cluster: what to create, which configs
+    to alter (Kafka allows it in place), and what cannot be changed in place (``errors``, each
+    one sentence that says what to do)."""
+
+    create: list[Declared]
+    alter: dict[str, dict[str, str]]
+    errors: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def min_insync_replicas(replication_factor: int) -> int:
+    """One replica may be down without refusing acks=all writes (3 → 2); never below 1."""
+    return max(1, replication_factor - 1)
+
+
+def declared_topics(settings: Settings, topics: Topics, max_record_bytes: int) -> list[Declared]:
+    out = []
+    for name in topics.all():
+        cfg = {
+            "max.message.bytes": str(max_record_bytes),
+            "min.insync.replicas": str(min_insync_replicas(settings.topic_replication_factor)),
+        }
+        if name in topics.compacted:
+            cfg["cleanup.policy"] = "compact"
+        else:
+            cfg["cleanup.policy"] = "delete"
+            cfg["retention.ms"] = str(settings.topic_retention_ms)
+        out.append(Declared(name, settings.topic_partitions, settings.topic_replication_factor,
+                            cfg))
+    return out
+
+
+def plan_topics(declared: list[Declared], existing: dict[str, Existing]) -> TopicPlan:
+    """Compare; never decide anything Kafka cannot undo. Partition counts are not changed in
+    place: Kafka cannot remove partitions, and adding some moves Session keys to other
+    partitions (the one writer per Session, and the co-partitioning of the Session topics,
+    would break for the Sessions in flight). Replication factors need a partition
+    reassignment, which is an operator's decision. Configs are altered."""
+    plan = TopicPlan([], {}, [])
+    for d in declared:
+        e = existing.get(d.name)
+        if e is None:
+            plan.create.append(d)
+            continue
+        if e.partitions != d.partitions:
+            why = ("Kafka cannot remove partitions" if e.partitions > d.partitions else
+                   "adding partitions would move Session keys to other partitions and break "
+                   "one writer per Session and the co-partitioning of the Session topics")
+            plan.errors.append(
+                f"topic {d.name} has {e.partitions} partitions, declared "
+                f"{d.partitions} (SESSION_CORE_TOPIC_PARTITIONS): {why}; set "
+                f"SESSION_CORE_TOPIC_PARTITIONS={e.partitions}, or drain and recreate the "
+                f"topics (docs/deploy.md, \"Topics\")")
+        if e.replication_factor != d.replication_factor:
+            plan.errors.append(
+                f"topic {d.name} has replication factor {e.replication_factor}, declared "
+                f"{d.replication_factor} (SESSION_CORE_TOPIC_REPLICATION_FACTOR): change it "
+                f"with a partition reassignment (kafka-reassign-partitions.sh), or set "
+                f"SESSION_CORE_TOPIC_REPLICATION_FACTOR={e.replication_factor}")
+        changed = {k: v for k, v in d.configs.items() if e.configs.get(k) != v}
+        if changed:
+            plan.alter[d.name] = changed
+    # co-partitioning: every topic keyed by session_id must have one partition count, whatever
+    # is declared (a hand-made topic set can differ even where each topic "exists")
+    counts = {e.partitions for n, e in existing.items() if n in {d.name for d in declared}}
+    if len(counts) > 1:
+        detail = ", ".join(f"{n}={e.partitions}" for n, e in sorted(existing.items())
+                           if n in {d.name for d in declared})
+        plan.errors.append(f"the existing topics do not share one partition count ({detail}): "
+                           "records of one Session would be read by different consumers")
+    return plan

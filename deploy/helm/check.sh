@@ -135,28 +135,38 @@ print("  " + "total".ljust(26) + str(sum(c.values())))
 '
 }
 
+# Custom resources without an upstream schema in kubernetes-validate (Prometheus Operator, KEDA,
+# Strimzi): kubeconform skips exactly these kinds, and only the ones the chart renders.
+CRD_KINDS=(monitoring.coreos.com/v1/ServiceMonitor monitoring.coreos.com/v1/PrometheusRule
+  keda.sh/v1alpha1/ScaledObject kafka.strimzi.io/v1beta2/KafkaTopic)
+
+# The image repository is the one value without a default (image.repository is required):
+# every check renders with testdata/image.yaml, as `make image` users would set it.
+BASE_VALUES=("$HERE/testdata/image.yaml")
+
 # render NAME VALUES... -> validates and writes the rendered manifests to $OUT/NAME.yaml
 check_values() {
   local name=$1 && shift
   local args=()
-  for f in "$@"; do args+=(--values "$f"); done
+  for f in "${BASE_VALUES[@]}" "$@"; do args+=(--values "$f"); done
   log "[$name] helm lint --strict"
   "$HELM" lint --strict "$CHART" "${args[@]}" >"$OUT/$name.lint" 2>&1 || {
     cat "$OUT/$name.lint" >&2; die "helm lint failed for $name"; }
   log "[$name] helm template | kubeconform -strict"
   "$HELM" template session-core "$CHART" --namespace session-core "${args[@]}" \
     >"$OUT/$name.yaml" 2>"$OUT/$name.err" || { cat "$OUT/$name.err" >&2; die "helm template failed for $name"; }
-  # ServiceMonitor is a CRD (Prometheus Operator) without an upstream schema in
-  # kubernetes-validate: skip exactly that kind, and only when the chart renders it.
-  local skip=() n_sm
-  n_sm=$(grep -c '^kind: ServiceMonitor$' "$OUT/$name.yaml" || true)
-  if ((n_sm > 0)); then skip=(-skip monitoring.coreos.com/v1/ServiceMonitor); fi
+  local skip=() n_sm=0 n crd kinds=()
+  for crd in "${CRD_KINDS[@]}"; do
+    n=$(grep -c "^kind: ${crd##*/}$" "$OUT/$name.yaml" || true)
+    if ((n > 0)); then kinds+=("$crd") && n_sm=$((n_sm + n)); fi
+  done
+  if ((${#kinds[@]})); then skip=(-skip "$(IFS=,; echo "${kinds[*]}")"); fi
   local summary
   summary=$("$KUBECONFORM" "${KUBECONFORM_ARGS[@]}" "${skip[@]}" "$OUT/$name.yaml") || {
     echo "$summary" >&2; die "kubeconform rejected the $name manifests"; }
   echo "  kubeconform: $summary"
   [[ "$summary" == *"Invalid: 0, Errors: 0, Skipped: $n_sm"* ]] ||
-    die "unexpected kubeconform summary for $name (expected exactly $n_sm skipped ServiceMonitor)"
+    die "unexpected kubeconform summary for $name (expected exactly $n_sm skipped custom resources)"
   echo "  rendered objects ($name):"
   kind_counts <"$OUT/$name.yaml" || die "cannot summarise $name"
 }
@@ -203,8 +213,18 @@ main() {
     cat "$OUT/self.txt" >&2; die "kubeconform failed testdata/invalid-deployment.yaml for another reason"; }
   echo "  kubeconform self-test: invalid-deployment.yaml rejected for its misspelt container field"
 
+  # without image.repository the chart refuses to render, and says how to get an image
+  log "[no-image] expecting failure: image.repository is required"
+  if "$HELM" template session-core "$CHART" >"$OUT/no-image.out" 2>&1; then
+    die "the chart rendered without image.repository (it must be required)"
+  fi
+  grep -q "image.repository is required: build the image with \`make image\`" "$OUT/no-image.out" || {
+    cat "$OUT/no-image.out" >&2; die "the chart failed without image.repository for another reason"; }
+  echo "  refused as expected: $(grep -m1 -o 'image.repository is required[^(]*' "$OUT/no-image.out")"
+
   check_values default
   check_values production "$HERE/values-production.yaml"
+  check_values all-optional "$HERE/testdata/all-optional.yaml"
   local broken
   for broken in "$HERE"/testdata/broken-*.yaml; do
     expect_failure "$(basename "$broken" .yaml)" "$broken"

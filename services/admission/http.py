@@ -21,10 +21,12 @@ from shared.domain.jsonbody import parse_json
 from shared.domain.tenancy import DEFAULT_TENANT, ApiKeys, bearer
 from shared.ids import new_id
 from shared.logging import bound, get_logger
+from shared.metrics import HTTP_BUCKETS
 from shared.settings import Settings
 from shared.store import STORE_UNREACHABLE
 
 log = get_logger(__name__)
+access_log = get_logger("session_core.access")
 
 # Exceptions that mean a dependency is unreachable (not a bug): answered 503 ``unavailable``.
 UNAVAILABLE: tuple[type[Exception], ...] = (*STORE_UNREACHABLE, KafkaConnectionError,
@@ -32,7 +34,9 @@ UNAVAILABLE: tuple[type[Exception], ...] = (*STORE_UNREACHABLE, KafkaConnectionE
 RETRY_AFTER_S = "1"
 
 REQUESTS = Counter("session_core_http_requests_total", "HTTP requests", ["route", "status"])
-LATENCY = Histogram("session_core_http_request_seconds", "HTTP latency", ["route"])
+# buckets up to the 600 s a ?wait may last (shared.metrics.HTTP_BUCKETS)
+LATENCY = Histogram("session_core_http_request_duration_seconds",
+                    "HTTP request duration, waits included", ["route"], buckets=HTTP_BUCKETS)
 INFLIGHT = Gauge("session_core_http_inflight_requests", "HTTP requests being handled",
                  ["tenant"])
 WAITS_ACTIVE = Gauge("session_core_waits_active",
@@ -49,6 +53,16 @@ def _tenant(request: Request) -> str:
     """The tenant the middleware authenticated (``default`` with auth disabled)."""
     tenant: str = request.state.tenant
     return tenant
+
+
+def _access(request: Request, status: int, started: float, tenant: str | None) -> None:
+    """The JSON access log: one line per request (uvicorn's own access log is off). A streamed
+    (SSE) answer is logged when its headers are sent."""
+    if request.url.path in ("/healthz", "/readyz", "/metrics"):
+        return  # probes and scrapes: every few seconds, nothing to read
+    access_log.info("http.access", method=request.method, path=request.url.path,
+                    status=status, duration_ms=round((time.perf_counter() - started) * 1000, 1),
+                    tenant=tenant, client=request.client.host if request.client else None)
 
 
 def _err(err: errors.ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -94,11 +108,13 @@ def build_http_app(
                 tenant = tenant_of(request)
                 if tenant is None:
                     REQUESTS.labels("auth", "401").inc()
+                    _access(request, 401, started, None)
                     return _err(errors.ApiError(
                         "unauthorized", "missing or wrong bearer API key", None))
                 request.state.tenant = tenant
                 if inflight.get(tenant, 0) >= settings.max_inflight_per_tenant:
                     REQUESTS.labels("inflight", "429").inc()
+                    _access(request, 429, started, tenant)
                     return _err(errors.ApiError(
                         "rate_limited", "too many requests of this tenant in flight; retry "
                         "after the time in Retry-After", None), {"Retry-After": "1"})
@@ -116,6 +132,8 @@ def build_http_app(
         REQUESTS.labels(path, str(resp.status_code)).inc()
         LATENCY.labels(path).observe(time.perf_counter() - started)
         resp.headers["x-request-id"] = rid
+        with bound(request_id=rid):
+            _access(request, resp.status_code, started, getattr(request.state, "tenant", None))
         return resp
 
     async def read_body(request: Request) -> Any | errors.ApiError:
@@ -192,7 +210,9 @@ def build_http_app(
                 adm.items.unlisten(sid, q)
 
         return StreamingResponse(events(), status_code=201, media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+                                 headers={"Cache-Control": "no-cache",
+                                          # ingress-nginx and other proxies: no buffering
+                                          "X-Accel-Buffering": "no"})
 
     @app.post("/v1/sessions/{session_id}/events", status_code=202)
     async def add_event(session_id: str, request: Request) -> Response:

@@ -34,6 +34,12 @@ from shared.kafka import (
     publish,
 )
 from shared.logging import bound, get_logger
+from shared.metrics import (
+    DISPATCH_BINDINGS,
+    DISPATCH_DELIVERIES,
+    DISPATCH_REFUSALS,
+    set_runtimes,
+)
 from shared.service import decode_batch, raw_decoder
 from shared.settings import Settings
 from shared.store import Doc, database, make_client, ping
@@ -108,6 +114,7 @@ class DispatcherService:
                 and await self.broker.ping(timeout=2.0))
 
     def _changed(self, rt: RuntimeInfo) -> None:
+        set_runtimes(self.registry.runtimes.values())
         self.wake.set()
 
     # ---- consumers --------------------------------------------------------------------
@@ -248,6 +255,7 @@ class DispatcherService:
                 b = {**b, "runtime_id": rt.runtime_id, "status": "bound"}
                 self._count(rt.runtime_id, +1)
                 log.info("dispatcher.bound", session_id=sid, runtime_id=rt.runtime_id)
+                DISPATCH_BINDINGS.labels(rt.harness).inc()
                 await self.fact(sid, f"bind:{sid}:{rt.runtime_id}:{time.time_ns()}",
                                 kind="binding", status="bound", runtime_id=rt.runtime_id,
                                 reason=None)
@@ -306,6 +314,7 @@ class DispatcherService:
     async def fail_input(self, rec: Doc, reason: str) -> None:
         sid = rec["session_id"]
         log.warning("dispatcher.turn_failed", session_id=sid, reason=reason)
+        DISPATCH_REFUSALS.labels(rec["kind"]).inc()
         if rec["kind"] == "function_result":
             await self.fact(sid, f"refuse:{rec['event_id']}:app", kind="application",
                             call_id=rec["call_id"], state="failed", reason=reason)
@@ -339,6 +348,7 @@ class DispatcherService:
             await self.fail_input(rec, refusal)
             return
         await publish(self.broker, self.topics.runtime_deliveries, msg, rt.runtime_id)
+        DISPATCH_DELIVERIES.labels(kind).inc()
         log.info("dispatcher.delivered", session_id=sid, runtime_id=rt.runtime_id, kind=kind,
                  delivery_id=did)
 

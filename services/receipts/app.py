@@ -44,6 +44,7 @@ from shared.kafka import (
     publish,
 )
 from shared.logging import bound, get_logger
+from shared.metrics import RECEIPT_VERDICT_SECONDS, RECEIPT_VERDICTS
 from shared.service import decode_batch, raw_decoder
 from shared.settings import Settings
 from shared.store import Doc, database, delete_by_ids, find_by_ids, make_client, ping
@@ -345,6 +346,9 @@ class ReceiptService:
                          state=str(step.state), reason=step.reason)
             # Terminal: keep the record a while so a late receipt is logged, never acted on.
             rec = self.calls.get(key)
+            RECEIPT_VERDICTS.labels(str(step.state)).inc()
+            if rec is not None and rec.deadline:  # handed over at deadline − window
+                RECEIPT_VERDICT_SECONDS.observe(max(0.0, published - rec.deadline + self.window))
             self._forget(key)
             if rec is None:
                 continue

@@ -39,6 +39,7 @@ from shared.kafka import (
     now_rfc3339,
 )
 from shared.logging import get_logger
+from shared.metrics import STORAGE_BATCH_RECORDS, STORAGE_BATCH_SECONDS, Stopwatch
 from shared.service import decode_batch, raw_decoder
 from shared.settings import Settings
 from shared.store import database, ensure_indexes, make_client, ping
@@ -138,8 +139,10 @@ class StorageService:
                 log.warning("storage.skipped_revoked", records=len(raws) - len(mine))
             if not mine:
                 return
+            STORAGE_BATCH_RECORDS.observe(len(mine))
             try:
-                await self._on_batch(mine)
+                with Stopwatch(STORAGE_BATCH_SECONDS):
+                    await self._on_batch(mine)
             except BaseException:
                 self.handler.invalidate()  # the batch will be redelivered: trust only the store
                 self.verify_again(mine)

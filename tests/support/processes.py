@@ -42,6 +42,7 @@ class Core:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     log_dir: Path | None = None
     args: dict[str, tuple[tuple[str, ...], dict[str, str] | None]] = field(default_factory=dict)
+    metrics_urls: dict[str, str] = field(default_factory=dict)  # service → its /metrics
 
     def spawn(self, name: str, *args: str, env: dict[str, str] | None = None
               ) -> subprocess.Popen[bytes]:
@@ -149,7 +150,10 @@ def launch(stack: Any, log_dir: Path, runtimes: dict[str, list[str]], api_key: s
                    check=True, stdin=subprocess.DEVNULL, timeout=120)
     try:
         for svc in SERVICES:
-            c.spawn(svc, svc)
+            # each service's /healthz, /readyz, /metrics on a port of its own, as in the chart
+            hp = free_port()
+            c.metrics_urls[svc] = f"http://127.0.0.1:{hp}/metrics"
+            c.spawn(svc, svc, env={"SESSION_CORE_HEALTH_PORT": str(hp)})
         for name, args in runtimes.items():
             c.spawn(f"runtime-{name}", "runtime", "--runtime-id", ids[name], "--heartbeat-s",
                     "1", *args)

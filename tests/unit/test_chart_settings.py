@@ -51,7 +51,7 @@ CHART_DEFAULT_DEVIATIONS: dict[str, str] = {
     "SESSION_CORE_TOPIC_REPLICATION_FACTOR": "3 on a real Kafka cluster",
     "SESSION_CORE_CREATE_TOPICS": "the chart's topics Job creates the topics",
     "SESSION_CORE_LOG_FORMAT": "json: pods have no TTY, made explicit",
-    "SESSION_CORE_HEALTH_PORT": "the chart gives storage/dispatcher/receipts a health port",
+    "SESSION_CORE_HEALTH_PORT": "the chart gives every service a metrics/health port",
 }
 COMPOSE_DEFAULT_DEVIATIONS: dict[str, str] = {
     "KAFKA_BOOTSTRAP_SERVERS": "the kafka service",
@@ -59,7 +59,7 @@ COMPOSE_DEFAULT_DEVIATIONS: dict[str, str] = {
     "SESSION_CORE_API_KEYS": "a development key",
     "SESSION_CORE_CREATE_TOPICS": "the topics service creates the topics",
     "SESSION_CORE_LOG_FORMAT": "console for people reading `docker compose logs`",
-    "SESSION_CORE_HEALTH_PORT": "storage/dispatcher/receipts get a health port",
+    "SESSION_CORE_HEALTH_PORT": "every service gets a metrics/health port",
 }
 # the compose services that run the session-core image
 COMPOSE_CORE_SERVICES = ("topics", "admission", "storage", "dispatcher", "receipts", "runtime")
@@ -219,7 +219,8 @@ def _render(*args: str) -> list[dict[str, Any]]:
             pytest.fail("helm is not built: CI runs `make deploy-tools` before `make test`")
         pytest.skip("helm is not built (make deploy-tools or make deploy-check builds it)")
     out = subprocess.run(
-        [helm, "template", "t", str(CHART), *args],
+        # the one required value (no default image exists): as after `make image` and a push
+        [helm, "template", "t", str(CHART), "--set=image.repository=registry.example/sc", *args],
         check=True,
         capture_output=True,
         text=True,

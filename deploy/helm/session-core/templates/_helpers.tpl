@@ -49,6 +49,7 @@ app.kubernetes.io/part-of: session-core
 {{- end -}}
 
 {{- define "session-core.image" -}}
+{{- $repo := required "image.repository is required: build the image with `make image` (it prints how to push it) and set --set image.repository=<registry>/session-core" .Values.image.repository -}}
 {{- if .Values.image.digest -}}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
 {{- else -}}
@@ -92,6 +93,56 @@ print 33554432 as 3.3554432e+07: whole numbers are printed as integers.
 - name: SESSION_CORE_KAFKA_SSL_CAFILE
   value: {{ printf "%s/%s" (trimSuffix "/" .Values.kafkaTls.mountPath) .Values.kafkaTls.caSecret.key | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* The Kafka credentials only (SASL user and password, and the CA file): for the topics Job,
+which must not wait for the MongoDB or API-key Secrets. */}}
+{{- define "session-core.kafkaSecretEnv" -}}
+{{- range $name, $ref := .Values.secretEnv }}
+{{- if and $ref.name (hasPrefix "SESSION_CORE_KAFKA_" $name) }}
+- name: {{ $name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $ref.name }}
+      key: {{ $ref.key }}
+{{- end }}
+{{- end }}
+{{- if .Values.kafkaTls.caSecret.name }}
+- name: SESSION_CORE_KAFKA_SSL_CAFILE
+  value: {{ printf "%s/%s" (trimSuffix "/" .Values.kafkaTls.mountPath) .Values.kafkaTls.caSecret.key | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Volume mounts of every container: /tmp, the Kafka CA, extraVolumeMounts. */}}
+{{- define "session-core.volumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+{{- include "session-core.kafkaCaVolumeMount" . }}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Volumes of every pod: /tmp, the Kafka CA, extraVolumes. */}}
+{{- define "session-core.volumes" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .Values.tmpSizeLimit }}
+{{- include "session-core.kafkaCaVolume" . }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "session-core.metricsPort" -}}
+{{- $port := index .Values.config "SESSION_CORE_HEALTH_PORT" -}}
+{{- if not $port -}}
+{{- fail "config.SESSION_CORE_HEALTH_PORT must be a port (not 0/null): every service serves /healthz, /readyz and /metrics there" -}}
+{{- end -}}
+{{- if eq (int64 $port) (int64 (index .Values.config "SESSION_CORE_HTTP_PORT")) -}}
+{{- fail "config.SESSION_CORE_HEALTH_PORT must differ from SESSION_CORE_HTTP_PORT: /metrics has its own port, never routed by the Ingress" -}}
+{{- end -}}
+{{- int64 $port -}}
 {{- end -}}
 
 {{- define "session-core.kafkaCaVolumeMount" -}}

@@ -1,0 +1,111 @@
+"""The Prometheus metrics of the services, in one place (docs/observability.md lists them).
+Every service serves them on ``/metrics`` of its metrics port (``SESSION_CORE_HEALTH_PORT``).
+Label values are bounded sets (states, kinds, harnesses, command names): never ids or tenants'
+free text."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter as Tally
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+from pymongo import monitoring
+
+# buckets up to the longest wait (?wait: 600 s); the short end resolves ordinary requests
+HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
+                900)
+FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+# --- receipts ---------------------------------------------------------------------------------
+RECEIPT_VERDICTS = Counter(
+    "session_core_receipt_verdicts_total",
+    "Application verdicts published by the receipt tracker, by state (applied, failed, "
+    "uncertain, …)", ["state"])
+RECEIPT_VERDICT_SECONDS = Histogram(
+    "session_core_receipt_verdict_seconds",
+    "Seconds from a function result's hand-over to the Runtime to its verdict",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 20, 30, 60, 120))
+
+# --- dispatch ---------------------------------------------------------------------------------
+DISPATCH_BINDINGS = Counter(
+    "session_core_dispatch_bindings_total", "Sessions bound to a Runtime, by harness",
+    ["harness"])
+DISPATCH_REFUSALS = Counter(
+    "session_core_dispatch_refusals_total",
+    "Inputs the dispatcher refused (the Turn fails), by delivery kind", ["kind"])
+DISPATCH_DELIVERIES = Counter(
+    "session_core_dispatch_deliveries_total",
+    "Deliveries published to runtime.deliveries, by kind (start, steer, function_result, …)",
+    ["kind"])
+RUNTIMES = Gauge(
+    "session_core_runtimes",
+    "Runtimes in the dispatcher's registry, by harness and last reported status",
+    ["harness", "status"])
+
+
+def set_runtimes(runtimes: Iterable[Any]) -> None:
+    """``RUNTIMES`` from the registry's RuntimeInfo values (``harness``, ``status``)."""
+    counts = Tally((str(rt.harness), str(rt.status)) for rt in runtimes)
+    RUNTIMES.clear()
+    for (harness, status), n in counts.items():
+        RUNTIMES.labels(harness, status).set(n)
+
+
+# --- storage ----------------------------------------------------------------------------------
+STORAGE_BATCH_RECORDS = Histogram(
+    "session_core_storage_batch_records", "Records per consumer batch storage processes",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
+STORAGE_BATCH_SECONDS = Histogram(
+    "session_core_storage_batch_seconds",
+    "Seconds to make one batch durable and publish its outputs (store writes included)",
+    buckets=FAST_BUCKETS)
+
+# --- the store (every service): round trips and their latency, by command -------------------
+STORE_COMMANDS = Counter(
+    "session_core_store_commands_total",
+    "Store round trips (MongoDB wire commands), by command and outcome", ["command", "outcome"])
+STORE_COMMAND_SECONDS = Histogram(
+    "session_core_store_command_duration_seconds",
+    "Store round-trip latency by command (insert/update/delete are the writes)", ["command"],
+    buckets=FAST_BUCKETS)
+# one label per command this project sends; anything else is "other" (bounded labels)
+_COMMANDS = frozenset({"insert", "update", "delete", "find", "findAndModify", "aggregate",
+                       "getMore", "count", "createIndexes", "ping", "hello", "isMaster",
+                       "listCollections", "listIndexes", "endSessions", "killCursors"})
+
+
+class StoreCommands(monitoring.CommandListener):
+    """A PyMongo command listener: every command the client sends is one round trip."""
+
+    def _observe(self, event: Any, outcome: str) -> None:
+        name = event.command_name if event.command_name in _COMMANDS else "other"
+        STORE_COMMANDS.labels(name, outcome).inc()
+        STORE_COMMAND_SECONDS.labels(name).observe(event.duration_micros / 1e6)
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        pass
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        self._observe(event, "ok")
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        self._observe(event, "error")
+
+
+STORE_LISTENER = StoreCommands()
+
+
+class Stopwatch:
+    """``with Stopwatch(HISTOGRAM): …`` observes the block's seconds (also on an exception)."""
+
+    def __init__(self, hist: Histogram) -> None:
+        self.hist = hist
+
+    def __enter__(self) -> Stopwatch:
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.hist.observe(time.perf_counter() - self.t0)
