@@ -44,25 +44,39 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def request(self, method: str, path: str, *, body: Json | None = None,
-                      params: Json | None = None) -> Json:
+    @property
+    def http(self) -> httpx.AsyncClient:
+        return self._http
+
+    async def call(self, method: str, path: str, *, body: Json | None = None,
+                   params: Json | None = None) -> tuple[int, Any]:
+        """As ``Client.call``."""
         last: Exception | None = None
         for attempt in range(self.retry.attempts):
             try:
                 resp = await self._http.request(method, path, json=body, params=params)
             except httpx.TransportError as exc:
                 last = exc
-                await self._sleep(self.retry.delay(attempt, None))
+                if attempt + 1 < self.retry.attempts:
+                    await self._sleep(self.retry.delay(attempt, None))
                 continue
             if resp.status_code in RETRY_STATUSES and attempt + 1 < self.retry.attempts:
                 await self._sleep(self.retry.delay(attempt, core.retry_after_s(resp.headers)))
                 continue
-            if resp.status_code >= 400:
-                raise ApiError.from_response(resp)
-            data: Json = resp.json()
-            return data
-        raise TransportError(f"{method} {path}: gave up after {self.retry.attempts} attempts: "
-                             f"{last}")
+            try:
+                return resp.status_code, resp.json()
+            except ValueError:
+                return resp.status_code, resp.text
+        raise TransportError(f"cannot reach the API at {self._http.base_url} "
+                             f"({method} {path}, {self.retry.attempts} attempts): {last}")
+
+    async def request(self, method: str, path: str, *, body: Json | None = None,
+                      params: Json | None = None) -> Json:
+        status, data = await self.call(method, path, body=body, params=params)
+        if status >= 400:
+            raise ApiError.from_body(status, data)
+        result: Json = data
+        return result
 
     async def create_session(self, harness: str, input: str | Json | list[Json], *,
                              placement: str = "none", client_request_id: str | None = None,

@@ -42,26 +42,42 @@ class Client:
         self._http.close()
 
     # ------------------------------------------------------------------ plumbing
-    def request(self, method: str, path: str, *, body: Json | None = None,
-                params: Json | None = None) -> Json:
-        """One API call with retries; the JSON body of a 2xx answer, else ``ApiError``."""
+    @property
+    def http(self) -> httpx.Client:
+        """The underlying ``httpx.Client`` (base URL and auth set)."""
+        return self._http
+
+    def call(self, method: str, path: str, *, body: Json | None = None,
+             params: Json | None = None) -> tuple[int, Any]:
+        """One API call with retries (429 / 503 / connection errors): the final status and
+        decoded body, whatever the status; ``TransportError`` if the API stays unreachable."""
         last: Exception | None = None
         for attempt in range(self.retry.attempts):
             try:
                 resp = self._http.request(method, path, json=body, params=params)
             except httpx.TransportError as exc:
                 last = exc
-                self._sleep(self.retry.delay(attempt, None))
+                if attempt + 1 < self.retry.attempts:
+                    self._sleep(self.retry.delay(attempt, None))
                 continue
             if resp.status_code in RETRY_STATUSES and attempt + 1 < self.retry.attempts:
                 self._sleep(self.retry.delay(attempt, core.retry_after_s(resp.headers)))
                 continue
-            if resp.status_code >= 400:
-                raise ApiError.from_response(resp)
-            data: Json = resp.json()
-            return data
-        raise TransportError(f"{method} {path}: gave up after {self.retry.attempts} attempts: "
-                             f"{last}")
+            try:
+                return resp.status_code, resp.json()
+            except ValueError:
+                return resp.status_code, resp.text
+        raise TransportError(f"cannot reach the API at {self._http.base_url} "
+                             f"({method} {path}, {self.retry.attempts} attempts): {last}")
+
+    def request(self, method: str, path: str, *, body: Json | None = None,
+                params: Json | None = None) -> Json:
+        """One API call with retries; the JSON body of a 2xx answer, else ``ApiError``."""
+        status, data = self.call(method, path, body=body, params=params)
+        if status >= 400:
+            raise ApiError.from_body(status, data)
+        result: Json = data
+        return result
 
     # ------------------------------------------------------------------ the API
     def create_session(self, harness: str, input: str | Json | list[Json], *,

@@ -32,16 +32,25 @@ class ApiError(Exception):
         self.headers = headers or {}
 
     @classmethod
+    def from_body(cls, status: int, body: Any, headers: dict[str, str] | None = None
+                  ) -> ApiError:
+        err = body.get("error") if isinstance(body, dict) else None
+        if not isinstance(err, dict):
+            err = {"message": str(body)[:200]}
+        return cls(status, str(err.get("type", "http_error")), str(err.get("message", "")),
+                   err.get("param"), headers)
+
+    @classmethod
     def from_response(cls, resp: httpx.Response) -> ApiError:
         try:
-            err = resp.json().get("error", {})
-        except (ValueError, AttributeError):
-            err = {}
-        if not isinstance(err, dict):
-            err = {}
-        return cls(resp.status_code, str(err.get("type", "http_error")),
-                   str(err.get("message", resp.text[:200])), err.get("param"),
-                   dict(resp.headers))
+            body: Any = resp.json()
+        except ValueError:
+            body = resp.text
+        return cls.from_body(resp.status_code, body, dict(resp.headers))
+
+    def as_json(self) -> dict[str, Any]:
+        return {"status": self.status,
+                "error": {"type": self.type, "message": self.message, "param": self.param}}
 
 
 class TransportError(Exception):
