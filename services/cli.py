@@ -122,18 +122,46 @@ def hash_key(argv: list[str]) -> int:
     return 0
 
 
+COMMANDS: dict[str, str] = {
+    "admission": "run the admission service (HTTP API + session.input)",
+    "storage": "run the storage service",
+    "dispatcher": "run the dispatcher service",
+    "receipts": "run the receipt tracker",
+    "topics": "make the topics as declared ('create', the default) or only compare ('check')",
+    "runtime": "run a Runtime (the reference Runtime or a real harness)",
+    "cli": "the user CLI over the public HTTP API",
+    "conformance": "the Runtime qualification kit",
+    "demo": "play the demo against a running stack",
+    "hash-key": "make an API key entry",
+}
+# commands whose own module parses the rest of the command line (``--help`` included)
+OWN_PARSER = ("topics", "runtime", "cli", "conformance", "hash-key")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("session-core")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="session-core", description=__doc__)
-    parser.add_argument(
-        "command",
-        choices=[*SERVICES, "topics", "runtime", "cli", "conformance", "demo", "hash-key"],
-        help="a service to run, 'topics [create|check]' to make the topics as declared, "
-        "'runtime' for the reference runtime, 'cli' for the user CLI, 'conformance' for the "
-        "runtime qualification kit, 'hash-key' to make an API key entry",
-    )
+    parser = argparse.ArgumentParser(
+        prog="session-core", description=__doc__,
+        epilog="`session-core COMMAND --help` describes a command without running it. Exit "
+        "codes: 0 success, 1 failure, 2 usage error or an unreachable dependency.")
+    parser.add_argument("--version", action="version", version=f"session-core {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, help_ in COMMANDS.items():
+        sub.add_parser(name, help=help_, add_help=name not in OWN_PARSER, description=help_)
     args, rest = parser.parse_known_args(argv[:1])
     rest = argv[1:]
+    if args.command not in OWN_PARSER:
+        # the command takes no arguments: --help answers here, anything else is a usage error
+        sub.choices[args.command].parse_args(rest)
     if args.command == "hash-key":
         sys.exit(hash_key(rest))
     settings = get_settings()

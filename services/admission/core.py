@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -304,6 +304,21 @@ class Admission:
             "next_after": docs[-1]["sequence"] if docs else after,
         }
         return Answer(200, body)
+
+    async def stored_items(self, session_id: str, after: int, page_size: int = 500
+                           ) -> AsyncIterator[Doc]:
+        """Every stored Item of the Session after ``after`` (the caller checked ownership)."""
+        while True:
+            session = await self.db.sessions.find_one({"_id": session_id}, {"last_sequence": 1})
+            last = int(session.get("last_sequence", 0)) if session else 0
+            if after >= last:
+                return
+            docs = await itemstore.page(self.db, session_id, after, page_size, last)
+            if not docs:
+                return
+            for doc in docs:
+                yield doc
+            after = int(docs[-1]["sequence"])
 
     async def get_tool_result(self, session_id: str, call_id: str,
                               *, tenant: str) -> Answer:

@@ -283,12 +283,65 @@ def build_http_app(
     async def list_items(session_id: str, request: Request) -> Response:
         after_raw = request.query_params.get("after", "0")
         limit_raw = request.query_params.get("limit", "100")
+        stream_raw = request.query_params.get("stream", "false")
+        if stream_raw not in ("true", "false"):
+            return _err(errors.invalid("stream must be true or false", "stream"))
+        resume = request.headers.get("last-event-id")
+        if stream_raw == "true" and resume is not None:
+            # Last-Event-ID is the last sequence the client saw (the SSE ``id:``): it wins
+            # over ``after`` so a reconnecting EventSource resumes without a gap or repeat.
+            if not resume.isdigit():
+                return _err(errors.invalid("Last-Event-ID must be an Item sequence",
+                                           "Last-Event-ID"))
+            after_raw = resume
         if not after_raw.isdigit():
             return _err(errors.invalid("after must be a non-negative integer", "after"))
+        if stream_raw == "true":
+            return await _follow(session_id, int(after_raw), _tenant(request))
         if not limit_raw.isdigit() or not 1 <= int(limit_raw) <= 1000:
             return _err(errors.invalid("limit must be an integer from 1 to 1000", "limit"))
         return _json(await get_admission().list_items(session_id, int(after_raw),
                                                       int(limit_raw), tenant=_tenant(request)))
+
+    async def _follow(session_id: str, after: int, tenant: str) -> Response:
+        """``GET …/items?stream=true&after=N``: the stored Items after N, then every Item as it
+        is published, as SSE events with ``id: <sequence>``, in sequence order, none twice.
+        The listener attaches before the store is read, so nothing published in between is
+        missed; a gap in what the tail delivers is filled from the store."""
+        adm = get_admission()
+        first = await adm.list_items(session_id, after, 1, tenant=tenant)
+        if first.status >= 300:
+            return _json(first)
+        q = adm.items.listen(session_id)
+
+        async def events() -> AsyncIterator[bytes]:
+            last = after
+            try:
+                async for it in adm.stored_items(session_id, last):
+                    last = it["sequence"]
+                    yield _sse("item", it)
+                while True:
+                    try:
+                        it = await asyncio.wait_for(q.get(), 15)
+                    except TimeoutError:
+                        yield b": keep-alive\n\n"
+                        continue
+                    seq = it.get("sequence")
+                    if not isinstance(seq, int) or seq <= last:
+                        continue
+                    if seq > last + 1:
+                        async for stored in adm.stored_items(session_id, last):
+                            last = stored["sequence"]
+                            yield _sse("item", stored)
+                        if seq <= last:
+                            continue
+                    last = seq
+                    yield _sse("item", {k: v for k, v in it.items() if k != "schema"})
+            finally:
+                adm.items.unlisten(session_id, q)
+
+        return StreamingResponse(events(), status_code=200, media_type="text/event-stream",
+                                 headers=SSE_HEADERS)
 
     @app.get("/v1/sessions/{session_id}/tool_results/{call_id}")
     async def get_tool_result(session_id: str, call_id: str, request: Request) -> Response:
@@ -357,5 +410,12 @@ async def _disconnected(request: Request) -> None:
             return
 
 
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
 def _sse(event: str, data: Any) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+    """One SSE event; an Item's event carries ``id: <sequence>`` so a client resumes with
+    ``Last-Event-ID``."""
+    seq = data.get("sequence") if event == "item" and isinstance(data, dict) else None
+    head = f"id: {seq}\n" if isinstance(seq, int) else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()

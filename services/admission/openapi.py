@@ -212,15 +212,27 @@ OPERATIONS: dict[tuple[str, str], Json] = {
                       **_errors(400, 401, 404, 429, 503)},
     },
     ("/v1/sessions/{session_id}/items", "get"): {
-        "summary": "Public Items in sequence order",
+        "summary": "Public Items in sequence order; with stream=true, follow them as SSE",
+        "description": (
+            "Without `stream`: a page of stored Items (recovery read). With `stream=true`: the "
+            "stored Items after `after`, then each Item as it is published, as Server-Sent "
+            "Events (`event: item`, `id: <sequence>`, `data: <Item>`), in sequence order with "
+            "no gap and no repeat; a reconnecting client sends `Last-Event-ID` (the last "
+            "sequence it saw), which takes precedence over `after`."),
         "parameters": [
             _SESSION_ID,
             {"name": "after", "in": "query", "required": False,
              "schema": {"type": "integer", "minimum": 0, "default": 0}},
             {"name": "limit", "in": "query", "required": False,
              "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}},
+            {"name": "stream", "in": "query", "required": False,
+             "schema": {"type": "boolean", "default": False}},
+            {"name": "Last-Event-ID", "in": "header", "required": False,
+             "schema": {"type": "string", "pattern": "^[0-9]+$"}},
         ],
-        "responses": {"200": _json(_ref("ItemPage"), "a page of Items"),
+        "responses": {"200": {"description": "a page of Items, or (stream=true) an SSE stream",
+                              "content": {"application/json": {"schema": _ref("ItemPage")},
+                                          "text/event-stream": {"schema": {"type": "string"}}}},
                       **_errors(400, 401, 404, 429, 503)},
     },
     ("/v1/sessions/{session_id}/tool_results/{call_id}", "get"): {

@@ -1,27 +1,30 @@
 """``session-core cli``: drive Session Core as a user (docs/cli.md).
 
-Speaks only the public HTTP API (``--api``, ``--api-key``; env ``SESSION_CORE_API`` /
-``SESSION_CORE_API_KEY``) and, for ``tail``, the public Item topic ``session.items`` (Kafka,
-``--bootstrap``; the topic prefix comes from the settings). Every command prints readable lines;
-``--json`` prints the raw answer instead. Exit codes: 0 success, 1 an error answer (4xx/5xx) or a
-failed wait, 2 a usage error or an unreachable API.
+A thin layer over the client library ``session_core_client``: speaks only the public HTTP API
+(``--api``, ``--api-key``; env ``SESSION_CORE_API`` / ``SESSION_CORE_API_KEY``), ``tail`` included
+(it follows ``GET …/items?stream=true``, so no Kafka credentials are needed). Idempotency ids are
+minted when not given, and 429 / 503 / connection errors are retried (honouring Retry-After), so a
+retried command never double-posts. Every command prints readable lines; ``--json`` prints the
+raw answer instead, and errors as JSON too. Exit codes: 0 success, 1 an error answer (4xx/5xx)
+or a wait that ran out, 2 a usage error or an unreachable API, 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import httpx
 
+import session_core_client
 from services.client import render
 from services.client.bodies import (
     UsageError,
@@ -29,6 +32,7 @@ from services.client.bodies import (
     message_event_body,
     tool_result_body,
 )
+from session_core_client import ApiError, Client, TransportError
 
 Json = dict[str, Any]
 DEFAULT_API = "http://127.0.0.1:8080"
@@ -36,10 +40,11 @@ TERMINAL_TURN_STATES = ("completed", "failed")
 
 
 class Exit(Exception):
-    def __init__(self, code: int, message: str | None = None) -> None:
+    def __init__(self, code: int, message: str | None = None, body: Any = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.body = body  # printed as JSON with --json
 
 
 # --------------------------------------------------------------------------- arguments
@@ -98,6 +103,8 @@ def _common(p: argparse.ArgumentParser, suppress: bool) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="session-core cli", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version",
+                        version=f"session-core cli {session_core_client.__version__}")
     _common(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -151,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=100)
     p.add_argument("--all", action="store_true", help="follow has_more to the end")
 
-    p = cmd("tail", "print a Session's Items from the session.items topic")
+    p = cmd("tail", "print a Session's Items; --follow keeps printing them as they are "
+            "published (GET …/items?stream=true, resumed after a dropped connection)")
     p.add_argument("session")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new Items")
     p.add_argument("--after", type=int, default=0, help="skip Items up to this sequence")
@@ -160,8 +168,6 @@ def build_parser() -> argparse.ArgumentParser:
                    "or fails")
     p.add_argument("--timeout", type=float, default=None,
                    help="with --follow: stop after this many seconds")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: settings)")
-    p.add_argument("--topic-prefix", help="topic prefix (default: settings)")
 
     p = cmd("call", "show a function call, its stored submission and application state")
     p.add_argument("session")
@@ -176,31 +182,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class Api:
+    """The CLI's view of the client library: status and body of every answer (the CLI prints
+    error answers itself), ``Exit(2)`` when the API cannot be reached."""
+
     def __init__(self, base: str, key: str | None, timeout: float = 30.0) -> None:
-        headers = {"Accept": "application/json"}
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        self.client = httpx.Client(base_url=base.rstrip("/"), headers=headers,
-                                   timeout=httpx.Timeout(timeout, read=None))
+        self.client = Client(base, key, timeout_s=timeout)
         self.base = base
 
     def call(self, method: str, path: str, body: Json | None = None,
              params: Json | None = None) -> tuple[int, Any]:
         try:
-            resp = self.client.request(method, path, json=body, params=params)
-        except httpx.HTTPError as exc:
-            raise Exit(2, f"cannot reach the API at {self.base}: {exc}") from None
-        try:
-            data = resp.json()
-        except ValueError:
-            data = resp.text
-        return resp.status_code, data
+            return self.client.call(method, path, body=body, params=params)
+        except TransportError as exc:
+            raise Exit(2, str(exc)) from None
 
     @contextlib.contextmanager
     def stream(self, path: str, body: Json) -> Iterator[httpx.Response]:
         try:
-            with self.client.stream("POST", path, json=body,
-                                    headers={"Accept": "text/event-stream"}) as resp:
+            with self.client.http.stream("POST", path, json=body,
+                                         headers={"Accept": "text/event-stream"}) as resp:
                 yield resp
         except httpx.HTTPError as exc:
             raise Exit(2, f"cannot reach the API at {self.base}: {exc}") from None
@@ -208,7 +208,8 @@ class Api:
 
 def _ok(status: int, body: Any) -> Any:
     if status >= 400:
-        raise Exit(1, render.error_line(status, body))
+        raise Exit(1, render.error_line(status, body),
+                   ApiError.from_body(status, body).as_json())
     return body
 
 
@@ -256,8 +257,8 @@ def cmd_create(api: Api, args: argparse.Namespace) -> int:
     body = create_body(
         harness=args.harness, placement=args.placement, parts=args.parts or [],
         string_input=args.string_input, stream=args.stream,
-        client_request_id=args.client_request_id, metadata=args.metadata, tags=args.tags,
-        actor=args.actor,
+        client_request_id=args.client_request_id or str(uuid.uuid4()), metadata=args.metadata,
+        tags=args.tags, actor=args.actor,
     )
     if args.stream and args.wait:
         raise UsageError("--stream and --wait cannot be combined")
@@ -345,13 +346,15 @@ def _post_event(api: Api, args: argparse.Namespace, body: Json) -> int:
 
 def cmd_send(api: Api, args: argparse.Namespace) -> int:
     return _post_event(api, args, message_event_body(
-        args.parts or [], args.client_event_id, args.metadata, args.tags, args.actor))
+        args.parts or [], args.client_event_id or str(uuid.uuid4()), args.metadata, args.tags,
+        args.actor))
 
 
 def cmd_result(api: Api, args: argparse.Namespace) -> int:
     body = tool_result_body(
         call_id=args.call_id, success=args.success, output_parts=args.output or [],
-        error=args.error, output_as_parts=args.output_parts, client_event_id=args.client_event_id,
+        error=args.error, output_as_parts=args.output_parts,
+        client_event_id=args.client_event_id or str(uuid.uuid4()),
         metadata=args.metadata, tags=args.tags, actor=args.actor,
     )
     return _post_event(api, args, body)
@@ -401,8 +404,9 @@ def cmd_session(api: Api, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_tail(args: argparse.Namespace) -> int:
-    from services.client.tail import tail_items
+def cmd_tail(api: Api, args: argparse.Namespace) -> int:
+    """The stored Items after ``--after``; with ``--follow``, then each Item as it is published
+    (the library resumes a dropped stream from the last sequence seen)."""
 
     def show(item: Json) -> None:
         if args.json:
@@ -410,13 +414,32 @@ def cmd_tail(args: argparse.Namespace) -> int:
         else:
             print(render.item_line(item), flush=True)
 
-    found = asyncio.run(tail_items(
-        session_id=args.session, after=args.after, follow=args.follow,
-        until_turn_end=args.until_turn_end, timeout_s=args.timeout,
-        bootstrap=args.bootstrap, topic_prefix=args.topic_prefix, on_item=show,
-    ))
+    def turn_ended(item: Json) -> bool:
+        return item.get("type") == "turn" and item.get("state") in TERMINAL_TURN_STATES
+
+    found = 0
+    try:
+        if not args.follow:
+            for item in api.client.items(args.session, after=args.after):
+                show(item)
+                found += 1
+        else:
+            deadline = None if args.timeout is None else time.monotonic() + args.timeout
+            stream = api.client.stream_items(args.session, after=args.after,
+                                             idle_timeout_s=args.timeout)
+            for item in stream:
+                show(item)
+                found += 1
+                if (args.until_turn_end and turn_ended(item)) or (
+                        deadline is not None and time.monotonic() > deadline):
+                    break
+    except ApiError as exc:
+        raise Exit(1, render.error_line(exc.status, {"error": exc.as_json()["error"]}),
+                   exc.as_json()) from None
+    except TransportError as exc:
+        raise Exit(2, str(exc)) from None
     if not found and not args.follow and not args.json:
-        print(f"no Items of {args.session} on the topic after {args.after}", file=sys.stderr)
+        print(f"no Items of {args.session} after {args.after}", file=sys.stderr)
     return 0
 
 
@@ -427,6 +450,7 @@ COMMANDS = {
     "items": cmd_items,
     "call": cmd_call,
     "session": cmd_session,
+    "tail": cmd_tail,
 }
 
 
@@ -434,15 +458,21 @@ def run(argv: Sequence[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(list(argv))
     try:
-        if args.command == "tail":
-            return cmd_tail(args)
         api = Api(args.api, args.api_key, args.http_timeout)
         return COMMANDS[args.command](api, args)
     except UsageError as exc:
-        print(f"session-core cli {args.command}: {exc}", file=sys.stderr)
+        if args.json:
+            _print_json({"error": {"type": "usage", "message": str(exc), "param": None}})
+        else:
+            print(f"session-core cli {args.command}: {exc}", file=sys.stderr)
         return 2
     except Exit as exc:
-        if exc.message:
+        if args.json:
+            body = exc.body if exc.body is not None else {
+                "error": {"type": "unreachable" if exc.code == 2 else "failed",
+                          "message": exc.message, "param": None}}
+            _print_json(body)
+        elif exc.message:
             print(exc.message, file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:

@@ -4,6 +4,7 @@ URIs by magic bytes, SSE parsing, readable Item lines, exit codes."""
 from __future__ import annotations
 
 import base64
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,20 @@ def test_create_keeps_part_order_and_builds_data_uris(api: type[FakeApi],
 
 def test_create_string_input_and_whitespace_kept(api: type[FakeApi]) -> None:
     assert cli.run(["create", "--harness", "codex", "--text", " \t", "--string-input"]) == 0
-    assert api.calls[0][2] == {"harness": "codex", "placement": "none", "input": " \t"}
+    body = dict(api.calls[0][2])
+    minted = body.pop("client_request_id")
+    assert body == {"harness": "codex", "placement": "none", "input": " \t"}
+    assert uuid.UUID(minted).version == 4, "the CLI mints an idempotency id when none is given"
+
+
+def test_ids_are_minted_once_per_command_and_differ_between_commands(api: type[FakeApi]
+                                                                     ) -> None:
+    api.answer = (202, {"event_id": "evt_1", "delivery": "steered", "items": []})
+    assert cli.run(["send", SID, "--text", "a"]) == 0
+    assert cli.run(["send", SID, "--text", "a"]) == 0
+    assert cli.run(["result", SID, "call_1", "--success"]) == 0
+    ids = [c[2]["client_event_id"] for c in api.calls]
+    assert len(set(ids)) == 3 and all(uuid.UUID(i).version == 4 for i in ids)
 
 
 @pytest.mark.parametrize(
@@ -160,7 +174,8 @@ def test_result_body(api: type[FakeApi], files: dict[str, str], flags: list[str]
     api.answer = (202, {"event_id": "evt_1", "delivery": "resumed", "items": []})
     flags = [files["cat.png"] if f == "PNG" else f for f in flags]
     assert cli.run(["result", SID, "call_1", *flags]) == 0
-    body = api.calls[0][2]
+    body = dict(api.calls[0][2])
+    assert uuid.UUID(body.pop("client_event_id")).version == 4
     assert body == {"type": "agent.session.input.tool_result", "call_id": "call_1", **expected}
 
 

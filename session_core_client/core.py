@@ -1,0 +1,191 @@
+"""What the sync and async clients share: errors, the retry policy, request building, SSE."""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from session_core_client.content import as_messages
+
+Json = dict[str, Any]
+RETRY_STATUSES = frozenset({429, 503})
+MAX_WAIT_MS = 600_000
+
+
+class ApiError(Exception):
+    """An error answer of the API: ``{"error": {"type", "message", "param"}}``."""
+
+    def __init__(self, status: int, type_: str, message: str, param: str | None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(f"{status} {type_}: {message}" + (f" (param {param})" if param else ""))
+        self.status = status
+        self.type = type_
+        self.message = message
+        self.param = param
+        self.headers = headers or {}
+
+    @classmethod
+    def from_body(cls, status: int, body: Any, headers: dict[str, str] | None = None
+                  ) -> ApiError:
+        err = body.get("error") if isinstance(body, dict) else None
+        if not isinstance(err, dict):
+            err = {"message": str(body)[:200]}
+        return cls(status, str(err.get("type", "http_error")), str(err.get("message", "")),
+                   err.get("param"), headers)
+
+    @classmethod
+    def from_response(cls, resp: httpx.Response) -> ApiError:
+        try:
+            body: Any = resp.json()
+        except ValueError:
+            body = resp.text
+        return cls.from_body(resp.status_code, body, dict(resp.headers))
+
+    def as_json(self) -> dict[str, Any]:
+        return {"status": self.status,
+                "error": {"type": self.type, "message": self.message, "param": self.param}}
+
+
+class TransportError(Exception):
+    """The API could not be reached (or kept failing) within the retry budget."""
+
+
+def mint_id() -> str:
+    return str(uuid.uuid4())
+
+
+def retry_after_s(headers: httpx.Headers | dict[str, str], now: float | None = None
+                  ) -> float | None:
+    """``Retry-After`` as seconds: delta-seconds or an HTTP date; None when absent or bad."""
+    raw = headers.get("retry-after") or headers.get("Retry-After")
+    if raw is None:
+        return None
+    raw = raw.strip()
+    if raw.isdigit():
+        return float(raw)
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+@dataclass
+class RetryPolicy:
+    """Retries for 429 / 503 answers and connection errors. Safe for every write because the
+    client mints the idempotency id before the first attempt and sends the same id again."""
+
+    attempts: int = 6
+    backoff_s: float = 0.25
+    max_backoff_s: float = 8.0
+    max_retry_after_s: float = 60.0
+    jitter: float = 0.2
+    rng: random.Random = field(default_factory=random.Random)
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to sleep before attempt ``attempt + 1`` (``attempt`` counts from 0)."""
+        if retry_after is not None:
+            return min(retry_after, self.max_retry_after_s)
+        base: float = min(self.max_backoff_s, self.backoff_s * 2.0 ** attempt)
+        return base * (1 + self.jitter * self.rng.random())
+
+
+def create_body(harness: str, input_: str | Json | list[Json], *, placement: str = "none",
+                client_request_id: str | None = None, **envelope: Any) -> Json:
+    body: Json = {"harness": harness, "placement": placement,
+                  "input": input_ if isinstance(input_, str) else as_messages(input_),
+                  "client_request_id": client_request_id or mint_id()}
+    body.update({k: v for k, v in envelope.items() if v is not None})
+    return body
+
+
+def message_body(input_: str | Json | list[Json], *, client_event_id: str | None = None,
+                 **envelope: Any) -> Json:
+    body: Json = {"type": "agent.session.input.message", "input": as_messages(input_),
+                  "client_event_id": client_event_id or mint_id()}
+    body.update({k: v for k, v in envelope.items() if v is not None})
+    return body
+
+
+_ABSENT: Any = object()
+
+
+def tool_result_body(call_id: str, *, success: bool, output: Any = _ABSENT, error: Any = _ABSENT,
+                     client_event_id: str | None = None, **envelope: Any) -> Json:
+    """``output`` and ``error`` are sent only when given (Core stores which were present)."""
+    body: Json = {"type": "agent.session.input.tool_result", "call_id": call_id,
+                  "success": success, "client_event_id": client_event_id or mint_id()}
+    if output is not _ABSENT:
+        body["output"] = output
+    if error is not _ABSENT:
+        body["error"] = error
+    body.update({k: v for k, v in envelope.items() if v is not None})
+    return body
+
+
+def wait_params(wait: bool, timeout_ms: int | None) -> Json:
+    if not wait:
+        return {}
+    params: Json = {"wait": "true"}
+    if timeout_ms is not None:
+        params["timeout_ms"] = str(min(timeout_ms, MAX_WAIT_MS))
+    return params
+
+
+@dataclass
+class SseEvent:
+    event: str
+    data: str
+    id: str | None
+
+
+class SseParser:
+    """Incremental ``text/event-stream`` parser (the WHATWG rules this API uses: ``event``,
+    ``data`` (joined by newlines), ``id``, comments ignored, a blank line dispatches)."""
+
+    def __init__(self) -> None:
+        self._event = ""
+        self._data: list[str] = []
+        self._id: str | None = None
+        self.last_id: str | None = None
+
+    def feed_line(self, line: str) -> SseEvent | None:
+        if line == "":
+            if not self._data and not self._event:
+                return None
+            ev = SseEvent(self._event or "message", "\n".join(self._data), self._id)
+            if self._id is not None:
+                self.last_id = self._id
+            self._event, self._data, self._id = "", [], None
+            return ev
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        elif name == "id" and "\0" not in value:
+            self._id = value
+        return None
+
+    def feed(self, lines: Iterator[str]) -> Iterator[SseEvent]:
+        for line in lines:
+            ev = self.feed_line(line)
+            if ev is not None:
+                yield ev
+
+
+def headers_for(api_key: str | None) -> dict[str, str]:
+    headers = {"Accept": "application/json", "User-Agent": "session-core-client/0.1"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers

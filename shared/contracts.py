@@ -1,0 +1,255 @@
+"""The public record contracts of CONTRACT §2 as pydantic models — the one typed description of
+what travels on each public topic, from which ``docs/schemas/*.json`` and ``docs/asyncapi.json``
+are generated (``python -m shared.contracts``; a test fails when the checked-in files drift).
+
+Content stays exact: message and output content are the content model's parts
+(``shared.domain.content``), and a record is never re-serialised through these models on the hot
+path — services keep the JSON they were given; the models describe it, and the tests validate
+every record the system produces against the generated JSON Schemas.
+
+Versioning: every record names ``schema`` (``"session.item/1"``). A new optional field keeps the
+version (consumers ignore fields they do not know); a removed, renamed or re-meant field makes
+``/2`` (docs/client.md, "Schema versions").
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from shared.domain.content import (
+    CreateSessionBody,
+    ExternalActor,
+    InputContent,
+    MessageEventBody,
+    Metadata,
+    Tags,
+    ToolResultEventBody,
+)
+
+_EXACT = ConfigDict(extra="forbid")
+# records whose producers are Runtimes (outside this repo) may carry more than Core reads
+_OPEN = ConfigDict(extra="allow")
+
+SessionId = Annotated[str, Field(pattern=r"^session_[0-9a-f]{32}$")]
+RuntimeId = Annotated[str, Field(min_length=1)]
+Timestamp = Annotated[str, Field(description="RFC 3339")]
+
+
+# --------------------------------------------------------------------------- session.input
+class _InputEnvelope(BaseModel):
+    request_id: Annotated[str, Field(min_length=1, max_length=255)]
+    tenant: str | None = Field(default=None, description="the tenant the request acts for")
+    schema_: Literal["session.input/1"] | None = Field(default=None, alias="schema")
+
+
+class SessionsCreateRecord(CreateSessionBody, _InputEnvelope):
+    """``op: sessions.create``: the body of ``POST /v1/sessions`` plus the envelope."""
+
+    op: Literal["sessions.create"]
+
+
+class MessageEventRecord(MessageEventBody, _InputEnvelope):
+    op: Literal["events.create"]
+    session_id: SessionId
+
+
+class ToolResultEventRecord(ToolResultEventBody, _InputEnvelope):
+    op: Literal["events.create"]
+    session_id: SessionId
+
+
+SessionInputRecord = SessionsCreateRecord | MessageEventRecord | ToolResultEventRecord
+
+
+class SessionInputResult(BaseModel):
+    """``session.input.results``, keyed by ``request_id``: the HTTP answer the request got."""
+
+    model_config = _OPEN
+    schema_: Literal["session.input.result/1"] = Field(alias="schema")
+    request_id: str
+    status: int
+    body: dict[str, Any]
+
+
+# --------------------------------------------------------------------------- session.items
+class _ItemBase(BaseModel):
+    model_config = _EXACT
+    schema_: Literal["session.item/1"] | None = Field(
+        default=None, alias="schema", description="present on the topic, absent in HTTP bodies")
+    id: Annotated[str, Field(pattern=r"^item_[0-9a-f]{32}$")]
+    session_id: SessionId
+    sequence: Annotated[int, Field(ge=1)]
+    created_at: Timestamp
+    tenant: str | None = Field(default=None, description="the Session's tenant (topic only)")
+
+
+class _Envelope(BaseModel):
+    metadata: Metadata | None = None
+    tags: Tags | None = None
+    external_actor: ExternalActor | None = None
+
+
+class MessageItem(_ItemBase, _Envelope):
+    type: Literal["message"]
+    role: Literal["user"]
+    content: list[InputContent] = Field(description="exactly as sent, byte for byte")
+    event_id: str
+    turn_id: str
+
+
+class FunctionCallItem(_ItemBase):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: Any
+    turn_id: str | None
+
+
+class FunctionCallOutputItem(_ItemBase, _Envelope):
+    type: Literal["function_call_output"]
+    call_id: str
+    success: bool
+    output: str | list[InputContent] | None
+    error: str | None
+    event_id: str
+    turn_id: str | None
+
+
+class FunctionCallApplicationItem(_ItemBase):
+    type: Literal["function_call_application"]
+    call_id: str
+    state: Literal["applied", "uncertain", "failed"]
+    reason: str | None
+
+
+class TurnItem(_ItemBase):
+    type: Literal["turn"]
+    turn_id: str
+    state: Literal["started", "completed", "failed"]
+    reason: str | None
+
+
+Item = Annotated[MessageItem | FunctionCallItem | FunctionCallOutputItem
+                 | FunctionCallApplicationItem | TurnItem, Field(discriminator="type")]
+
+
+# --------------------------------------------------------------------------- runtime.*
+class Capabilities(BaseModel):
+    model_config = _OPEN
+    message_images: bool
+    function_result_images: bool
+
+
+class RuntimeRegistration(BaseModel):
+    model_config = _OPEN
+    schema_: Literal["runtime.registration/1"] = Field(alias="schema")
+    runtime_id: RuntimeId
+    harness: Literal["codex", "claude_code", "minimax_code"]
+    bridge_protocol: int
+    placements: list[Literal["none", "openai_hosted", "self_hosted"]]
+    capabilities: Capabilities
+    status: Literal["ready", "draining", "gone"]
+    heartbeat_at: Timestamp
+
+
+class DeliveryMessage(BaseModel):
+    model_config = _EXACT
+    role: Literal["user"]
+    content: list[InputContent]
+
+
+class _DeliveryBase(BaseModel):
+    model_config = _OPEN
+    schema_: Literal["runtime.delivery/1"] = Field(alias="schema")
+    delivery_id: str
+    runtime_id: RuntimeId
+    session_id: SessionId
+    turn_id: str | None
+
+
+class MessagesDelivery(_DeliveryBase):
+    kind: Literal["start", "steer"]
+    messages: list[DeliveryMessage]
+
+
+class FunctionResultDelivery(_DeliveryBase):
+    kind: Literal["function_result"]
+    call_id: str
+    name: str | None
+    success: bool
+    content: list[InputContent] = Field(
+        description="the output parts (a string output is one text part), then the error text "
+                    "as a final text part")
+
+
+RuntimeDelivery = Annotated[MessagesDelivery | FunctionResultDelivery,
+                            Field(discriminator="kind")]
+
+
+class RuntimeObservation(BaseModel):
+    """What a harness recorded (``native``: one native record as the harness printed it), or a
+    refusal (``native: null`` with ``refusal``)."""
+
+    model_config = _OPEN
+    schema_: Literal["runtime.observation/1"] = Field(alias="schema")
+    runtime_id: RuntimeId
+    session_id: SessionId
+    harness: Literal["codex", "claude_code", "minimax_code"]
+    observed_at: Timestamp
+    native: dict[str, Any] | None
+
+
+# --------------------------------------------------------------------------- *.dlq
+class DeadLetter(BaseModel):
+    model_config = _OPEN
+    schema_: Literal["dlq.record/1"] = Field(alias="schema")
+    source_topic: str
+    reason: str = Field(description="a reason code, e.g. undecodable_json or invalid_record")
+
+
+# --------------------------------------------------------------------------- generation
+SCHEMAS: dict[str, Any] = {
+    "session.input": SessionInputRecord,
+    "session.input.results": SessionInputResult,
+    "session.items": Item,
+    "runtime.registrations": RuntimeRegistration,
+    "runtime.deliveries": RuntimeDelivery,
+    "runtime.observations": RuntimeObservation,
+    "dlq": DeadLetter,
+}
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "docs" / "schemas"
+
+
+def json_schema(name: str) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of one topic's records, as a consumer reads them."""
+    schema: dict[str, Any] = TypeAdapter(SCHEMAS[name]).json_schema(by_alias=True,
+                                                                     mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = f"https://session-core.dev/schemas/{name}.json"
+    schema.setdefault("title", name)
+    return schema
+
+
+def rendered(name: str) -> str:
+    return json.dumps(json_schema(name), indent=2, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write ``docs/schemas/<topic>.json`` for every public topic (and ``docs/asyncapi.json``)."""
+    SCHEMA_DIR.mkdir(parents=True, exist_ok=True)
+    for name in SCHEMAS:
+        (SCHEMA_DIR / f"{name}.json").write_text(rendered(name))
+    from shared.asyncapi import rendered as asyncapi_rendered
+
+    (SCHEMA_DIR.parent / "asyncapi.json").write_text(asyncapi_rendered())
+    sys.stdout.write(f"wrote {len(SCHEMAS)} schemas to {SCHEMA_DIR} and docs/asyncapi.json\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
