@@ -52,7 +52,7 @@ from shared.topics import topics_for
 log = get_logger(__name__)
 GROUP = "session-core-receipts"
 DONE_KEPT = 10_000  # terminal calls remembered to log late receipts
-EARLY_OBSERVATIONS = 64  # per Session, kept for observations that overtake their delivery
+EARLY_KEPT = 4096  # observations no tracked call took, kept for a delivery that is read later
 
 Key = tuple[str, str]  # (session_id, call_id)
 
@@ -90,8 +90,10 @@ class ReceiptService:
         self.calls: dict[Key, CallRecord] = {}
         self.by_session: dict[str, set[str]] = defaultdict(set)
         self.deadlines: DeadlineQueue[Key] = DeadlineQueue()
-        self.early: dict[str, deque[tuple[float, Doc]]] = defaultdict(
-            lambda: deque(maxlen=EARLY_OBSERVATIONS))
+        # Observations no tracked call took, per Session, for a delivery read after them (the
+        # two records travel on two topics). Kept one window, at most EARLY_KEPT in all.
+        self.early: dict[str, deque[tuple[float, Doc]]] = {}
+        self.early_order: deque[tuple[float, str]] = deque()
         self.wake = asyncio.Event()
         self.timer: asyncio.Task[None] | None = None
         self.settling: set[asyncio.Task[Any]] = set()  # deletes of settled pending records
@@ -240,10 +242,16 @@ class ReceiptService:
                     log.info("receipts.pending", deadline_in_s=round(deadline - now, 3))
         if len(opened) > 10:
             log.info("receipts.pending_batch", opened=len(opened), pending=len(self.calls))
-        # Observations that overtook their delivery.
-        for sid in {e.session_id for e, _ in opened}:
-            for seen_at, obs in list(self.early.get(sid, ())):
-                await self.observe(obs, seen_at)
+        # Observations that overtook their delivery, offered to the calls just opened only (a
+        # call already tracked has seen them).
+        for expected, _ in opened:
+            key = (expected.session_id, expected.call_id)
+            for seen_at, obs in list(self.early.get(key[0], ())):
+                rec = self.calls.get(key)
+                if rec is None:
+                    break
+                with bound(session_id=key[0], call_id=key[1]):
+                    await self._offer(key, rec, obs, seen_at)
 
     # ---- observations decide -------------------------------------------------------------
     async def on_observations(self, body: Any, msg: KafkaMessage) -> None:
@@ -263,25 +271,51 @@ class ReceiptService:
             if late is not None and not isinstance(late, NotAMatch):
                 with bound(session_id=sid, call_id=cid):
                     await self._step((sid, cid), done.observe(late, at))
-        call_ids = list(self.by_session.get(sid, ()))
-        if not call_ids:
-            self.early[sid].append((at, obs))
-            return
-        for cid in call_ids:
+        taken = False
+        for cid in list(self.by_session.get(sid, ())):
             key = (sid, cid)
             rec = self.calls.get(key)
             if rec is None:
                 continue
             with bound(session_id=sid, call_id=cid):
-                if isinstance(refusal, dict):
-                    if refusal.get("call_id") == cid:
-                        await self._step(key, rec.refused(str(refusal.get("reason"))))
-                    continue
-                verdict = match_observation(rec.expected, obs)
-                if isinstance(verdict, NotAMatch):
-                    log.debug("receipts.not_a_match", field=verdict.field, reason=verdict.reason)
-                    continue
-                await self._step(key, rec.observe(verdict, at))
+                taken = await self._offer(key, rec, obs, at) or taken
+        if not taken:
+            # Its call's delivery may not have been read yet (another topic, another consumer):
+            # keep it for that call, whether or not other calls of the Session are pending.
+            self._keep_early(sid, obs, at)
+
+    async def _offer(self, key: Key, rec: CallRecord, obs: Doc, at: float) -> bool:
+        """Apply one observation to one tracked call; ``True`` when it was about that call."""
+        refusal = obs.get("refusal")
+        if isinstance(refusal, dict):
+            if refusal.get("call_id") != key[1]:
+                return False
+            await self._step(key, rec.refused(str(refusal.get("reason"))))
+            return True
+        if refusal is not None:
+            return False
+        verdict = match_observation(rec.expected, obs)
+        if isinstance(verdict, NotAMatch):
+            log.debug("receipts.not_a_match", field=verdict.field, reason=verdict.reason)
+            return False
+        await self._step(key, rec.observe(verdict, at))
+        return True
+
+    def _keep_early(self, sid: str, obs: Doc, at: float) -> None:
+        queue = self.early.get(sid)
+        if queue is None:
+            queue = self.early[sid] = deque()
+        queue.append((at, obs))
+        order = self.early_order
+        order.append((at, sid))
+        horizon = time.time() - self.window
+        while order and (len(order) > EARLY_KEPT or order[0][0] < horizon):
+            _, osid = order.popleft()
+            oq = self.early.get(osid)
+            if oq:
+                oq.popleft()
+                if not oq:
+                    del self.early[osid]
 
     async def _step(self, key: Key, step: Publish | Log | None) -> None:
         if step is None:
