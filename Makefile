@@ -22,7 +22,7 @@ DEMO         ?= $(if $(SERVICES),--demo,)
 PYTEST_ARGS  ?=
 
 .PHONY: help venv install run up down status env test test-unit test-integration test-e2e \
-        faults test-chaos test-hostile lint deploy-check bench clean-state
+        faults test-chaos test-hostile lint deploy-check bench bench-quick clean-state
 
 help: ## show this help
 	@echo "Session Core — make targets:"
@@ -75,8 +75,8 @@ test-chaos: install ## kill -9 / broker / store outage / rebalance under load, o
 test-hostile: install ## schemathesis + hypothesis fuzzing of the HTTP API on the real stack (pytest -m hostile; prints cases / 5xx / writes on 4xx)
 	$(PY) -m pytest -m hostile -s $(PYTEST_ARGS)
 
-lint: venv ## ruff, and mypy --strict on services/ and shared/
-	$(PY) -m ruff check services shared tests
+lint: venv ## ruff (services, shared, tests, bench), and mypy --strict on services/ and shared/
+	$(PY) -m ruff check services shared tests bench
 	$(PY) -m mypy --strict services shared
 
 deploy-check: venv ## check the deployment files (deploy/helm/check.sh)
@@ -84,6 +84,9 @@ deploy-check: venv ## check the deployment files (deploy/helm/check.sh)
 
 bench: install ## benchmarks (python -m bench)
 	$(PY) -m bench
+
+bench-quick: install ## a smoke of every benchmark case (~1–2 min; CI runs it; figures meaningless)
+	$(PY) -m bench --quick --no-csv
 
 clean-state: ## stop the stack and delete its state dir (data and logs)
 	@$(STACK) down --state-dir $(STATE_DIR)
