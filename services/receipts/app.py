@@ -278,11 +278,11 @@ class ReceiptService:
         for expected, _ in opened:
             key = (expected.session_id, expected.call_id)
             for seen_at, obs in list(self.early.get(key[0], ())):
-                rec = self.calls.get(key)
-                if rec is None:
+                call = self.calls.get(key)
+                if call is None:
                     break
                 with bound(session_id=key[0], call_id=key[1]):
-                    await self._offer(key, rec, obs, seen_at)
+                    await self._offer(key, call, obs, seen_at)
 
     # ---- observations decide -------------------------------------------------------------
     async def on_observations(self, body: Any, msg: KafkaMessage) -> None:
