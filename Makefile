@@ -22,7 +22,8 @@ DEMO         ?= $(if $(SERVICES),--demo,)
 PYTEST_ARGS  ?=
 
 .PHONY: help venv install run up down status env test test-unit test-integration test-e2e \
-        faults test-chaos test-hostile lint deploy-tools deploy-check image image-smoke bench clean-state
+        faults test-chaos test-hostile lint deploy-tools deploy-check image image-smoke bench \
+        bench-quick clean-state
 
 help: ## show this help
 	@echo "Session Core — make targets:"
@@ -75,9 +76,9 @@ test-chaos: install ## kill -9 / broker / store outage / rebalance under load, o
 test-hostile: install ## schemathesis + hypothesis fuzzing of the HTTP API on the real stack (pytest -m hostile; prints cases / 5xx / writes on 4xx)
 	$(PY) -m pytest -m hostile -s $(PYTEST_ARGS)
 
-lint: venv ## ruff, and mypy --strict on services/ and shared/
-	$(PY) -m ruff check services shared tests
-	$(PY) -m mypy --strict services shared
+lint: venv ## ruff (services, shared, tests, bench), and mypy --strict on services/ and shared/
+	$(PY) -m ruff check services shared tests bench examples session_core_client
+	$(PY) -m mypy --strict services shared session_core_client
 
 deploy-tools: ## build Helm (cached), which the rendered-chart tests of `make test` need
 	bash deploy/helm/check.sh tools
@@ -93,6 +94,9 @@ image-smoke: ## start every service from the built image against Kafka + the sto
 
 bench: install ## benchmarks (python -m bench)
 	$(PY) -m bench
+
+bench-quick: install ## a smoke of every benchmark case (~1–2 min; CI runs it; figures meaningless)
+	$(PY) -m bench --quick --no-csv
 
 clean-state: ## stop the stack and delete its state dir (data and logs)
 	@$(STACK) down --state-dir $(STATE_DIR)

@@ -73,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
             print()
             print(run.table())
         progress(f"done in {time.monotonic() - t0:.0f}s")
+    # A figure that could not be measured (a case failed) fails the run — CI's smoke
+    # (``--quick``) relies on it; a missed target does not (figures here are noisy).
+    missing = [r.case for r in run.results if r.value is None]
+    if missing:
+        progress(f"FAILED: no figure for {', '.join(missing)}")
+        return 1
     return 0
 
 

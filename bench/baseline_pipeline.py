@@ -2,11 +2,17 @@
 with the same libraries, in one process like ``bench.serve_product``.
 
 ``python -m bench.baseline_pipeline pipeline`` —
-  HTTP (FastAPI on uvicorn): ``POST /v1/sessions/{id}/events`` parses the JSON body and produces
-  it to ``<prefix>in`` with acks=all (aiokafka), answers 202;
-  a consumer (aiokafka, consumer group, getmany) inserts each batch into the store
-  (PyMongo async ``insert_many``), produces one Item per record to ``<prefix>items`` with
-  acks=all, then commits.
+  HTTP (FastAPI on uvicorn): ``POST /v1/sessions/{id}/events`` parses the JSON body, produces
+  it to ``<prefix>in`` with acks=all (aiokafka) and **waits for the consumer's reply** before it
+  answers 202 — as the product's 202 means "stored" (admission waits for storage's answer on
+  ``storage.replies``);
+  a consumer (aiokafka, consumer group, getmany with the product's batch limits: at most
+  ``storage_batch_max`` records, 20 ms) inserts each batch into the store (PyMongo async
+  ``insert_many``), produces one Item per record to ``<prefix>items`` and one reply per record to
+  ``<prefix>replies`` with acks=all, then commits;
+  a reply tail (no group, every partition, from the end — as admission's ``ReplyTail``) resolves
+  the waiting request. Producers as the product's (``shared.kafka``: acks=all, idempotent,
+  linger 2 ms); one producer, one consumer, one tail — the product's counts.
 ``python -m bench.baseline_pipeline relay`` — the raw relay (the ceiling, information only):
   consume ``<prefix>in``, produce the value unchanged to ``<prefix>items``; no HTTP, no store.
 
@@ -26,7 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import uvicorn
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 from fastapi import FastAPI, Request, Response
@@ -34,8 +40,13 @@ from pymongo import AsyncMongoClient
 
 BOOTSTRAP = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
 PREFIX = os.environ.get("SESSION_CORE_TOPIC_PREFIX", "baseline.")
-IN_TOPIC, ITEMS_TOPIC = f"{PREFIX}in", f"{PREFIX}items"
+IN_TOPIC, ITEMS_TOPIC, REPLIES_TOPIC = f"{PREFIX}in", f"{PREFIX}items", f"{PREFIX}replies"
 PARTITIONS = 6  # as the product's topics
+BATCH_MAX = int(os.environ.get("SESSION_CORE_STORAGE_BATCH_MAX", "500"))  # storage_batch_max
+BATCH_TIMEOUT_MS = 20  # storage's batch_timeout_ms
+REPLY_TIMEOUT_S = 10.0  # storage_reply_timeout_ms
+WAITING: dict[str, asyncio.Future[None]] = {}
+READY_TAIL = asyncio.Event()
 
 
 async def create_topics() -> None:
@@ -44,7 +55,7 @@ async def create_topics() -> None:
     try:
         existing = set(await admin.list_topics())
         new = [NewTopic(t, num_partitions=PARTITIONS, replication_factor=1)
-               for t in (IN_TOPIC, ITEMS_TOPIC) if t not in existing]
+               for t in (IN_TOPIC, ITEMS_TOPIC, REPLIES_TOPIC) if t not in existing]
         if new:
             with suppress(TopicAlreadyExistsError):
                 await admin.create_topics(new)
@@ -68,9 +79,19 @@ def build_app(producer: AIOKafkaProducer) -> FastAPI:
     @app.post("/v1/sessions/{session_id}/events", status_code=202)
     async def add_event(session_id: str, request: Request) -> Response:
         body = json.loads(await request.body())
-        record = {"session_id": session_id, "event_id": uuid.uuid4().hex, "body": body}
-        await producer.send_and_wait(IN_TOPIC, json.dumps(record).encode(),
-                                     key=session_id.encode())
+        record = {"session_id": session_id, "event_id": uuid.uuid4().hex,
+                  "request_id": uuid.uuid4().hex, "body": body}
+        stored: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        WAITING[record["request_id"]] = stored
+        try:
+            await producer.send_and_wait(IN_TOPIC, json.dumps(record).encode(),
+                                         key=session_id.encode())
+            await asyncio.wait_for(stored, REPLY_TIMEOUT_S)
+        except TimeoutError:
+            return Response('{"error": "timeout"}', status_code=504,
+                            media_type="application/json")
+        finally:
+            WAITING.pop(record["request_id"], None)
         return Response(json.dumps({"event_id": record["event_id"]}), status_code=202,
                         media_type="application/json")
 
@@ -80,12 +101,12 @@ def build_app(producer: AIOKafkaProducer) -> FastAPI:
 async def store_and_publish(consumer: AIOKafkaConsumer, producer: AIOKafkaProducer,
                             db: Any) -> None:
     while True:
-        batches = await consumer.getmany(timeout_ms=100, max_records=500)
+        batches = await consumer.getmany(timeout_ms=BATCH_TIMEOUT_MS, max_records=BATCH_MAX)
         records = [r for rs in batches.values() for r in rs]
         if not records:
             continue
         now = datetime.now(UTC).isoformat()
-        docs, items = [], []
+        docs, items, replies = [], [], []
         for r in records:
             rec = json.loads(r.value)
             item = {"id": f"item_{uuid.uuid4().hex}", "session_id": rec["session_id"],
@@ -94,16 +115,50 @@ async def store_and_publish(consumer: AIOKafkaConsumer, producer: AIOKafkaProduc
             docs.append({"_id": item["id"], "session_id": rec["session_id"],
                          "body": json.dumps(item)})
             items.append(item)
+            replies.append({"request_id": rec["request_id"], "status": 202,
+                            "body": {"event_id": rec["event_id"], "items": [item]}})
         await db.items.insert_many(docs, ordered=False)
         sent = [await producer.send(ITEMS_TOPIC, json.dumps(it).encode(),
                                     key=it["session_id"].encode()) for it in items]
         await asyncio.gather(*sent)
+        answers = [await producer.send(REPLIES_TOPIC, json.dumps(r).encode(),
+                                       key=r["request_id"].encode()) for r in replies]
+        await asyncio.gather(*answers)
         await consumer.commit()
+
+
+async def reply_tail() -> None:
+    """Every partition of the replies topic from its end (no group), resolving waiters."""
+    c = AIOKafkaConsumer(bootstrap_servers=BOOTSTRAP, group_id=None, enable_auto_commit=False,
+                         fetch_max_wait_ms=50)
+    await c.start()
+    try:
+        parts: Any = None
+        for _ in range(100):
+            parts = c.partitions_for_topic(REPLIES_TOPIC)
+            if parts:
+                break
+            await c._client.force_metadata_update()
+            await asyncio.sleep(0.1)
+        tps = [TopicPartition(REPLIES_TOPIC, p) for p in sorted(parts or ())]
+        c.assign(tps)
+        await c.seek_to_end(*tps)
+        for tp in tps:
+            await c.position(tp)
+        READY_TAIL.set()
+        while True:
+            for rs in (await c.getmany(timeout_ms=100)).values():
+                for r in rs:
+                    fut = WAITING.pop(json.loads(r.value)["request_id"], None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(None)
+    finally:
+        await c.stop()
 
 
 async def relay(consumer: AIOKafkaConsumer, producer: AIOKafkaProducer) -> None:
     while True:
-        batches = await consumer.getmany(timeout_ms=100, max_records=500)
+        batches = await consumer.getmany(timeout_ms=BATCH_TIMEOUT_MS, max_records=BATCH_MAX)
         sent = [await producer.send(ITEMS_TOPIC, r.value, key=r.key)
                 for rs in batches.values() for r in rs]
         if sent:
@@ -125,6 +180,8 @@ async def main(mode: str) -> None:
         db = client[os.environ.get("SESSION_CORE_MONGODB_DATABASE", "baseline")]
         await db.command("ping")
         tasks.append(asyncio.create_task(store_and_publish(consumer, producer, db)))
+        tasks.append(asyncio.create_task(reply_tail()))
+        await READY_TAIL.wait()
         config = uvicorn.Config(build_app(producer), host="127.0.0.1",
                                 port=int(os.environ["SESSION_CORE_HTTP_PORT"]),
                                 log_config=None, access_log=False, lifespan="off")

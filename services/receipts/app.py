@@ -14,12 +14,13 @@ import asyncio
 import contextlib
 import time
 from collections import defaultdict, deque
+from dataclasses import replace
 from typing import Any
 
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
-from pymongo import ASCENDING
+from pymongo import ASCENDING, DeleteOne
 from pymongo.errors import BulkWriteError
 
 from shared import records
@@ -53,7 +54,11 @@ from shared.topics import topics_for
 log = get_logger(__name__)
 GROUP = "session-core-receipts"
 DONE_KEPT = 10_000  # terminal calls remembered to log late receipts
-EARLY_OBSERVATIONS = 64  # per Session, kept for observations that overtake their delivery
+LATENESS_KEPT = 100_000  # the last timeout verdicts' lateness (diagnostics, bench)
+FIRING_MAX = 4  # verdict batches in flight at once (claim + publish), so one slow round trip
+# does not hold back the deadlines that fall due while it runs
+RETRY_S = 0.5  # a failed verdict batch goes again after this
+EARLY_KEPT = 4096  # observations no tracked call took, kept for a delivery that is read later
 
 Key = tuple[str, str]  # (session_id, call_id)
 
@@ -90,13 +95,19 @@ class ReceiptService:
                         self.topics.runtime_observations: frozenset({records.OBSERVATION})}
         self.calls: dict[Key, CallRecord] = {}
         self.by_session: dict[str, set[str]] = defaultdict(set)
+        self.unresolved: set[Key] = set()  # tracked calls whose native ids are not read yet
         self.deadlines: DeadlineQueue[Key] = DeadlineQueue()
-        self.early: dict[str, deque[tuple[float, Doc]]] = defaultdict(
-            lambda: deque(maxlen=EARLY_OBSERVATIONS))
+        # Observations no tracked call took, per Session, for a delivery read after them (the
+        # two records travel on two topics). Kept one window, at most EARLY_KEPT in all.
+        self.early: dict[str, deque[tuple[float, Doc]]] = {}
+        self.early_order: deque[tuple[float, str]] = deque()
         self.wake = asyncio.Event()
         self.timer: asyncio.Task[None] | None = None
         self.settling: set[asyncio.Task[Any]] = set()  # deletes of settled pending records
-        self.lateness: list[float] = []
+        self.lateness: deque[float] = deque(maxlen=LATENESS_KEPT)
+        self.firing: set[asyncio.Task[None]] = set()
+        self.unsent: dict[Key, Publish] = {}  # verdicts whose publication failed, retried
+        self.fire_slots = asyncio.Semaphore(FIRING_MAX)
         self.done: dict[str, dict[str, CallRecord]] = defaultdict(dict)
         self.done_order: deque[Key] = deque()  # seconds past the deadline at which verdicts fired
         self.broker.subscriber(
@@ -138,6 +149,8 @@ class ReceiptService:
             self.timer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.timer
+        if self.firing:  # verdict batches under way finish (their claims are in the store)
+            await asyncio.gather(*self.firing, return_exceptions=True)
         await self.broker.stop()
         if self.settling:
             await asyncio.gather(*self.settling, return_exceptions=True)
@@ -150,21 +163,49 @@ class ReceiptService:
         """Reload pending calls with their original deadlines; ``start`` then turns the overdue
         ones ``uncertain`` at once (publishing needs the broker, which starts after this)."""
         async for doc in self.db.pending_receipts.find({}):
-            self._track(_expected_from(doc["expected"]), doc["deadline"])
+            self._track(_expected_from(doc["expected"]), doc["deadline"],
+                        resolved=doc.get("resolved", True))
 
-    def _track(self, expected: Expected, deadline: float) -> CallRecord:
+    async def resolve(self, sids: set[str] | list[str]) -> None:
+        """Fill in what matching needs beyond the delivery — the Session's harness and the
+        call's native ids, as storage recorded them — for the tracked calls of ``sids`` that
+        lack it. Called before an observation of those Sessions is matched."""
+        keys = [(sid, cid) for sid in sids for cid in self.by_session.get(sid, ())
+                if (sid, cid) in self.unresolved]
+        if not keys:
+            return
+        calls, sessions = await asyncio.gather(
+            find_by_ids(self.db.calls, [f"{sid}/{cid}" for sid, cid in keys]),
+            find_by_ids(self.db.sessions, list(dict.fromkeys(sid for sid, _ in keys))))
+        for key in keys:
+            rec = self.calls.get(key)
+            self.unresolved.discard(key)
+            if rec is None:
+                continue
+            call = calls.get(f"{key[0]}/{key[1]}") or {}
+            native = call.get("native") or {}
+            rec.expected = replace(
+                rec.expected, harness=(sessions.get(key[0]) or {}).get("harness", ""),
+                name=rec.expected.name or call.get("name") or "",
+                native_session_id=native.get("session_id"), thread_id=native.get("thread_id"),
+                turn_id=native.get("turn_id"))
+
+    def _track(self, expected: Expected, deadline: float, resolved: bool = True) -> CallRecord:
         key = (expected.session_id, expected.call_id)
         rec = CallRecord(expected=expected, window=self.window)
         rec.deadline = deadline
         self.calls[key] = rec
         self.by_session[expected.session_id].add(expected.call_id)
         self.deadlines.add(key, deadline)
+        if not resolved:
+            self.unresolved.add(key)
         self.wake.set()
         return rec
 
     def _forget(self, key: Key) -> None:
         self.calls.pop(key, None)
         self.deadlines.cancel(key)
+        self.unresolved.discard(key)
         ids = self.by_session.get(key[0])
         if ids is not None:
             ids.discard(key[1])
@@ -183,8 +224,8 @@ class ReceiptService:
         await self.open_calls([(rec, handed_at)])
 
     async def open_calls(self, batch: list[tuple[Doc, float]]) -> None:
-        """Open a window per delivered result, a whole consumer batch at a time: one query per
-        collection and one bulk insert, not a handful of round trips per call."""
+        """Open a window per delivered result, a whole consumer batch at a time: one bulk insert
+        of the pending records, no read."""
         fresh: dict[Key, tuple[Doc, float]] = {}
         for rec, handed_at in batch:
             key = (rec["session_id"], rec["call_id"])
@@ -195,30 +236,21 @@ class ReceiptService:
             return
         # A redelivery this tracker has forgotten (a restart, a rebalance) may reopen a call a
         # verdict was already claimed for: its claim then fails and nothing is published twice
-        # (publish_verdicts). No per-batch query of the claims: on the dev store (FerretDB)
-        # an ``$in`` scans the whole, ever-growing collection.
-        ids = [f"{sid}/{cid}" for sid, cid in fresh]
-        calls, session_docs = await asyncio.gather(
-            find_by_ids(self.db.calls, ids),
-            find_by_ids(self.db.sessions, [sid for sid, _ in fresh]))
-        harness = {k: d.get("harness", "") for k, d in session_docs.items()}
+        # (publish_verdicts). Nothing is read here: what matching needs beyond the delivery
+        # (the harness, the call's native ids) is read when an observation of the Session comes
+        # (``resolve``) — a timeout needs none of it, and the deadline path stays one insert.
         opened: list[tuple[Expected, float]] = []
         docs: list[Doc] = []
         for (sid, cid), (rec, handed_at) in fresh.items():
-            call = calls.get(f"{sid}/{cid}") or {}
-            native = call.get("native") or {}
             expected = Expected(
-                harness=harness.get(sid, ""), session_id=sid, call_id=cid,
-                name=rec.get("name") or call.get("name") or "", success=bool(rec["success"]),
-                content=part_keys(rec["content"]),
-                native_session_id=native.get("session_id"), thread_id=native.get("thread_id"),
-                turn_id=native.get("turn_id"),
+                harness="", session_id=sid, call_id=cid, name=rec.get("name") or "",
+                success=bool(rec["success"]), content=part_keys(rec["content"]),
             )
             deadline = handed_at + self.window
             opened.append((expected, deadline))
             docs.append({"_id": f"{sid}/{cid}", "session_id": sid,
-                         "expected": _expected_doc(expected), "deadline": deadline,
-                         "handed_at": handed_at})
+                         "expected": _expected_doc(expected), "resolved": False,
+                         "deadline": deadline, "handed_at": handed_at})
         # A deadline already stored (a replica or an earlier run opened the call) is the one
         # kept: insert, and read back only the ones that were there.
         stored: dict[str, float] = {}
@@ -235,20 +267,30 @@ class ReceiptService:
         for expected, deadline in opened:
             sid, cid = expected.session_id, expected.call_id
             deadline = stored.get(f"{sid}/{cid}", deadline)
-            self._track(expected, deadline)
+            self._track(expected, deadline, resolved=False)
             if len(opened) <= 10:
                 with bound(session_id=sid, call_id=cid):
                     log.info("receipts.pending", deadline_in_s=round(deadline - now, 3))
         if len(opened) > 10:
             log.info("receipts.pending_batch", opened=len(opened), pending=len(self.calls))
-        # Observations that overtook their delivery.
-        for sid in {e.session_id for e, _ in opened}:
-            for seen_at, obs in list(self.early.get(sid, ())):
-                await self.observe(obs, seen_at)
+        # Observations that overtook their delivery, offered to the calls just opened only (a
+        # call already tracked has seen them).
+        await self.resolve({e.session_id for e, _ in opened if e.session_id in self.early})
+        for expected, _ in opened:
+            key = (expected.session_id, expected.call_id)
+            for seen_at, obs in list(self.early.get(key[0], ())):
+                call = self.calls.get(key)
+                if call is None:
+                    break
+                with bound(session_id=key[0], call_id=key[1]):
+                    await self._offer(key, call, obs, seen_at)
 
     # ---- observations decide -------------------------------------------------------------
     async def on_observations(self, body: Any, msg: KafkaMessage) -> None:
-        for raw, rec in await decode_batch(self.dlq, msg.raw_message, self.schemas):
+        batch = await decode_batch(self.dlq, msg.raw_message, self.schemas)
+        await self.resolve({sid for _, rec in batch
+                            if isinstance(sid := rec.get("session_id"), str)})
+        for raw, rec in batch:
             await self.observe(rec, time.time(), observed_ts=raw.timestamp / 1000.0)
 
     async def observe(self, obs: Doc, now: float, observed_ts: float | None = None) -> None:
@@ -264,25 +306,52 @@ class ReceiptService:
             if late is not None and not isinstance(late, NotAMatch):
                 with bound(session_id=sid, call_id=cid):
                     await self._step((sid, cid), done.observe(late, at))
-        call_ids = list(self.by_session.get(sid, ()))
-        if not call_ids:
-            self.early[sid].append((at, obs))
-            return
-        for cid in call_ids:
+        await self.resolve([sid])
+        taken = False
+        for cid in list(self.by_session.get(sid, ())):
             key = (sid, cid)
             rec = self.calls.get(key)
             if rec is None:
                 continue
             with bound(session_id=sid, call_id=cid):
-                if isinstance(refusal, dict):
-                    if refusal.get("call_id") == cid:
-                        await self._step(key, rec.refused(str(refusal.get("reason"))))
-                    continue
-                verdict = match_observation(rec.expected, obs)
-                if isinstance(verdict, NotAMatch):
-                    log.debug("receipts.not_a_match", field=verdict.field, reason=verdict.reason)
-                    continue
-                await self._step(key, rec.observe(verdict, at))
+                taken = await self._offer(key, rec, obs, at) or taken
+        if not taken:
+            # Its call's delivery may not have been read yet (another topic, another consumer):
+            # keep it for that call, whether or not other calls of the Session are pending.
+            self._keep_early(sid, obs, at)
+
+    async def _offer(self, key: Key, rec: CallRecord, obs: Doc, at: float) -> bool:
+        """Apply one observation to one tracked call; ``True`` when it was about that call."""
+        refusal = obs.get("refusal")
+        if isinstance(refusal, dict):
+            if refusal.get("call_id") != key[1]:
+                return False
+            await self._step(key, rec.refused(str(refusal.get("reason"))))
+            return True
+        if refusal is not None:
+            return False
+        verdict = match_observation(rec.expected, obs)
+        if isinstance(verdict, NotAMatch):
+            log.debug("receipts.not_a_match", field=verdict.field, reason=verdict.reason)
+            return False
+        await self._step(key, rec.observe(verdict, at))
+        return True
+
+    def _keep_early(self, sid: str, obs: Doc, at: float) -> None:
+        queue = self.early.get(sid)
+        if queue is None:
+            queue = self.early[sid] = deque()
+        queue.append((at, obs))
+        order = self.early_order
+        order.append((at, sid))
+        horizon = time.time() - self.window
+        while order and (len(order) > EARLY_KEPT or order[0][0] < horizon):
+            _, osid = order.popleft()
+            oq = self.early.get(osid)
+            if oq:
+                oq.popleft()
+                if not oq:
+                    del self.early[osid]
 
     async def _step(self, key: Key, step: Publish | Log | None) -> None:
         if step is None:
@@ -335,8 +404,8 @@ class ReceiptService:
         if mine:
             # Off the timer's path (a delete is a scan on the dev store). Should the tracker
             # stop before it lands, the restarted one finds the claim and only forgets the call.
-            task = asyncio.create_task(delete_by_ids(  # noqa: RUF006
-                self.db.pending_receipts, [f"{sid}/{cid}" for (sid, cid), _ in mine]))
+            task = asyncio.create_task(self._settle(  # noqa: RUF006
+                [f"{sid}/{cid}" for (sid, cid), _ in mine]))
             self.settling.add(task)
             task.add_done_callback(self.settling.discard)
         for key, step in mine:
@@ -364,36 +433,79 @@ class ReceiptService:
         if len(mine) > 10:
             log.info("receipts.verdict_batch", published=len(mine))
 
+    async def _settle(self, ids: list[str]) -> None:
+        """Delete settled pending records: one round trip of ``_id`` equality deletes (an
+        ``$in`` would scan the collection on FerretDB v1, holding the store's write lock)."""
+        with contextlib.suppress(BulkWriteError):  # already gone: nothing to do
+            await self.db.pending_receipts.bulk_write([DeleteOne({"_id": i}) for i in ids],
+                                                      ordered=False)
+
     # ---- the one timer ----------------------------------------------------------------------
-    async def fire_due(self, now: float) -> int:
-        """Every call whose deadline has passed turns ``uncertain``, published in one batch.
-        ``lateness`` records, per timeout verdict, how long after its deadline it was out."""
-        due = self.deadlines.pop_due(now)
+    def expire_due(self, now: float) -> list[tuple[Key, Publish]]:
+        """Pop every call whose deadline has passed (the heap: no scan of pending calls) and
+        turn it ``uncertain``; a verdict whose publication failed before comes back as it was."""
         verdicts: list[tuple[Key, Publish]] = []
-        for key in due:
+        for key in self.deadlines.pop_due(now):
+            unsent = self.unsent.pop(key, None)
+            if unsent is not None:
+                verdicts.append((key, unsent))
+                continue
             rec = self.calls.get(key)
             if rec is None:
                 continue
             step = rec.expire(now)
             if isinstance(step, Publish):
                 verdicts.append((key, step))
-            else:
-                with bound(session_id=key[0], call_id=key[1]):
-                    await self._step(key, step)
-        await self.publish_verdicts(verdicts)
-        return len(due)
+            elif isinstance(step, Log):
+                log.warning(f"receipts.{step.event}", session_id=key[0], call_id=key[1])
+        return verdicts
+
+    async def fire_due(self, now: float) -> int:
+        """Every call whose deadline has passed turns ``uncertain``, published in one batch.
+        ``lateness`` records, per timeout verdict, how long after its deadline it was out."""
+        verdicts = self.expire_due(now)
+        await self._publish_or_retry(verdicts)
+        return len(verdicts)
+
+    async def _publish_or_retry(self, verdicts: list[tuple[Key, Publish]]) -> None:
+        try:
+            await self.publish_verdicts(verdicts)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The store or the broker is away: the same verdicts go again shortly (a claim
+            # that did land makes the retry republish the claimed verdict, never a second).
+            log.exception("receipts.timer_failed", verdicts=len(verdicts))
+            retry_at = time.time() + RETRY_S
+            for key, step in verdicts:
+                if key in self.calls:
+                    self.unsent[key] = step
+                    self.deadlines.add(key, retry_at)
 
     async def _timer_loop(self) -> None:
+        """Sleep until the earliest deadline (or a new call), pop what is due, and hand it to a
+        verdict batch that runs beside the loop: the deadlines falling due while one batch's
+        claim is in the store are popped and sent in the next (at most FIRING_MAX at once)."""
         while True:
             nxt = self.deadlines.next_deadline()
             delay = 1.0 if nxt is None else max(0.0, min(1.0, nxt - time.time()))
             self.wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), delay)
-            try:
-                await self.fire_due(time.time())
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("receipts.timer_failed")
-                await asyncio.sleep(0.5)
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), delay)
+            if not self.deadlines.due(time.time()):
+                continue
+            await self.fire_slots.acquire()
+            verdicts = self.expire_due(time.time())
+            if not verdicts:
+                self.fire_slots.release()
+                continue
+            task = asyncio.create_task(self._fire_batch(verdicts))
+            self.firing.add(task)
+            task.add_done_callback(self.firing.discard)
+
+    async def _fire_batch(self, verdicts: list[tuple[Key, Publish]]) -> None:
+        try:
+            await self._publish_or_retry(verdicts)
+        finally:
+            self.fire_slots.release()

@@ -119,6 +119,11 @@ MAX_JSON_DEPTH = 32  # nesting inside metadata (the store allows 100 levels for 
 MESSAGE_KEYS = ("role", "type", "content")
 TEXT_PART_KEYS = ("type", "text")
 IMAGE_PART_KEYS = ("type", "image_url")
+# The fast paths below take a value the full checks would admit, and nothing else; anything
+# else goes through the full checks, which name the error (issue 18 item 4: the error path
+# builds JSON paths, the valid path does not).
+_MESSAGE_KEY_SET = frozenset(MESSAGE_KEYS)
+_TEXT_PART_KEY_SET = frozenset(TEXT_PART_KEYS)
 PART_TYPES = ("input_text", "input_image")
 
 
@@ -256,7 +261,13 @@ def check_parts(
     if len(raw) > max_parts:
         return invalid(f"more than {max_parts} content parts", join_path(param, max_parts))
     out: list[dict[str, Any]] = []
+    text_keys, surrogate = _TEXT_PART_KEY_SET, _SURROGATE.search
     for j, part in enumerate(raw):
+        if (type(part) is dict and part.get("type") == "input_text"
+                and part.keys() <= text_keys and type(text := part.get("text")) is str
+                and (text.isascii() or not surrogate(text))):
+            out.append(dict(part))  # a valid text part (check_part's own first branch)
+            continue
         c = check_part(part, join_path(param, j), walk)
         if isinstance(c, ApiError):
             return c
@@ -271,9 +282,10 @@ def check_message(
     sent key order, or the error."""
     if not isinstance(raw, dict):
         return invalid(f"a message must be an object, got {type_name(raw)}", param)
-    err = _unknown_field(raw, MESSAGE_KEYS, param)
-    if err is not None:
-        return err
+    if not raw.keys() <= _MESSAGE_KEY_SET:
+        err = _unknown_field(raw, MESSAGE_KEYS, param)
+        if err is not None:
+            return err
     if "role" not in raw:
         return invalid('message role is required and must be "user"', f"{param}.role")
     if raw["role"] != "user" or not isinstance(raw["role"], str):
@@ -304,7 +316,9 @@ def check_message(
         return invalid("a message needs an image or at least one non-empty text part", cparam)
     else:
         walk.whitespace_candidates.append(index)
-    return {k: (parts if k == "content" else v) for k, v in raw.items()}
+    out = dict(raw)  # the sent key order; replacing a key keeps its place
+    out["content"] = parts
+    return out
 
 
 def check_messages(

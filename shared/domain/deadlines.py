@@ -70,6 +70,11 @@ class DeadlineQueue(Generic[K]):
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
+    def due(self, now: float) -> bool:
+        """Whether some live deadline has passed (O(1) amortised, like ``next_deadline``)."""
+        nxt = self.next_deadline()
+        return nxt is not None and nxt <= now
+
     def deadline_of(self, key: K) -> float | None:
         seq = self._live.get(key)
         if seq is None:

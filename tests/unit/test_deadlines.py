@@ -156,3 +156,15 @@ def test_matches_a_naive_model(ops: list[tuple[str, int, float]]) -> None:
                 del model[k]
         assert len(q) == len(model)
         assert q.next_deadline() == (min(model.values()) if model else None)
+
+
+def test_due_says_whether_a_live_deadline_passed() -> None:
+    q: DeadlineQueue[str] = DeadlineQueue()
+    assert not q.due(100.0)
+    q.add("a", 10.0)
+    q.add("b", 20.0)
+    assert not q.due(9.99)
+    assert q.due(10.0)
+    q.cancel("a")  # a cancelled entry never counts
+    assert not q.due(15.0)
+    assert q.due(20.0)
