@@ -61,13 +61,30 @@ async def test_function_call_confirmed_by_the_real_receipt(
     assert parts[0]["text"] == "partial" and parts[2]["text"] == "boom"
 
 
+async def test_a_receipt_that_differs_from_the_result_never_confirms(
+        rapi: httpx.AsyncClient, ritems: ItemCollector, model: ModelServer) -> None:
+    """self_hosted: a Runtime whose adapter drops images from what it answers Codex with; the
+    real item/completed then records different content, and the call stays uncertain."""
+    k = key("broken")
+    model.scripts.register(k, [[call_step()], [{"text": "thanks"}]])
+    s = await create(rapi, "codex", f"{k} weather?", placement="self_hosted")
+    sid = s["id"]
+    call = await wait_item(ritems, sid, 90, type="function_call")
+    await event(rapi, sid, {"type": TOOL_RESULT, "call_id": call["call_id"], "success": True,
+                            "output": [image(), text("radar above")]})
+    app = await wait_item(ritems, sid, 40, type="function_call_application",
+                          call_id=call["call_id"])
+    assert app["state"] == "uncertain", app
+    assert "no matching native receipt" in app["reason"]
+
+
 async def test_blank_line_flattening_reaches_the_model(
         rapi: httpx.AsyncClient, ritems: ItemCollector, model: ModelServer) -> None:
     k = key("flat")
     model.scripts.register(k, [[{"text": "read both"}]])
     s = await create(rapi, "codex", [msg(text(f"{k} first")), msg(text("second"), text(" "))])
     await wait_item(ritems, s["id"], 90, type="turn", state="completed")
-    [user] = user_inputs(model, k)
+    user = user_inputs(model, k)[-1]  # Codex puts its own context message first
     assert user["content"] == [{"type": "input_text", "text": f"{k} first"},
                                {"type": "input_text", "text": "\n\n"},
                                {"type": "input_text", "text": "second"},
@@ -81,7 +98,7 @@ async def test_an_image_message_reaches_the_model_byte_for_byte(
     model.scripts.register(k, [[{"text": "nice picture"}]])
     s = await create(rapi, "codex", [msg(text(k), image(uri))])
     await wait_item(ritems, s["id"], 90, type="turn", state="completed")
-    [user] = user_inputs(model, k)
+    user = user_inputs(model, k)[-1]  # Codex puts its own context message first
     images = [p for p in user["content"] if p["type"] == "input_image"]
     assert [p["image_url"] for p in images] == [uri]
 
