@@ -133,7 +133,8 @@ class CodexLive:
         self._root = options.work_dir or Path(tempfile.mkdtemp(prefix="core-codex-"))
         self._own_root = options.work_dir is None
         self._deaths: dict[str, list[float]] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._queues: dict[str, asyncio.Queue[Mapping[str, Any]]] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
         self.bad_lines = 0
         self.restarts = 0
 
@@ -149,6 +150,8 @@ class CodexLive:
         self._watchdog = asyncio.create_task(self._watch(), name="codex:watchdog")
 
     async def stop(self) -> None:
+        for w in self._workers.values():
+            w.cancel()
         self._watchdog.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._watchdog
@@ -168,9 +171,19 @@ class CodexLive:
         self._seen[did] = None
         while len(self._seen) > 10_000:
             self._seen.popitem(last=False)
+        # Hand over and return: one worker per Session takes its deliveries in order, so a
+        # Session whose process is starting never holds up the others.
         sid = str(delivery.get("session_id"))
-        lock = self._locks.setdefault(sid, asyncio.Lock())
-        async with lock:
+        queue = self._queues.get(sid)
+        if queue is None:
+            queue = self._queues[sid] = asyncio.Queue()
+            self._workers[sid] = asyncio.create_task(self._work(sid, queue),
+                                                     name=f"codex:{sid}:in")
+        queue.put_nowait(delivery)
+
+    async def _work(self, sid: str, queue: asyncio.Queue[Mapping[str, Any]]) -> None:
+        while True:
+            delivery = await queue.get()
             try:
                 kind = delivery.get("kind")
                 if kind in ("start", "steer"):
@@ -181,6 +194,9 @@ class CodexLive:
                     self._refuse(delivery, f"unknown delivery kind {kind!r}")
             except _HarnessDown as exc:
                 self._refuse(delivery, f"harness_unavailable: {exc}")
+            except Exception as exc:
+                log.exception("codex.delivery_failed", session_id=sid)
+                self._refuse(delivery, f"harness_error: {exc!r}")
 
     # ------------------------------------------------------------------ output
 

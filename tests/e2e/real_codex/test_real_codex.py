@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import uuid
 from typing import Any
 
@@ -124,16 +126,12 @@ async def test_uncertain_when_the_harness_process_is_killed(
         model: ModelServer) -> None:
     k = key("kill")
     sid, call_id, turn_id = await open_call(rapi, ritems, model, k)
-    # kill -9 the codex app-server of this Session (the Runtime's child), then submit
-    import subprocess
-
-    out = subprocess.run(["pgrep", "-f", "codex app-server"], capture_output=True, text=True,
-                         check=False).stdout.split()
+    # kill -9 the codex app-server processes of the real Runtime (its children), then submit
     runtime_pid = rcore.procs["runtime-codex_real"].pid
-    mine = [int(p) for p in out if _is_descendant(int(p), runtime_pid)]
+    mine = [pid for pid in _codex_pids() if _is_descendant(pid, runtime_pid)]
     assert mine, "no codex app-server under the real Runtime"
     for pid in mine:
-        subprocess.run(["kill", "-9", str(pid)], check=False)
+        os.kill(pid, signal.SIGKILL)
     await event(rapi, sid, {"type": TOOL_RESULT, "call_id": call_id, "success": True,
                             "output": "never recorded"})
     app = await wait_item(ritems, sid, 40, type="function_call_application", call_id=call_id)
@@ -146,6 +144,20 @@ async def test_uncertain_when_the_harness_process_is_killed(
     again = await event(rapi, sid, {"type": MESSAGE, "input": [msg(text(k2))]})
     await wait_item(ritems, sid, 90, type="turn", state="completed",
                     turn_id=again["items"][0]["turn_id"])
+
+
+def _codex_pids() -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if b"app-server" in argv and any(a.endswith(b"codex") for a in argv):
+                out.append(int(entry))
+    return out
 
 
 def _is_descendant(pid: int, ancestor: int) -> bool:
