@@ -275,6 +275,8 @@ class CodexLive:
             raise _HarnessDown(f"no answer to {method}") from None
         finally:
             proc.waiting.pop(rid, None)
+        if reply.get("down"):
+            raise _HarnessDown(f"{method}: {reply['error']['message']}")
         if "error" in reply:
             raise _RpcError(method, reply["error"])
         result = reply.get("result")
@@ -331,6 +333,8 @@ class CodexLive:
             turn = params.get("turn")
             native = turn.get("id") if isinstance(turn, dict) else None
             if proc.turn is not None and isinstance(native, str):
+                if not proc.turn.native_turn_id:  # printed before turn/start's answer was read
+                    proc.turn.native_turn_id = native
                 proc.turns.setdefault(native, proc.turn.core_turn_id)
         if method not in FORWARDED:
             return
@@ -372,7 +376,7 @@ class CodexLive:
                   bad_lines=self.bad_lines)
         for fut in proc.waiting.values():
             if not fut.done():
-                fut.set_result({"error": {"message": reason}})
+                fut.set_result({"error": {"message": reason}, "down": True})
         turn = proc.turn
         if turn is not None:
             for call_id, (_rid, native_turn) in list(proc.pending.items()):
@@ -464,14 +468,19 @@ class CodexLive:
                 await asyncio.wait_for(old.done.wait(), 10)
             if proc.turn is old:
                 self._turn_over(proc)
+        # The Turn is current before turn/start is answered: Codex may print turn/started (and
+        # more) right behind the answer, before this coroutine resumes.
+        turn = proc.turn = _Turn(turn_id, "")
         try:
             result = await self._request(proc, "turn/start", {
                 "threadId": proc.thread_id, "input": items})
         except _RpcError as exc:
+            if proc.turn is turn:
+                proc.turn = None
             self._refuse(delivery, f"codex refused turn/start: {exc}")
             return
         native_turn = str(result["turn"]["id"])
-        proc.turn = _Turn(turn_id, native_turn)
+        turn.native_turn_id = native_turn
         proc.turns[native_turn] = turn_id
         while len(proc.turns) > 1000:
             proc.turns.popitem(last=False)
