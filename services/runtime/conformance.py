@@ -294,7 +294,7 @@ class Probe:
         turn_id = new_id("turn")
         prompt = f"please call {name} {json.dumps(args)}"
         if self.rt.scripts is not None:  # a real harness: script the model to make the call
-            marker = new_id("kit")
+            marker = "kit-" + new_id("req")
             self.rt.scripts.register(marker, [[{"tool_call": {"name": name, "arguments": args}}],
                                               [{"text": "done"}]])
             prompt = f"{marker} {prompt}"
