@@ -44,8 +44,10 @@ async def test_a_text_turn_completes_and_the_model_got_the_input(model: ModelSer
     [req] = model.scripts.recorded("IT-text")
     assert req.body["stream"] is True
     assert req.body["input"][-1]["content"] == [{"type": "input_text", "text": "IT-text hello"}]
-    assert [t["name"] for t in req.body["tools"] if t.get("type") == "function"].count(
-        "get_weather") == 1
+    # Codex's own shell, web-search, sub-agent, goal, app and plugin tools are configured off;
+    # view_image and request_user_input cannot be (0.169)
+    assert sorted(t.get("name") or t["type"] for t in req.body["tools"]) == [
+        "get_weather", "request_user_input", "view_image"]
 
 
 async def test_a_tool_call_round_trip_reaches_the_model_as_function_call_output(

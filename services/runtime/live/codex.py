@@ -61,12 +61,23 @@ ALTERED_SUFFIX = " [altered]"  # the --corrupt alter_text mark (conformance's br
 
 
 def config_toml(base_url: str, model: str, env_key: str) -> str:
-    """The private ``CODEX_HOME/config.toml``: one provider, the Responses API."""
+    """The private ``CODEX_HOME/config.toml``: one provider, the Responses API, and Codex's own
+    tools off (shell / exec, web search, sub-agents, goals, apps, plugins): the model then sees
+    the Session's public functions plus ``view_image`` and ``request_user_input``, which 0.169
+    does not let a config turn off (docs/harnesses.md)."""
     return (
         f'model = "{model}"\n'
         'model_provider = "core"\n'
         'approval_policy = "never"\n'
         'sandbox_mode = "read-only"\n'
+        'web_search = "disabled"\n'
+        "[features]\n"
+        "shell_tool = false\n"
+        "unified_exec = false\n"
+        "multi_agent = false\n"
+        "goals = false\n"
+        "apps = false\n"
+        "plugins = false\n"
         "[model_providers.core]\n"
         'name = "core"\n'
         f'base_url = "{base_url}"\n'
