@@ -927,8 +927,10 @@ def runtime_components(opts: Options, exe: Path, env: dict[str, str]) -> list[Co
                          lambda: http_ok(model_url + "/_requests"), 30, "service", REPO, model_url,
                          f"scripted model server {model_url} (Responses + Messages API)"))
     harness_versions()
+    real = {h for h, b in REAL_HARNESSES.items() if harness_bin(b).exists()
+            and (REPO / "services" / "runtime" / "live" / f"{h}.py").exists()}
     for harness, binary in REAL_HARNESSES.items():
-        if not harness_bin(binary).exists():
+        if harness not in real:  # not installed, or its live driver is not in this tree yet
             continue
         base = model_url + ("/v1" if harness == "codex" else "")
         cmd = [str(exe), "runtime", "--harness", harness, "--engine", "real",
@@ -937,8 +939,7 @@ def runtime_components(opts: Options, exe: Path, env: dict[str, str]) -> list[Co
                              REPO, "", f"real Runtime ({harness}: {harness_bin(binary)})",
                              min_alive=2.0))
     for harness in RUNTIME_HARNESSES:
-        placements = ("none,openai_hosted,self_hosted" if harness not in REAL_HARNESSES
-                      or not harness_bin(REAL_HARNESSES[harness]).exists() else "self_hosted")
+        placements = "self_hosted" if harness in real else "none,openai_hosted,self_hosted"
         cmd = [str(exe), "runtime", "--harness", harness, "--placements", placements]
         out.append(Component(f"runtime-{harness}", cmd, env, lambda: True, 30, "service", REPO,
                              "", f"reference Runtime ({harness}, simulated: {placements})",
