@@ -1,0 +1,47 @@
+"""The conformance kit qualifies the real Codex adapter (``--engine real``: the real
+``codex app-server`` against a scripted model server): every applicable case passes, and an
+adapter that corrupts what it sends fails the cases that check it."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.runtime.conformance import KitOptions, run_kit
+from services.runtime.live import default_binary
+from shared.kafka import ensure_topics
+from shared.settings import Settings
+from shared.topics import topics_for
+from tests.integration.test_conformance_kit import _by_status
+
+pytestmark = pytest.mark.integration
+
+try:
+    default_binary("codex")
+except FileNotFoundError:  # pragma: no cover
+    pytest.skip("codex not installed", allow_module_level=True)
+
+CODEX_CASES = ("message_images", "function_result_images", "text_exactness",
+               "release_handling", "no_replay_synthetic_subagent", "receipt_within_10s")
+
+
+async def test_the_real_codex_adapter_passes_every_applicable_case(settings: Settings) -> None:
+    await ensure_topics(settings, topics_for(settings))
+    rt, results = await run_kit(settings, KitOptions(harness="codex", engine="real"))
+    st = _by_status(results)
+    assert rt.engine == "real"
+    assert not st["FAIL"], [(r.name, r.detail) for r in results if r.status == "FAIL"]
+    assert st["PASS"] == set(CODEX_CASES)
+
+
+# the broken adapter (--corrupt) → the cases that must catch it
+@pytest.mark.parametrize(("corrupt", "must_fail"), [
+    ("drop_image", {"message_images", "function_result_images"}),
+    ("alter_text", {"message_images", "function_result_images", "text_exactness"}),
+])
+async def test_a_broken_real_adapter_fails(settings: Settings, corrupt: str,
+                                           must_fail: set[str]) -> None:
+    await ensure_topics(settings, topics_for(settings))
+    _, results = await run_kit(settings, KitOptions(
+        harness="codex", engine="real", corrupt=corrupt,
+        cases=("message_images", "function_result_images", "text_exactness")))
+    assert _by_status(results)["FAIL"] == must_fail
