@@ -24,6 +24,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from services.runtime.harness import Emit, SimulatedHarness
+from services.runtime.live import LiveHarness
 from services.runtime.switches import Switches
 from shared import records
 from shared.domain.recordcheck import UNPROCESSABLE, Poison, accept
@@ -59,9 +60,16 @@ class RuntimeConfig:
     switches: Switches = field(default_factory=Switches)
 
 
-def registration(config: RuntimeConfig, harness: SimulatedHarness, status: str) -> dict[str, Any]:
-    """The ``runtime.registration/1`` record (CONTRACT §2) plus two informative extras:
-    ``switches`` (the misbehaviour switches in force) and ``turn_idle_ms``."""
+def registration(config: RuntimeConfig, harness: SimulatedHarness, status: str,
+                 live: LiveHarness | None = None) -> dict[str, Any]:
+    """The ``runtime.registration/1`` record (CONTRACT §2) plus informative extras:
+    ``switches`` (the misbehaviour switches in force), ``turn_idle_ms`` and ``engine``
+    (``simulated`` or ``real``). A real engine reports the capabilities of its harness and model
+    configuration (``LiveHarness.capabilities``)."""
+    caps = live.capabilities() if live is not None else {
+        "message_images": harness.message_images,
+        "function_result_images": harness.function_result_images,
+    }
     return {
         "schema": records.REGISTRATION,
         "runtime_id": config.runtime_id,
@@ -69,13 +77,14 @@ def registration(config: RuntimeConfig, harness: SimulatedHarness, status: str) 
         "bridge_protocol": config.bridge_protocol,
         "placements": list(config.placements),
         "capabilities": {
-            "message_images": harness.message_images,
-            "function_result_images": harness.function_result_images,
+            "message_images": bool(caps.get("message_images")),
+            "function_result_images": bool(caps.get("function_result_images")),
         },
         "status": status,
         "heartbeat_at": now_rfc3339(),
-        "switches": harness.switches.active(),
+        "switches": harness.switches.active() if live is None else {},
         "turn_idle_ms": int(config.turn_idle_s * 1000),
+        "engine": "simulated" if live is None else "real",
     }
 
 
@@ -85,7 +94,8 @@ def consumer_group(runtime_id: str) -> str:
 
 class RuntimeService:
     def __init__(self, settings: Settings, config: RuntimeConfig,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 live: LiveHarness | None = None) -> None:
         self.settings = settings
         self.config = config
         self.topics = topics_for(settings)
@@ -98,6 +108,9 @@ class RuntimeService:
             message_images=config.message_images,
             function_result_images=config.function_result_images,
         )
+        # The real engine (``--engine real``): a live harness driving real harness processes
+        # replaces the simulation; the Kafka loop around it is the same.
+        self.live = live
         self.status = config.status
         # A plain producer (acks=all, idempotent, like shared.kafka.make_broker's): ``send``
         # only queues, so a Turn's records go out in one request, in order, without waiting for
@@ -133,6 +146,8 @@ class RuntimeService:
         await ensure_topics(self.settings, self.topics)
         await self.producer.start()
         self._tasks.append(asyncio.create_task(self._publisher(), name="runtime:publisher"))
+        if self.live is not None:
+            await self.live.start(self.enqueue)
         control = await self._assigned_consumer(self.topics.runtime_control)
         await self._catch_up_control(control)
         self._tasks.append(asyncio.create_task(self._control(control), name="runtime:control"))
@@ -152,9 +167,11 @@ class RuntimeService:
         await self.register()
         self._tasks.append(asyncio.create_task(self._deliveries(deliveries), name="runtime:in"))
         self._tasks.append(asyncio.create_task(self._heartbeat(), name="runtime:heartbeat"))
-        self._tasks.append(asyncio.create_task(self._ticker(), name="runtime:idle"))
+        if self.live is None:
+            self._tasks.append(asyncio.create_task(self._ticker(), name="runtime:idle"))
         log.info("runtime.started", runtime_id=self.config.runtime_id,
-                 harness=self.config.harness, switches=self.harness.switches.active())
+                 harness=self.config.harness, switches=self.harness.switches.active(),
+                 engine="simulated" if self.live is None else "real")
 
     async def stop(self) -> None:
         for h in self._timers:
@@ -166,6 +183,11 @@ class RuntimeService:
             if t.get_name() != "runtime:publisher":
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
+        if self.live is not None:
+            try:
+                await self.live.stop()
+            except Exception:
+                log.exception("runtime.live_stop_failed")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._out.join(), 5)
             await asyncio.wait_for(self.producer.flush(), 5)
@@ -184,7 +206,7 @@ class RuntimeService:
         await self._publish_registration(self.status)
 
     async def _publish_registration(self, status: str) -> None:
-        rec = registration(self.config, self.harness, status)
+        rec = registration(self.config, self.harness, status, self.live)
         await self.producer.send_and_wait(self.topics.runtime_registrations, encode(rec),
                                           key=self.config.runtime_id.encode())
 
@@ -236,7 +258,12 @@ class RuntimeService:
         with bound(session_id=value.get("session_id"), delivery_id=value.get("delivery_id"),
                    call_id=value.get("call_id")):
             log.info("delivery.received", kind=value.get("kind"), turn_id=value.get("turn_id"))
-            self.enqueue(self.harness.handle(value, self.clock()))
+            if self.live is not None:
+                # The live harness writes to its process and returns; what the harness prints
+                # comes back through ``enqueue`` (its ``emit``) in the order it was printed.
+                await self.live.handle(value)
+            else:
+                self.enqueue(self.harness.handle(value, self.clock()))
         return 1
 
     def enqueue(self, emits: list[Emit]) -> None:

@@ -1,4 +1,5 @@
-"""``session-core runtime``: run one reference Runtime (docs/reference-runtime.md).
+"""``session-core runtime``: run one Runtime — the reference Runtime (docs/reference-runtime.md)
+with a simulated harness, or ``--engine real`` driving a real harness binary (docs/harnesses.md).
 
 Once registered it prints one JSON line on stdout — its registration record — so a script can
 read the runtime id; logs go to stderr. SIGINT / SIGTERM stop it cleanly (``status: "gone"``).
@@ -11,10 +12,13 @@ import asyncio
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from services.runtime.app import RuntimeConfig, RuntimeService, registration
 from services.runtime.harness import HARNESSES
+from services.runtime.live import DEFAULT_FUNCTIONS, LiveHarness, LiveOptions
+from services.runtime.live import build as build_live
 from services.runtime.switches import DESCRIPTIONS, NAMES, Switches, from_env, parse_assignments
 from shared.ids import new_id
 from shared.settings import Settings, get_settings
@@ -75,6 +79,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-s", type=float, default=3.0)
     p.add_argument("--turn-idle-ms", type=int, default=1500,
                    help="a Turn with no pending call ends this long after its last input")
+    real = p.add_argument_group(
+        "real engine (--engine real): drive the real harness binary (docs/harnesses.md)")
+    real.add_argument("--engine", choices=("simulated", "real"),
+                      default=env.get("SESSION_CORE_RUNTIME_ENGINE", "simulated"),
+                      help="simulated (the reference Runtime, with fault switches) or real")
+    real.add_argument("--model-base-url", default=env.get("SESSION_CORE_MODEL_BASE_URL"),
+                      help="the model provider's base URL the harness talks to (Codex: "
+                      "…/v1, Responses API; Claude Code: the Messages API root)")
+    real.add_argument("--model", default=env.get("SESSION_CORE_MODEL", "scripted"),
+                      help="the model name the harness asks for")
+    real.add_argument("--api-key-env", default=env.get("SESSION_CORE_MODEL_API_KEY_ENV",
+                                                       "SESSION_CORE_MODEL_API_KEY"),
+                      help="the environment variable holding the provider API key (a Secret)")
+    real.add_argument("--images", action=argparse.BooleanOptionalAction, default=True,
+                      help="the model accepts images (--no-images: a text-only model; the "
+                      "Runtime then reports no image capability)")
+    real.add_argument("--functions", default=env.get("SESSION_CORE_RUNTIME_FUNCTIONS"),
+                      metavar="FILE", help="JSON list of public functions {name, description, "
+                      "parameters} exposed to the harness (default: get_weather)")
+    real.add_argument("--harness-bin", default=None,
+                      help="the harness executable (default: the cached install)")
+    real.add_argument("--work-dir", default=env.get("SESSION_CORE_RUNTIME_WORK_DIR"),
+                      help="where per-Session harness homes live (default: a temp dir)")
+    real.add_argument("--corrupt", choices=("drop_image", "alter_text"), default=None,
+                      help="conformance only: a broken adapter that corrupts what it sends")
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: settings)")
     p.add_argument("--topic-prefix", help="topic prefix (default: settings)")
     add_switch_flags(p)
@@ -119,11 +148,39 @@ def settings_from_args(args: argparse.Namespace, base: Settings | None = None) -
     return settings.model_copy(update=update) if update else settings
 
 
-async def run(settings: Settings, config: RuntimeConfig) -> None:
+def live_from_args(args: argparse.Namespace, config: RuntimeConfig,
+                   parser: argparse.ArgumentParser) -> LiveHarness | None:
+    """The real engine's live harness, or ``None`` for ``--engine simulated``."""
+    if getattr(args, "engine", "simulated") != "real":
+        return None
+    if args.harness == "minimax_code":
+        parser.error("--engine real: no real MiniMax Code harness is installable here "
+                     "(docs/harnesses.md); use the simulated text-only Runtime")
+    if not args.model_base_url:
+        parser.error("--engine real needs --model-base-url (or SESSION_CORE_MODEL_BASE_URL)")
+    functions = list(DEFAULT_FUNCTIONS)
+    if args.functions:
+        with open(args.functions, encoding="utf-8") as f:
+            functions = json.load(f)
+        if not isinstance(functions, list) or not all(
+            isinstance(x, dict) and isinstance(x.get("name"), str) for x in functions
+        ):
+            parser.error("--functions: a JSON list of {name, description, parameters}")
+    options = LiveOptions(
+        runtime_id=config.runtime_id, harness=args.harness,
+        model_base_url=args.model_base_url, model=args.model, api_key_env=args.api_key_env,
+        images=args.images, functions=functions, binary=args.harness_bin,
+        work_dir=Path(args.work_dir) if args.work_dir else None, corrupt=args.corrupt,
+    )
+    return build_live(options)
+
+
+async def run(settings: Settings, config: RuntimeConfig,
+              live: LiveHarness | None = None) -> None:
     from shared.health import serve_health
     from shared.service import run_until_stopped
 
-    svc = RuntimeService(settings, config)
+    svc = RuntimeService(settings, config, live=live)
     health: asyncio.AbstractServer | None = None
 
     async def ready() -> bool:
@@ -134,7 +191,7 @@ async def run(settings: Settings, config: RuntimeConfig) -> None:
         await svc.start()
         # /healthz, /readyz and /metrics (its DLQ count) when SESSION_CORE_HEALTH_PORT is set
         health = await serve_health(settings.health_port, ready)
-        print(json.dumps(registration(config, svc.harness, svc.status)), flush=True)
+        print(json.dumps(registration(config, svc.harness, svc.status, live)), flush=True)
 
     async def stop() -> None:
         if health is not None:
@@ -148,4 +205,5 @@ def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     config = config_from_args(args, parser)
-    asyncio.run(run(settings_from_args(args), config))
+    live = live_from_args(args, config, parser)
+    asyncio.run(run(settings_from_args(args), config, live))

@@ -1,0 +1,141 @@
+"""Live harnesses: the Runtime's real engine (``session-core runtime --engine real``).
+
+A ``LiveHarness`` drives real harness processes (one per Core Session) and emits the same
+``runtime.observation/1`` envelopes as the simulated harness (``services.runtime.harness``):
+``native`` is exactly what the real binary printed, refusals carry ``native: null`` and a
+``refusal`` object. ``RuntimeService`` (``services.runtime.app``) plugs one in instead of the
+``SimulatedHarness``; the Kafka loop (registration, deliveries, ordered publishing, control) is
+the same for both engines.
+
+Each harness has one module here, ``services.runtime.live.<harness>`` (``codex``,
+``claude_code``), exposing ``build(options: LiveOptions) -> LiveHarness``; ``build`` below
+imports it by name, so adding a harness touches no shared file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from services.runtime.harness import OBSERVATION_SCHEMA, Emit
+
+Json = dict[str, Any]
+EmitFn = Callable[[list[Emit]], None]
+
+# The public functions a Runtime exposes to its harness when none are configured: the demo's
+# and the tests' function. A Runtime setting (``--functions FILE``), not part of a delivery:
+# Core's wire (CONTRACT §2) carries no function list (docs/harnesses.md).
+DEFAULT_FUNCTIONS: list[Json] = [
+    {
+        "name": "get_weather",
+        "description": "The current weather for a city (answered by the Core client).",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+]
+
+
+@dataclass
+class LiveOptions:
+    """Everything a live harness needs from the Runtime's command line / environment."""
+
+    runtime_id: str
+    harness: str
+    model_base_url: str  # e.g. http://127.0.0.1:8765/v1 (Codex) or http://127.0.0.1:8765
+    model: str = "scripted"
+    api_key_env: str = "SESSION_CORE_MODEL_API_KEY"  # the variable holding the provider key
+    images: bool = True  # the model accepts images (``--no-images``: a text-only model)
+    functions: list[Json] = field(default_factory=lambda: list(DEFAULT_FUNCTIONS))
+    binary: str | None = None  # the harness executable (default: the cached install)
+    work_dir: Path | None = None  # private homes / cwd per Session (default: a temp dir)
+    turn_timeout_s: float = 300.0  # a native Turn that runs longer is failed (a hung process)
+    corrupt: str | None = None  # conformance only: "drop_image" | "alter_text"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class LiveHarness(Protocol):
+    harness: str
+
+    def capabilities(self) -> dict[str, bool]: ...
+
+    async def start(self, emit: EmitFn) -> None: ...
+
+    async def handle(self, delivery: Mapping[str, Any]) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def build(options: LiveOptions) -> LiveHarness:
+    module = importlib.import_module(f"services.runtime.live.{options.harness}")
+    harness: LiveHarness = module.build(options)
+    return harness
+
+
+def envelope(runtime_id: str, harness: str, session_id: str, turn_id: str | None,
+             native: Json | None) -> Json:
+    """A ``runtime.observation/1`` record (the publisher stamps ``observed_at``)."""
+    return {
+        "schema": OBSERVATION_SCHEMA,
+        "runtime_id": runtime_id,
+        "session_id": session_id,
+        "harness": harness,
+        "native": native,
+        "turn_id": turn_id,
+        "observation_id": f"obs_{uuid.uuid4().hex}",
+    }
+
+
+def refusal(runtime_id: str, harness: str, delivery: Mapping[str, Any], reason: str,
+            call_id: str | None = None, code: str | None = None) -> Json:
+    """A terminal refusal record (``native: null``), shaped as the simulated harness's."""
+    body: Json = {"delivery_id": delivery.get("delivery_id"), "kind": delivery.get("kind"),
+                  "reason": reason, "terminal": True}
+    if code is not None:
+        body["code"] = code
+    if call_id is not None:
+        body["call_id"] = call_id
+    turn_id = delivery.get("turn_id")
+    rec = envelope(runtime_id, harness, str(delivery.get("session_id")),
+                   turn_id if isinstance(turn_id, str) else None, None)
+    rec["refusal"] = body
+    return rec
+
+
+def default_binary(name: str) -> str:
+    """The harness from the cached install (``deploy/local/stack.py install``), else PATH."""
+    import shutil
+    import sys
+
+    env = os.environ.get(f"SESSION_CORE_{name.upper()}_BIN")
+    if env:
+        return env
+    root = Path(__file__).resolve().parents[3]
+    sys.path.insert(0, str(root / "deploy" / "local"))
+    try:
+        import stack  # type: ignore[import-not-found]
+
+        path = stack.harness_bin(name)
+        if Path(path).exists():
+            return str(path)
+    except Exception:
+        pass
+    finally:
+        sys.path.remove(str(root / "deploy" / "local"))
+    found = shutil.which(name)
+    if not found:
+        raise FileNotFoundError(f"{name}: not installed (run `python deploy/local/stack.py "
+                                "install` or set SESSION_CORE_{name.upper()}_BIN)")
+    return found
+
+
+__all__ = ["DEFAULT_FUNCTIONS", "EmitFn", "LiveHarness", "LiveOptions", "build",
+           "default_binary", "envelope", "refusal"]
