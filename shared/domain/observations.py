@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from shared.domain.adapters.claude import public_name
+
 
 @dataclass(frozen=True)
 class CallOpened:
@@ -39,8 +41,11 @@ def classify_all(harness: str, native: Any) -> list[CallOpened | TurnEnded]:
         out: list[CallOpened | TurnEnded] = []
         for block in content if isinstance(content, list) else []:
             if (isinstance(block, dict) and block.get("type") == "tool_use"
-                    and isinstance(block.get("id"), str) and isinstance(block.get("name"), str)):
-                out.append(CallOpened(call_id=block["id"], name=block["name"],
+                    and isinstance(block.get("id"), str) and isinstance(block.get("name"), str)
+                    and (name := public_name(block["name"])) is not None):
+                # The real binary names a public function mcp__core__<name>; built-ins
+                # (Agent/Task…) are not public calls (docs/runtime-boundary.md).
+                out.append(CallOpened(call_id=block["id"], name=name,
                                       arguments=block.get("input"),
                                       native_ids={"session_id": native.get("session_id")}))
         return out
