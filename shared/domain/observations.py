@@ -81,9 +81,16 @@ def _single(harness: str, native: Any) -> Classified:
                                     "turn_id": params.get("turnId")},
                     )
         if method == "turn/completed":
-            status = params.get("status")
+            # The real app-server (0.169) prints ``params.turn`` ``{id, status: completed |
+            # interrupted | failed, error}``; the simulation's flat ``turnId`` / ``status`` is
+            # still read. Anything but ``completed`` ends the Turn failed.
+            turn = params.get("turn")
+            if isinstance(turn, dict):
+                status, turn_id = turn.get("status"), turn.get("id")
+            else:
+                status, turn_id = params.get("status"), params.get("turnId")
             return TurnEnded("completed" if status == "completed" else "failed",
-                             params.get("turnId"))
+                             turn_id if isinstance(turn_id, str) else None)
         return None
     # Claude Code's Turn end; MiniMax Code's bridge reports Turn ends the same way.
     if harness in ("claude_code", "minimax_code") and native.get("type") == "result":

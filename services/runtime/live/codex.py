@@ -1,0 +1,505 @@
+"""The real Codex behind a Runtime: one ``codex app-server`` process per Core Session.
+
+JSON-RPC over the process's stdin/stdout, one JSON object a line (no ``jsonrpc`` field):
+
+* spawn (first delivery of a Session, or after the process died): a private ``CODEX_HOME``
+  whose ``config.toml`` points a model provider at ``--model-base-url`` (``wire_api =
+  "responses"``, ``env_key``), ``initialize`` (``experimentalApi``) / ``initialized``, then
+  ``thread/start`` with ``approvalPolicy: "never"``, ``sandbox: "read-only"``, no environments
+  (no shell, no file access: the model can only call the Session's public functions) and the
+  public functions as ``dynamicTools``. Outbound traffic other than loopback is sent to a dead
+  local proxy, so the binary's own background calls (plugin sync) fail fast and stay local;
+* ``start``: the batch flattened by the Codex adapter (``shared.domain.adapters.codex``: a blank
+  line between public messages, images as ``{type: "image", url}`` data URIs unchanged) →
+  ``turn/start``; a Turn still running is interrupted first (``turn/interrupt``);
+* ``steer`` of the running Turn → ``turn/steer`` with ``expectedTurnId``; a steer Codex refuses
+  because the Turn has ended is refused with code ``turn_ended`` (Core hands it over again);
+* ``item/tool/call`` (a server request) is held by call id; a ``function_result`` answers it with
+  ``{contentItems: [inputText…, inputImage…], success}`` in the delivered order (the output
+  parts, then the error text as a final text part — the dispatcher already built that list);
+* what the binary prints about the thread is forwarded as observations (``native`` = the line):
+  ``turn/started``, ``item/started``, ``item/completed``, ``item/tool/call``, ``turn/completed``,
+  ``error``; streaming deltas, token usage, rate limits and status pings are not forwarded;
+* the process dying, hanging (no output for ``turn_timeout_s`` while the model works) or
+  printing too many non-JSON lines fails its Turn with a reason: the Runtime emits a
+  ``turn/completed`` with ``status: "failed"`` marked ``"synthesized": true`` (the binary never
+  printed it) and ``item/released`` for every call still waiting, then the next delivery
+  spawns a fresh process (with a growing back-off, so a binary that dies at once never
+  crash-loops). Bad lines are logged and counted (``bad_lines``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from services.runtime.harness import Emit
+from services.runtime.live import EmitFn, Json, LiveOptions, default_binary, envelope, refusal
+from shared.domain.adapters import AdapterError
+from shared.domain.adapters import codex as adapter
+from shared.domain.delivery import REFUSAL_TURN_ENDED
+from shared.logging import get_logger
+
+log = get_logger(__name__)
+
+HARNESS = adapter.HARNESS
+FORWARDED = frozenset({"turn/started", "item/started", "item/completed", "item/tool/call",
+                       "turn/completed", "error"})
+MAX_BAD_LINES = 20  # consecutive non-JSON lines before the process is declared broken
+RPC_TIMEOUT_S = 60.0
+ALTERED_SUFFIX = " [altered]"  # the --corrupt alter_text mark (conformance's broken adapter)
+
+
+def config_toml(base_url: str, model: str, env_key: str) -> str:
+    """The private ``CODEX_HOME/config.toml``: one provider, the Responses API."""
+    return (
+        f'model = "{model}"\n'
+        'model_provider = "core"\n'
+        'approval_policy = "never"\n'
+        'sandbox_mode = "read-only"\n'
+        "[model_providers.core]\n"
+        'name = "core"\n'
+        f'base_url = "{base_url}"\n'
+        'wire_api = "responses"\n'
+        f'env_key = "{env_key}"\n'
+    )
+
+
+def dynamic_tools(functions: list[Json]) -> list[Json]:
+    return [{"type": "function", "name": f["name"], "description": f.get("description", ""),
+             "inputSchema": f.get("parameters") or {"type": "object", "properties": {}}}
+            for f in functions]
+
+
+def corrupt_items(items: list[Json], how: str | None, image: str, text: str) -> list[Json]:
+    """Conformance's broken adapter: drop every image, or alter the first text."""
+    if how == "drop_image":
+        return [i for i in items if i.get("type") != image]
+    if how == "alter_text":
+        out = list(items)
+        for n, i in enumerate(out):
+            if i.get("type") == text:
+                out[n] = {**i, "text": i["text"] + ALTERED_SUFFIX}
+                break
+        return out
+    return items
+
+
+@dataclass
+class _Turn:
+    core_turn_id: str
+    native_turn_id: str
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class _Proc:
+    core_session_id: str
+    process: asyncio.subprocess.Process
+    home: Path
+    thread_id: str = ""
+    turn: _Turn | None = None
+    # native turn id → Core turn id, for the envelopes of records about earlier Turns
+    turns: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    ended: OrderedDict[str, None] = field(default_factory=OrderedDict)  # Core turn ids
+    pending: dict[str, tuple[Any, str]] = field(default_factory=dict)  # call → (rpc id, turn)
+    waiting: dict[int, asyncio.Future[Json]] = field(default_factory=dict)
+    next_id: int = 1
+    bad_run: int = 0
+    last_output: float = field(default_factory=time.monotonic)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    dead: bool = False
+
+
+class CodexLive:
+    harness = HARNESS
+
+    def __init__(self, options: LiveOptions) -> None:
+        self.options = options
+        self.binary = options.binary or default_binary("codex")
+        self.sessions: dict[str, _Proc] = {}
+        self._emit: EmitFn = lambda _e: None
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._root = options.work_dir or Path(tempfile.mkdtemp(prefix="core-codex-"))
+        self._own_root = options.work_dir is None
+        self._deaths: dict[str, list[float]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.bad_lines = 0
+        self.restarts = 0
+
+    # ------------------------------------------------------------------ LiveHarness
+
+    def capabilities(self) -> dict[str, bool]:
+        return {"message_images": self.options.images,
+                "function_result_images": self.options.images}
+
+    async def start(self, emit: EmitFn) -> None:
+        self._emit = emit
+        self._root.mkdir(parents=True, exist_ok=True)
+        self._watchdog = asyncio.create_task(self._watch(), name="codex:watchdog")
+
+    async def stop(self) -> None:
+        self._watchdog.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._watchdog
+        for proc in list(self.sessions.values()):
+            await self._kill(proc)
+        self.sessions.clear()
+        if self._own_root:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    async def handle(self, delivery: Mapping[str, Any]) -> None:
+        if delivery.get("runtime_id") != self.options.runtime_id:
+            return
+        did = str(delivery.get("delivery_id"))
+        if did in self._seen:
+            log.info("delivery.duplicate", delivery_id=did)
+            return
+        self._seen[did] = None
+        while len(self._seen) > 10_000:
+            self._seen.popitem(last=False)
+        sid = str(delivery.get("session_id"))
+        lock = self._locks.setdefault(sid, asyncio.Lock())
+        async with lock:
+            try:
+                kind = delivery.get("kind")
+                if kind in ("start", "steer"):
+                    await self._messages(sid, delivery)
+                elif kind == "function_result":
+                    await self._result(sid, delivery)
+                else:
+                    self._refuse(delivery, f"unknown delivery kind {kind!r}")
+            except _HarnessDown as exc:
+                self._refuse(delivery, f"harness_unavailable: {exc}")
+
+    # ------------------------------------------------------------------ output
+
+    def _out(self, proc: _Proc, native: Json | None, turn_id: str | None) -> None:
+        self._emit([Emit(envelope(self.options.runtime_id, HARNESS, proc.core_session_id,
+                                  turn_id, native))])
+
+    def _refuse(self, delivery: Mapping[str, Any], reason: str, call_id: str | None = None,
+                code: str | None = None) -> None:
+        log.warning("delivery.refused", session_id=delivery.get("session_id"),
+                    kind=delivery.get("kind"), reason=reason, call_id=call_id)
+        self._emit([Emit(refusal(self.options.runtime_id, HARNESS, delivery, reason, call_id,
+                                 code))])
+
+    # ------------------------------------------------------------------ process
+
+    async def _proc(self, sid: str) -> _Proc:
+        proc = self.sessions.get(sid)
+        if proc is not None and not proc.dead:
+            return proc
+        deaths = [t for t in self._deaths.get(sid, []) if time.monotonic() - t < 60]
+        if deaths:  # back off: 0.5 s, 1 s, 2 s … up to 10 s after recent deaths
+            await asyncio.sleep(min(10.0, 0.5 * 2 ** (len(deaths) - 1)))
+        return await self._spawn(sid)
+
+    async def _spawn(self, sid: str) -> _Proc:
+        home = self._root / f"{sid}-{int(time.time() * 1000)}"
+        (home / "work").mkdir(parents=True, exist_ok=True)
+        o = self.options
+        (home / "config.toml").write_text(config_toml(o.model_base_url, o.model, o.api_key_env))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_")}
+        env.update({
+            "CODEX_HOME": str(home), "HOME": str(home),
+            o.api_key_env: os.environ.get(o.api_key_env, "local-scripted-model"),
+            # loopback only: anything else goes to a dead proxy and fails at once
+            "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
+            "ALL_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost",
+            "RUST_LOG": os.environ.get("SESSION_CORE_CODEX_RUST_LOG", "error"),
+        })
+        process = await asyncio.create_subprocess_exec(
+            self.binary, "app-server", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+            cwd=str(home / "work"), limit=64 * 1024 * 1024)
+        proc = _Proc(sid, process, home)
+        self.sessions[sid] = proc
+        proc.tasks.append(asyncio.create_task(self._read(proc), name=f"codex:{sid}:out"))
+        proc.tasks.append(asyncio.create_task(self._drain(proc), name=f"codex:{sid}:err"))
+        log.info("codex.spawned", session_id=sid, pid=process.pid)
+        await self._request(proc, "initialize", {
+            "clientInfo": {"name": "session-core", "version": "1"},
+            "capabilities": {"experimentalApi": True}})
+        self._write(proc, {"method": "initialized"})
+        result = await self._request(proc, "thread/start", {
+            "cwd": str(home / "work"), "approvalPolicy": "never", "sandbox": "read-only",
+            "environments": [], "ephemeral": True,
+            "dynamicTools": dynamic_tools(o.functions)})
+        proc.thread_id = str(result["thread"]["id"])
+        log.info("codex.thread", session_id=sid, thread_id=proc.thread_id)
+        return proc
+
+    def _write(self, proc: _Proc, message: Json) -> None:
+        if proc.dead or proc.process.stdin is None:
+            raise _HarnessDown("the codex process is not running")
+        proc.process.stdin.write((json.dumps(message) + "\n").encode())
+
+    async def _request(self, proc: _Proc, method: str, params: Json) -> Json:
+        rid = proc.next_id
+        proc.next_id += 1
+        fut: asyncio.Future[Json] = asyncio.get_running_loop().create_future()
+        proc.waiting[rid] = fut
+        self._write(proc, {"id": rid, "method": method, "params": params})
+        try:
+            reply = await asyncio.wait_for(fut, RPC_TIMEOUT_S)
+        except TimeoutError:
+            await self._died(proc, f"codex did not answer {method} within {RPC_TIMEOUT_S:g} s")
+            raise _HarnessDown(f"no answer to {method}") from None
+        finally:
+            proc.waiting.pop(rid, None)
+        if "error" in reply:
+            raise _RpcError(method, reply["error"])
+        result = reply.get("result")
+        return result if isinstance(result, dict) else {}
+
+    async def _drain(self, proc: _Proc) -> None:
+        assert proc.process.stderr is not None
+        while line := await proc.process.stderr.readline():
+            log.debug("codex.stderr", session_id=proc.core_session_id,
+                      line=line.decode(errors="replace").rstrip()[:500])
+
+    async def _read(self, proc: _Proc) -> None:
+        assert proc.process.stdout is not None
+        reason = "the codex process exited"
+        try:
+            while line := await proc.process.stdout.readline():
+                proc.last_output = time.monotonic()
+                try:
+                    message = json.loads(line)
+                    if not isinstance(message, dict):
+                        raise ValueError("not an object")
+                except ValueError:
+                    self.bad_lines += 1
+                    proc.bad_run += 1
+                    log.warning("codex.bad_line", session_id=proc.core_session_id,
+                                count=self.bad_lines, line=line[:200].decode(errors="replace"))
+                    if proc.bad_run >= MAX_BAD_LINES:
+                        reason = f"codex printed {proc.bad_run} lines that are not JSON"
+                        break
+                    continue
+                proc.bad_run = 0
+                self._dispatch(proc, message)
+        except Exception as exc:  # a line over the limit, a closed pipe
+            reason = f"reading codex output failed: {exc!r}"
+        code = proc.process.returncode
+        await self._died(proc, reason if code is None else f"{reason} (exit code {code})")
+
+    def _dispatch(self, proc: _Proc, message: Json) -> None:
+        method = message.get("method")
+        if method is None:  # an answer to one of our requests
+            fut = proc.waiting.get(message.get("id"))  # type: ignore[arg-type]
+            if fut is not None and not fut.done():
+                fut.set_result(message)
+            return
+        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        assert isinstance(params, dict)
+        if "id" in message and method != "item/tool/call":
+            # approvals and the like: never expected with approvalPolicy "never"
+            log.warning("codex.request_declined", method=method)
+            self._write(proc, {"id": message["id"],
+                               "error": {"code": -32601, "message": f"{method}: not supported"}})
+            return
+        if method == "turn/started":
+            turn = params.get("turn")
+            native = turn.get("id") if isinstance(turn, dict) else None
+            if proc.turn is not None and isinstance(native, str):
+                proc.turns.setdefault(native, proc.turn.core_turn_id)
+        if method not in FORWARDED:
+            return
+        native_turn = params.get("turnId")
+        if method in ("turn/started", "turn/completed") and isinstance(params.get("turn"), dict):
+            native_turn = params["turn"].get("id")
+        core_turn = proc.turns.get(native_turn) if isinstance(native_turn, str) else None
+        if method == "item/tool/call":
+            call_id = params.get("callId")
+            if isinstance(call_id, str):
+                proc.pending[call_id] = (message["id"], str(native_turn))
+        self._out(proc, message, core_turn)
+        if method == "turn/completed" and proc.turn is not None and (
+                native_turn == proc.turn.native_turn_id):
+            self._turn_over(proc)
+
+    def _turn_over(self, proc: _Proc) -> None:
+        turn = proc.turn
+        if turn is None:
+            return
+        proc.turn = None
+        proc.ended[turn.core_turn_id] = None
+        while len(proc.ended) > 1000:
+            proc.ended.popitem(last=False)
+        turn.done.set()
+        for call_id, (_rid, native_turn) in list(proc.pending.items()):
+            if native_turn == turn.native_turn_id:
+                proc.pending.pop(call_id)
+
+    async def _died(self, proc: _Proc, reason: str) -> None:
+        """The process is gone or unusable: fail its Turn (with the reason), release its
+        calls, and forget it; the next delivery spawns a fresh one."""
+        if proc.dead:
+            return
+        proc.dead = True
+        self._deaths.setdefault(proc.core_session_id, []).append(time.monotonic())
+        self.restarts += 1
+        log.error("codex.died", session_id=proc.core_session_id, reason=reason,
+                  bad_lines=self.bad_lines)
+        for fut in proc.waiting.values():
+            if not fut.done():
+                fut.set_result({"error": {"message": reason}})
+        turn = proc.turn
+        if turn is not None:
+            for call_id, (_rid, native_turn) in list(proc.pending.items()):
+                if native_turn == turn.native_turn_id:
+                    self._out(proc, {"method": "item/released", "synthesized": True, "params": {
+                        "threadId": proc.thread_id, "turnId": native_turn, "callId": call_id,
+                        "reason": reason}}, turn.core_turn_id)
+            self._out(proc, {"method": "turn/completed", "synthesized": True, "params": {
+                "threadId": proc.thread_id,
+                "turn": {"id": turn.native_turn_id, "status": "failed",
+                         "error": {"message": reason}}}}, turn.core_turn_id)
+            self._turn_over(proc)
+        proc.pending.clear()
+        with contextlib.suppress(ProcessLookupError):
+            proc.process.kill()
+        if self.sessions.get(proc.core_session_id) is proc:
+            del self.sessions[proc.core_session_id]
+
+    async def _kill(self, proc: _Proc) -> None:
+        proc.dead = True
+        if proc.process.stdin is not None:
+            proc.process.stdin.close()
+        with contextlib.suppress(ProcessLookupError):
+            proc.process.kill()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(proc.process.wait(), 5)
+        for t in proc.tasks:
+            t.cancel()
+        shutil.rmtree(proc.home, ignore_errors=True)
+
+    async def _watch(self) -> None:
+        """A hung process: a Turn is running, no call waits on Core, and the binary printed
+        nothing for ``turn_timeout_s``."""
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            for proc in list(self.sessions.values()):
+                if proc.process.returncode is not None and not proc.dead:
+                    continue  # the reader reports it
+                if (proc.turn is not None and not proc.pending and not proc.dead
+                        and now - proc.last_output > self.options.turn_timeout_s):
+                    await self._died(proc, "codex printed nothing for "
+                                     f"{self.options.turn_timeout_s:g} s during a Turn")
+
+    # ------------------------------------------------------------------ deliveries
+
+    async def _messages(self, sid: str, delivery: Mapping[str, Any]) -> None:
+        messages = delivery.get("messages")
+        if not isinstance(messages, list) or not messages:
+            self._refuse(delivery, "a message delivery needs messages")
+            return
+        if not self.options.images and any(
+                p.get("type") == "input_image" for m in messages for p in m.get("content", ())):
+            self._refuse(delivery, "unsupported_content: this runtime does not report message "
+                         "image support")
+            return
+        items = adapter.flatten_messages(messages)
+        if isinstance(items, AdapterError):
+            self._refuse(delivery, f"{items.code}: {items.message}")
+            return
+        items = corrupt_items(items, self.options.corrupt, "image", "text")
+        turn_id = str(delivery.get("turn_id"))
+        proc = self.sessions.get(sid)
+        if proc is not None and proc.dead:
+            proc = None
+        running = proc.turn if proc is not None else None
+        if delivery.get("kind") == "steer" and running is not None and (
+                running.core_turn_id == turn_id):
+            assert proc is not None
+            try:
+                await self._request(proc, "turn/steer", {
+                    "threadId": proc.thread_id, "expectedTurnId": running.native_turn_id,
+                    "input": items})
+            except _RpcError as exc:
+                self._refuse(delivery, f"the native turn of {turn_id} has ended: {exc}",
+                             code=REFUSAL_TURN_ENDED)
+            return
+        if proc is not None and turn_id in proc.ended:
+            self._refuse(delivery, f"the native turn of {turn_id} has ended",
+                         code=REFUSAL_TURN_ENDED)
+            return
+        proc = await self._proc(sid)
+        if proc.turn is not None:  # a new start supersedes the running Turn
+            old = proc.turn
+            with contextlib.suppress(_RpcError):
+                await self._request(proc, "turn/interrupt", {
+                    "threadId": proc.thread_id, "turnId": old.native_turn_id})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(old.done.wait(), 10)
+            if proc.turn is old:
+                self._turn_over(proc)
+        try:
+            result = await self._request(proc, "turn/start", {
+                "threadId": proc.thread_id, "input": items})
+        except _RpcError as exc:
+            self._refuse(delivery, f"codex refused turn/start: {exc}")
+            return
+        native_turn = str(result["turn"]["id"])
+        proc.turn = _Turn(turn_id, native_turn)
+        proc.turns[native_turn] = turn_id
+        while len(proc.turns) > 1000:
+            proc.turns.popitem(last=False)
+        log.info("turn.started", session_id=sid, turn_id=turn_id, native_turn_id=native_turn)
+
+    async def _result(self, sid: str, delivery: Mapping[str, Any]) -> None:
+        call_id = str(delivery.get("call_id"))
+        content = delivery.get("content")
+        content = content if isinstance(content, list) else []
+        proc = self.sessions.get(sid)
+        # item/started reaches Core a moment before the item/tool/call request is read here
+        for _ in range(40):
+            if proc is None or proc.dead or call_id in proc.pending:
+                break
+            await asyncio.sleep(0.05)
+        if proc is None or proc.dead or call_id not in proc.pending:
+            self._refuse(delivery, f"no pending call {call_id}: the harness is not waiting for "
+                         "this result", call_id)
+            return
+        if not self.options.images and any(p.get("type") == "input_image" for p in content):
+            self._refuse(delivery, "unsupported_content: this runtime does not report "
+                         "function-result image support", call_id)
+            return
+        response = adapter.function_result_response(delivery.get("success") is True, content)
+        if isinstance(response, AdapterError):
+            self._refuse(delivery, f"{response.code}: {response.message}", call_id)
+            return
+        response["contentItems"] = corrupt_items(response["contentItems"], self.options.corrupt,
+                                                 "inputImage", "inputText")
+        rpc_id, _turn = proc.pending.pop(call_id)
+        self._write(proc, {"id": rpc_id, "result": response})
+        log.info("call.answered", session_id=sid, call_id=call_id,
+                 parts=len(response["contentItems"]))
+
+
+class _HarnessDown(Exception):
+    pass
+
+
+class _RpcError(Exception):
+    def __init__(self, method: str, error: Any) -> None:
+        message = error.get("message") if isinstance(error, dict) else error
+        super().__init__(f"{method}: {message}")
+
+
+def build(options: LiveOptions) -> CodexLive:
+    return CodexLive(options)

@@ -1,0 +1,71 @@
+"""e2e over the real Codex: the four services plus Runtimes with ``--engine real`` (each drives
+real ``codex app-server`` processes) on the shared stack's fixtures, and the scripted model
+server in this test process (so tests register scripts and read what the model received)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from services.modelserver.server import ModelServer
+from services.runtime.live import default_binary
+from tests.support.processes import Core, launch
+from tests.support.system import ItemCollector
+
+API_KEY = "e2e-real-codex"
+
+try:
+    default_binary("codex")
+except FileNotFoundError:  # pragma: no cover - the install step puts it in the cache
+    pytest.skip("codex not installed (python deploy/local/stack.py install)",
+                allow_module_level=True)
+
+
+@pytest.fixture(scope="session")
+def model() -> Iterator[ModelServer]:
+    ms = ModelServer().start()
+    yield ms
+    ms.stop()
+
+
+def real_runtimes(model_url: str) -> dict[str, list[str]]:
+    real = ["--harness", "codex", "--engine", "real", "--model-base-url", model_url + "/v1"]
+    return {
+        # placement none: a Codex with an image-capable model
+        "codex_real": [*real, "--placements", "none"],
+        # placement openai_hosted: a Codex whose model is text-only (--no-images)
+        "codex_real_noimg": [*real, "--placements", "openai_hosted", "--no-images"],
+    }
+
+
+@pytest.fixture(scope="session")
+def rcore(stack: Any, model: ModelServer, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[Core]:
+    c = launch(stack, tmp_path_factory.mktemp("e2e-real-codex-logs"), real_runtimes(model.url),
+               API_KEY, prefix="rc")
+    try:
+        yield c
+    finally:
+        c.stop_all()
+        if os.environ.get("SESSION_CORE_E2E_KEEP_LOGS"):
+            sys.stderr.write(f"\n[e2e real codex] logs in {c.log_dir}\n")
+
+
+@pytest.fixture(scope="session")
+async def ritems(rcore: Core) -> AsyncIterator[ItemCollector]:
+    col = ItemCollector(rcore.settings)
+    await col.start()
+    yield col
+    await col.stop()
+
+
+@pytest.fixture
+async def rapi(rcore: Core) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=rcore.base_url, timeout=90,
+                                 headers={"Authorization": f"Bearer {API_KEY}"}) as c:
+        yield c

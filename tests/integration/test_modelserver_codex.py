@@ -1,0 +1,74 @@
+"""The real ``codex app-server`` completes Turns against the scripted model server: what Codex
+reads of the Responses API (the stream), and what the model receives (the request log)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from services.modelserver.server import ModelServer
+from services.runtime.live import DEFAULT_FUNCTIONS, default_binary
+from services.runtime.live.codex_rpc import BareCodex
+
+try:
+    default_binary("codex")
+    HAVE_CODEX = True
+except FileNotFoundError:
+    HAVE_CODEX = False
+
+pytestmark = pytest.mark.skipif(not HAVE_CODEX, reason="codex not installed "
+                                "(python deploy/local/stack.py install)")
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[ModelServer]:
+    ms = ModelServer().start()
+    yield ms
+    ms.stop()
+
+
+async def test_a_text_turn_completes_and_the_model_got_the_input(model: ModelServer) -> None:
+    model.scripts.register("IT-text", [[{"text": "scripted answer"}]])
+    async with BareCodex(model.url + "/v1", list(DEFAULT_FUNCTIONS)) as c:
+        turn = await c.turn([{"type": "text", "text": "IT-text hello"}])
+        done = await c.wait_for("turn/completed", threadId=c.thread_id)
+        answer = [m["params"]["item"]["text"] for m in c.printed
+                  if m.get("method") == "item/completed"
+                  and m["params"]["item"]["type"] == "agentMessage"]
+    assert done["params"]["turn"]["id"] == turn
+    assert done["params"]["turn"]["status"] == "completed"
+    assert answer == ["scripted answer"]
+    [req] = model.scripts.recorded("IT-text")
+    assert req.body["stream"] is True
+    assert req.body["input"][-1]["content"] == [{"type": "input_text", "text": "IT-text hello"}]
+    assert [t["name"] for t in req.body["tools"] if t.get("type") == "function"].count(
+        "get_weather") == 1
+
+
+async def test_a_tool_call_round_trip_reaches_the_model_as_function_call_output(
+        model: ModelServer) -> None:
+    model.scripts.register("IT-tool", [[{"tool_call": {"name": "get_weather",
+                                                       "arguments": {"city": "Oslo"}}}],
+                                       [{"text": "it is cold"}]])
+    async with BareCodex(model.url + "/v1", list(DEFAULT_FUNCTIONS)) as c:
+        await c.turn([{"type": "text", "text": "IT-tool weather?"}])
+        req = await c.wait_for("item/tool/call")
+        assert req["params"]["arguments"] == {"city": "Oslo"}
+        c.send({"id": req["id"], "result": {"contentItems": [
+            {"type": "inputText", "text": "-3 C"}], "success": True}})
+        await asyncio.wait_for(c.wait_for("turn/completed"), 60)
+    second = model.scripts.recorded("IT-tool")[1].body["input"]
+    outputs = [i for i in second if i.get("type") == "function_call_output"]
+    assert len(outputs) == 1 and outputs[0]["call_id"] == req["params"]["callId"]
+    assert "-3 C" in json.dumps(outputs[0]["output"])
+
+
+async def test_a_model_failure_fails_the_turn(model: ModelServer) -> None:
+    model.scripts.register("IT-fail", [[{"fail": {"status": 400, "message": "bad request"}}]])
+    async with BareCodex(model.url + "/v1", list(DEFAULT_FUNCTIONS)) as c:
+        await c.turn([{"type": "text", "text": "IT-fail hi"}])
+        done = await c.wait_for("turn/completed", within_s=90)
+    assert done["params"]["turn"]["status"] == "failed"
