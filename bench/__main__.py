@@ -1,5 +1,6 @@
 """``python -m bench [--quick] [--case NAME ...]`` — run the benchmark cases, append one row per
-figure to ``bench/results.csv``, print the table. Cases: admission, pipeline, growth, receipts."""
+figure to ``bench/results.csv``, print the table. Cases: admission, pipeline, growth, receipts,
+harness."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import time
 
 from bench.common import RESULTS_CSV, Run, infrastructure, progress
 
-CASES = ("admission", "pipeline", "growth", "receipts")
-NEEDS_STACK = ("pipeline", "growth", "receipts")
+CASES = ("admission", "pipeline", "growth", "receipts", "harness")
+NEEDS_STACK = ("pipeline", "growth", "receipts", "harness")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
 
                     progress("case 4: receipt deadlines")
                     receipts_case.run(run, infra, quick=args.quick)
+                if "harness" in cases:
+                    from bench import harness_overhead
+
+                    progress("case 5: real Codex Runtime overhead per Turn vs the bare harness")
+                    harness_overhead.run(run, infra, quick=args.quick)
     finally:
         if run.results:
             if not args.no_csv:

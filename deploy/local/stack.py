@@ -885,13 +885,7 @@ def service_components(opts: Options) -> list[Component]:
                                      _http_ready(url), 90, "service", REPO, url,
                                      f"session-core {name} (health {url}/readyz)"))
         if opts.runtimes:
-            # one reference Runtime per harness (docs/reference-runtime.md), every placement
-            for harness in RUNTIME_HARNESSES:
-                cmd = [str(exe), "runtime", "--harness", harness,
-                       "--placements", "none,openai_hosted,self_hosted"]
-                out.append(Component(f"runtime-{harness}", cmd, env, lambda: True, 30,
-                                     "service", REPO, "", f"reference Runtime ({harness})",
-                                     min_alive=2.0))
+            out += runtime_components(opts, exe, env)
     for name, command in opts.extra:
         out.append(Component(name, ["/bin/sh", "-c", command], env, lambda: True, 30,
                              "service", REPO, "", command, min_alive=2.0))
@@ -899,6 +893,57 @@ def service_components(opts: Options) -> list[Component]:
 
 
 RUNTIME_HARNESSES = ("claude_code", "codex", "minimax_code")
+# the real harness binaries (docs/harnesses.md): harness → cached executable name
+REAL_HARNESSES = {"codex": "codex", "claude_code": "claude"}
+
+
+def harness_versions() -> None:
+    """Print ``codex --version`` / ``claude --version`` (make run shows what it runs)."""
+    for name in REAL_HARNESSES.values():
+        exe = harness_bin(name)
+        if not exe.exists():
+            log(f"harness {name}: not installed ({exe}); run `python3 deploy/local/stack.py "
+                "install`")
+            continue
+        out = subprocess.run([str(exe), "--version"], stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=60, check=False)
+        log(f"harness {name} --version: {(out.stdout or out.stderr).strip()}")
+
+
+def runtime_components(opts: Options, exe: Path, env: dict[str, str]) -> list[Component]:
+    """The scripted model server (a process), a real Runtime per real harness (``--engine
+    real``, placements none and openai_hosted) and a simulated reference Runtime per harness
+    (placement self_hosted, where the fault switches work; MiniMax Code — no real harness —
+    everywhere)."""
+    out: list[Component] = []
+    model_port = free_port()
+    model_url = f"http://127.0.0.1:{model_port}"
+    # the demo (run_demo copies this process's environment) scripts the model through it
+    os.environ["SESSION_CORE_MODEL_SERVER"] = model_url
+    env["SESSION_CORE_MODEL_SERVER"] = model_url
+    py = opts.venv / "bin" / "python"
+    out.append(Component("modelserver", [str(py), "-m", "services.modelserver", "--port",
+                                         str(model_port)], env,
+                         lambda: http_ok(model_url + "/_requests"), 30, "service", REPO, model_url,
+                         f"scripted model server {model_url} (Responses + Messages API)"))
+    harness_versions()
+    for harness, binary in REAL_HARNESSES.items():
+        if not harness_bin(binary).exists():
+            continue
+        base = model_url + ("/v1" if harness == "codex" else "")
+        cmd = [str(exe), "runtime", "--harness", harness, "--engine", "real",
+               "--model-base-url", base, "--placements", "none,openai_hosted"]
+        out.append(Component(f"runtime-{harness}-real", cmd, env, lambda: True, 30, "service",
+                             REPO, "", f"real Runtime ({harness}: {harness_bin(binary)})",
+                             min_alive=2.0))
+    for harness in RUNTIME_HARNESSES:
+        placements = ("none,openai_hosted,self_hosted" if harness not in REAL_HARNESSES
+                      or not harness_bin(REAL_HARNESSES[harness]).exists() else "self_hosted")
+        cmd = [str(exe), "runtime", "--harness", harness, "--placements", placements]
+        out.append(Component(f"runtime-{harness}", cmd, env, lambda: True, 30, "service", REPO,
+                             "", f"reference Runtime ({harness}, simulated: {placements})",
+                             min_alive=2.0))
+    return out
 
 
 def run_demo(opts: Options) -> None:

@@ -2,8 +2,9 @@
 
 It drives the running system with the user CLI only (each command is printed before it runs,
 so the tour doubles as a CLI tutorial): an image message to Claude Code, a function call
-answered and confirmed on Codex, and a whitespace-only message rejected for Claude Code but
-admitted for Codex. Items are printed as they arrive."""
+answered and confirmed on Codex (on ``make run``: the real ``codex app-server`` against the
+scripted model server, confirmed by the real receipt), and a whitespace-only message rejected
+for Claude Code but admitted for Codex. Items are printed as they arrive."""
 
 from __future__ import annotations
 
@@ -59,6 +60,22 @@ def _step(title: str) -> None:
     print(f"\n{BOLD}== {title}{RESET}", flush=True)
 
 
+def _script(key: str, replies: list[list[dict[str, Any]]]) -> bool:
+    """Script the local model (``make run``'s scripted model server, SESSION_CORE_MODEL_SERVER)
+    for the conversation whose text holds ``key``; False when there is none (simulated
+    Runtimes only)."""
+    import urllib.request
+
+    base = os.environ.get("SESSION_CORE_MODEL_SERVER")
+    if not base:
+        return False
+    req = urllib.request.Request(base + "/_scripts", method="POST",
+                                 data=json.dumps({"key": key, "replies": replies}).encode(),
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return bool(r.status == 200)
+
+
 def _wait_call(session: str, timeout: float = 30) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -76,14 +93,24 @@ def main(argv: list[str] | None = None) -> None:
     _sample_png(picture)
 
     _step("1. An image message to Claude Code (text + inline PNG), Items as they arrive")
+    # HOOK (Claude Code image demo on the real binary, added after h-claude is merged): script
+    # the model here with _script("demo-shapes", [[{"text": "…"}]]) and put the key in the text.
     s = _json("create", "--harness", "claude_code", "--placement", "none",
               "--text", "What shapes are in this picture?", "--image", str(picture))
     sid = s["id"]
     _cli("tail", sid, "--follow", "--until-turn-end", "--timeout", "30")
 
     _step("2. A function call on Codex, answered and confirmed by the native receipt")
-    s = _json("create", "--harness", "codex", "--placement", "none",
-              "--text", 'Weather please: call get_weather {"city": "Paris"}')
+    # On the real Codex (make run) the scripted model calls get_weather; the item/completed the
+    # real codex app-server prints for the answer is the receipt. On a simulated Runtime the
+    # text's "call …" makes the call.
+    key = f"demo-weather-{os.getpid()}-{int(time.time())}"
+    scripted = _script(key, [[{"tool_call": {"name": "get_weather",
+                                             "arguments": {"city": "Paris"}}}],
+                             [{"text": "It is sunny in Paris, 21°C."}]])
+    text = (f"[{key}] What is the weather in Paris?" if scripted
+            else 'Weather please: call get_weather {"city": "Paris"}')
+    s = _json("create", "--harness", "codex", "--placement", "none", "--text", text)
     sid2 = s["id"]
     call_id = _wait_call(sid2)
     _cli("items", sid2)

@@ -128,6 +128,15 @@ class RuntimeUnderTest:
     message_images: bool
     function_result_images: bool
     switches: Json = field(default_factory=dict)
+    # the real engine: the scripted model's registry (each case scripts the model's calls)
+    scripts: Any = None
+    engine: str = "simulated"
+
+
+# The public functions the kit's cases call (the real engine exposes them as the harness's tools)
+KIT_FUNCTIONS = [{"name": n, "description": f"conformance function {n}",
+                  "parameters": {"type": "object", "properties": {"case": {"type": "string"}}}}
+                 for n in ("render_chart", "exact_text", "slow_tool", "lookup", "timed")]
 
 
 class Failed(Exception):
@@ -283,7 +292,13 @@ class Probe:
 
     async def open_call(self, name: str, args: Json) -> Call:
         turn_id = new_id("turn")
-        await self.send("start", turn_id, [msg(t(f"please call {name} {json.dumps(args)}"))])
+        prompt = f"please call {name} {json.dumps(args)}"
+        if self.rt.scripts is not None:  # a real harness: script the model to make the call
+            marker = "kit-" + new_id("req")
+            self.rt.scripts.register(marker, [[{"tool_call": {"name": name, "arguments": args}}],
+                                              [{"text": "done"}]])
+            prompt = f"{marker} {prompt}"
+        await self.send("start", turn_id, [msg(t(prompt))])
         obs = await self.until(
             lambda o: isinstance(classify(self.rt.harness, o.get("native")), CallOpened))
         if obs is None:
@@ -419,9 +434,12 @@ async def case_message_images(wire: Wire, rt: RuntimeUnderTest) -> str:
     got = p.received()
     if rt.harness == codex.HARNESS:
         want = codex.flatten_messages(messages)
-        items = [n["params"]["item"]["content"] for n in got]
+        # the real app-server adds ``text_elements`` to text entries and ``detail: null`` to
+        # images: compare what the adapter sends (type, text, url)
+        items = [[{k: v for k, v in i.items() if k in ("type", "text", "url")} for i in
+                  n["params"]["item"]["content"]] for n in got]
         if items != [want]:
-            raise Failed(f"native input differs: want {want!r:.120}, got {items!r:.120}")
+            raise Failed(f"native input differs: want {want!r:.160}, got {items!r:.160}")
         return "one native input list: 5 parts + separator, images as data URIs in order"
     blocks = [n["message"]["content"] for n in got]
     want_blocks = [_claude_blocks(m["content"]) for m in messages]
@@ -623,6 +641,9 @@ class KitOptions:
     switches: Json = field(default_factory=dict)  # applied (control record / in-process config)
     cases: tuple[str, ...] = CASES
     registration_timeout_s: float = 15.0
+    engine: str = "simulated"  # "real": an in-process Runtime driving the real harness binary
+    model_base_url: str | None = None  # real engine: None starts a scripted model server
+    corrupt: str | None = None  # real engine: a broken adapter (drop_image | alter_text)
 
 
 async def run_kit(
@@ -633,8 +654,29 @@ async def run_kit(
     await wire.start()
     svc: RuntimeService | None = None
     restore: Json = {}
+    model: Any = None
     try:
-        if opts.runtime_id is None:
+        if opts.runtime_id is None and opts.engine == "real":
+            from services.modelserver.server import ModelServer
+            from services.runtime.live import LiveOptions
+            from services.runtime.live import build as build_live
+
+            model = ModelServer().start()
+            images = opts.message_images if opts.message_images is not None else True
+            config = RuntimeConfig(runtime_id=new_id("rt"), harness=opts.harness)
+            live = build_live(LiveOptions(
+                runtime_id=config.runtime_id, harness=opts.harness,
+                model_base_url=opts.model_base_url or model.url + (
+                    "/v1" if opts.harness == "codex" else ""),
+                images=images, functions=KIT_FUNCTIONS, corrupt=opts.corrupt))
+            svc = RuntimeService(settings, config, live=live)
+            await svc.start()
+            caps = live.capabilities()
+            rt = RuntimeUnderTest(config.runtime_id, config.harness, caps["message_images"],
+                                  caps["function_result_images"],
+                                  {"corrupt": opts.corrupt} if opts.corrupt else {},
+                                  scripts=model.scripts, engine="real")
+        elif opts.runtime_id is None:
             from services.runtime.switches import Switches
 
             text_only = opts.harness == "minimax_code"
@@ -660,6 +702,8 @@ async def run_kit(
             await wire.control(opts.runtime_id, restore)
         if svc is not None:
             await svc.stop()
+        if model is not None:
+            model.stop()
         await wire.stop()
 
 
@@ -697,7 +741,8 @@ async def _external(wire: Wire, opts: KitOptions, restore: Json) -> RuntimeUnder
 def render(rt: RuntimeUnderTest, results: list[CaseResult]) -> str:
     sw = ", ".join(f"{k}={v}" for k, v in rt.switches.items()) or "none"
     lines = [
-        f"Conformance of runtime {rt.runtime_id} ({rt.harness}; message_images="
+        f"Conformance of runtime {rt.runtime_id} ({rt.harness}, {rt.engine} engine; "
+        "message_images="
         f"{'yes' if rt.message_images else 'no'}, function_result_images="
         f"{'yes' if rt.function_result_images else 'no'}; switches: {sw})",
         "",
@@ -727,6 +772,14 @@ def build_parser() -> argparse.ArgumentParser:
                    default=None)
     p.add_argument("--cases", help=f"comma-separated subset of: {', '.join(CASES)}")
     p.add_argument("--json", action="store_true", help="print one JSON object instead")
+    p.add_argument("--engine", choices=("simulated", "real"), default="simulated",
+                   help="real: start an in-process Runtime driving the real harness binary "
+                   "against a scripted model server (docs/harnesses.md)")
+    p.add_argument("--model-base-url", default=None,
+                   help="real engine: the model endpoint (default: an in-process scripted one)")
+    p.add_argument("--corrupt", choices=("drop_image", "alter_text"), default=None,
+                   help="real engine: a broken adapter that corrupts what it sends (the kit "
+                   "must then fail)")
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: settings)")
     p.add_argument("--topic-prefix", help="topic prefix (default: settings)")
     add_switch_flags(p)
@@ -754,6 +807,9 @@ def main(argv: list[str] | None = None) -> None:
         function_result_images=args.function_result_images,
         switches=changed,
         cases=cases,
+        engine=args.engine,
+        model_base_url=args.model_base_url,
+        corrupt=args.corrupt,
     )
     settings = settings_from_args(args, get_settings())
     rt, results = asyncio.run(run_kit(settings, opts))

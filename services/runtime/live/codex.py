@@ -133,7 +133,8 @@ class CodexLive:
         self._root = options.work_dir or Path(tempfile.mkdtemp(prefix="core-codex-"))
         self._own_root = options.work_dir is None
         self._deaths: dict[str, list[float]] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._queues: dict[str, asyncio.Queue[Mapping[str, Any]]] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
         self.bad_lines = 0
         self.restarts = 0
 
@@ -149,6 +150,8 @@ class CodexLive:
         self._watchdog = asyncio.create_task(self._watch(), name="codex:watchdog")
 
     async def stop(self) -> None:
+        for w in self._workers.values():
+            w.cancel()
         self._watchdog.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._watchdog
@@ -168,9 +171,19 @@ class CodexLive:
         self._seen[did] = None
         while len(self._seen) > 10_000:
             self._seen.popitem(last=False)
+        # Hand over and return: one worker per Session takes its deliveries in order, so a
+        # Session whose process is starting never holds up the others.
         sid = str(delivery.get("session_id"))
-        lock = self._locks.setdefault(sid, asyncio.Lock())
-        async with lock:
+        queue = self._queues.get(sid)
+        if queue is None:
+            queue = self._queues[sid] = asyncio.Queue()
+            self._workers[sid] = asyncio.create_task(self._work(sid, queue),
+                                                     name=f"codex:{sid}:in")
+        queue.put_nowait(delivery)
+
+    async def _work(self, sid: str, queue: asyncio.Queue[Mapping[str, Any]]) -> None:
+        while True:
+            delivery = await queue.get()
             try:
                 kind = delivery.get("kind")
                 if kind in ("start", "steer"):
@@ -181,6 +194,9 @@ class CodexLive:
                     self._refuse(delivery, f"unknown delivery kind {kind!r}")
             except _HarnessDown as exc:
                 self._refuse(delivery, f"harness_unavailable: {exc}")
+            except Exception as exc:
+                log.exception("codex.delivery_failed", session_id=sid)
+                self._refuse(delivery, f"harness_error: {exc!r}")
 
     # ------------------------------------------------------------------ output
 
@@ -259,6 +275,8 @@ class CodexLive:
             raise _HarnessDown(f"no answer to {method}") from None
         finally:
             proc.waiting.pop(rid, None)
+        if reply.get("down"):
+            raise _HarnessDown(f"{method}: {reply['error']['message']}")
         if "error" in reply:
             raise _RpcError(method, reply["error"])
         result = reply.get("result")
@@ -315,6 +333,8 @@ class CodexLive:
             turn = params.get("turn")
             native = turn.get("id") if isinstance(turn, dict) else None
             if proc.turn is not None and isinstance(native, str):
+                if not proc.turn.native_turn_id:  # printed before turn/start's answer was read
+                    proc.turn.native_turn_id = native
                 proc.turns.setdefault(native, proc.turn.core_turn_id)
         if method not in FORWARDED:
             return
@@ -356,7 +376,7 @@ class CodexLive:
                   bad_lines=self.bad_lines)
         for fut in proc.waiting.values():
             if not fut.done():
-                fut.set_result({"error": {"message": reason}})
+                fut.set_result({"error": {"message": reason}, "down": True})
         turn = proc.turn
         if turn is not None:
             for call_id, (_rid, native_turn) in list(proc.pending.items()):
@@ -448,14 +468,19 @@ class CodexLive:
                 await asyncio.wait_for(old.done.wait(), 10)
             if proc.turn is old:
                 self._turn_over(proc)
+        # The Turn is current before turn/start is answered: Codex may print turn/started (and
+        # more) right behind the answer, before this coroutine resumes.
+        turn = proc.turn = _Turn(turn_id, "")
         try:
             result = await self._request(proc, "turn/start", {
                 "threadId": proc.thread_id, "input": items})
         except _RpcError as exc:
+            if proc.turn is turn:
+                proc.turn = None
             self._refuse(delivery, f"codex refused turn/start: {exc}")
             return
         native_turn = str(result["turn"]["id"])
-        proc.turn = _Turn(turn_id, native_turn)
+        turn.native_turn_id = native_turn
         proc.turns[native_turn] = turn_id
         while len(proc.turns) > 1000:
             proc.turns.popitem(last=False)

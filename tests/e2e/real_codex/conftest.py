@@ -40,6 +40,8 @@ def real_runtimes(model_url: str) -> dict[str, list[str]]:
         "codex_real": [*real, "--placements", "none"],
         # placement openai_hosted: a Codex whose model is text-only (--no-images)
         "codex_real_noimg": [*real, "--placements", "openai_hosted", "--no-images"],
+        # placement self_hosted: a broken adapter that drops the images it answers with
+        "codex_real_broken": [*real, "--placements", "self_hosted", "--corrupt", "drop_image"],
     }
 
 

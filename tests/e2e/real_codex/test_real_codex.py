@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import uuid
 from typing import Any
 
@@ -61,13 +63,30 @@ async def test_function_call_confirmed_by_the_real_receipt(
     assert parts[0]["text"] == "partial" and parts[2]["text"] == "boom"
 
 
+async def test_a_receipt_that_differs_from_the_result_never_confirms(
+        rapi: httpx.AsyncClient, ritems: ItemCollector, model: ModelServer) -> None:
+    """self_hosted: a Runtime whose adapter drops images from what it answers Codex with; the
+    real item/completed then records different content, and the call stays uncertain."""
+    k = key("broken")
+    model.scripts.register(k, [[call_step()], [{"text": "thanks"}]])
+    s = await create(rapi, "codex", f"{k} weather?", placement="self_hosted")
+    sid = s["id"]
+    call = await wait_item(ritems, sid, 90, type="function_call")
+    await event(rapi, sid, {"type": TOOL_RESULT, "call_id": call["call_id"], "success": True,
+                            "output": [image(), text("radar above")]})
+    app = await wait_item(ritems, sid, 40, type="function_call_application",
+                          call_id=call["call_id"])
+    assert app["state"] == "uncertain", app
+    assert "no matching native receipt" in app["reason"]
+
+
 async def test_blank_line_flattening_reaches_the_model(
         rapi: httpx.AsyncClient, ritems: ItemCollector, model: ModelServer) -> None:
     k = key("flat")
     model.scripts.register(k, [[{"text": "read both"}]])
     s = await create(rapi, "codex", [msg(text(f"{k} first")), msg(text("second"), text(" "))])
     await wait_item(ritems, s["id"], 90, type="turn", state="completed")
-    [user] = user_inputs(model, k)
+    user = user_inputs(model, k)[-1]  # Codex puts its own context message first
     assert user["content"] == [{"type": "input_text", "text": f"{k} first"},
                                {"type": "input_text", "text": "\n\n"},
                                {"type": "input_text", "text": "second"},
@@ -81,7 +100,7 @@ async def test_an_image_message_reaches_the_model_byte_for_byte(
     model.scripts.register(k, [[{"text": "nice picture"}]])
     s = await create(rapi, "codex", [msg(text(k), image(uri))])
     await wait_item(ritems, s["id"], 90, type="turn", state="completed")
-    [user] = user_inputs(model, k)
+    user = user_inputs(model, k)[-1]  # Codex puts its own context message first
     images = [p for p in user["content"] if p["type"] == "input_image"]
     assert [p["image_url"] for p in images] == [uri]
 
@@ -107,16 +126,12 @@ async def test_uncertain_when_the_harness_process_is_killed(
         model: ModelServer) -> None:
     k = key("kill")
     sid, call_id, turn_id = await open_call(rapi, ritems, model, k)
-    # kill -9 the codex app-server of this Session (the Runtime's child), then submit
-    import subprocess
-
-    out = subprocess.run(["pgrep", "-f", "codex app-server"], capture_output=True, text=True,
-                         check=False).stdout.split()
+    # kill -9 the codex app-server processes of the real Runtime (its children), then submit
     runtime_pid = rcore.procs["runtime-codex_real"].pid
-    mine = [int(p) for p in out if _is_descendant(int(p), runtime_pid)]
+    mine = [pid for pid in _codex_pids() if _is_descendant(pid, runtime_pid)]
     assert mine, "no codex app-server under the real Runtime"
     for pid in mine:
-        subprocess.run(["kill", "-9", str(pid)], check=False)
+        os.kill(pid, signal.SIGKILL)
     await event(rapi, sid, {"type": TOOL_RESULT, "call_id": call_id, "success": True,
                             "output": "never recorded"})
     app = await wait_item(ritems, sid, 40, type="function_call_application", call_id=call_id)
@@ -129,6 +144,20 @@ async def test_uncertain_when_the_harness_process_is_killed(
     again = await event(rapi, sid, {"type": MESSAGE, "input": [msg(text(k2))]})
     await wait_item(ritems, sid, 90, type="turn", state="completed",
                     turn_id=again["items"][0]["turn_id"])
+
+
+def _codex_pids() -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if b"app-server" in argv and any(a.endswith(b"codex") for a in argv):
+                out.append(int(entry))
+    return out
 
 
 def _is_descendant(pid: int, ancestor: int) -> bool:
