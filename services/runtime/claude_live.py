@@ -206,7 +206,8 @@ class ClaudeLive:
         s.proc = await asyncio.create_subprocess_exec(
             *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL, cwd=s.home, limit=LINE_LIMIT,
-            env=claude_process.environment(self.settings, s.home), start_new_session=True)
+            env=claude_process.environment(self.settings, s.home),
+            preexec_fn=claude_process.die_with_parent)
         s.reader = asyncio.create_task(self._read(s, s.proc), name=f"claude:{s.core_session_id}")
         log.info("claude.started", session_id=s.core_session_id, native_session_id=s.native_id,
                  pid=s.proc.pid)

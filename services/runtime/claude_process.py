@@ -43,6 +43,18 @@ def default_binary() -> str:
     return shutil.which("claude") or "claude"
 
 
+def die_with_parent() -> None:
+    """``preexec_fn``: the harness gets SIGKILL when the Runtime dies (even by ``kill -9``), so
+    no orphaned ``claude`` outlives its Runtime (Linux ``prctl(PR_SET_PDEATHSIG)``)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def mcp_tool(name: str) -> str:
     return f"mcp__{MCP_SERVER}__{name}"
 
