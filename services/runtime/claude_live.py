@@ -450,7 +450,8 @@ class ClaudeLive:
 
     async def _function_result(self, s: _Session, d: Json) -> None:
         call_id = str(d.get("call_id"))
-        content = d.get("content") if isinstance(d.get("content"), list) else []
+        raw = d.get("content")
+        content: list[Json] = raw if isinstance(raw, list) else []
         success = d.get("success") is True
         if call_id not in s.root_calls or call_id in s.answered or s.proc is None:
             self._refuse(d, f"no pending call {call_id}: the harness has no such call open",

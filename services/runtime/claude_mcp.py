@@ -54,7 +54,8 @@ def relay(socket_path: str, tool_use_id: str | None, name: str, arguments: Any) 
 
 
 def _call(socket_path: str, req_id: Any, params: dict[str, Any]) -> None:
-    meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+    raw_meta = params.get("_meta")
+    meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     try:
         result = relay(socket_path, meta.get(TOOL_USE_ID_META), str(params.get("name")),
                        params.get("arguments"))
@@ -75,7 +76,8 @@ def serve(socket_path: str, tools: list[dict[str, Any]]) -> None:
         if not isinstance(msg, dict) or "id" not in msg or "method" not in msg:
             continue  # notifications and responses need no answer
         method, req_id = msg["method"], msg["id"]
-        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        raw_params = msg.get("params")
+        params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
         if method == "initialize":
             _send({"jsonrpc": "2.0", "id": req_id, "result": {
                 "protocolVersion": params.get("protocolVersion", "2025-06-18"),
