@@ -116,6 +116,7 @@ class ClaudeLive:
         self.restarts = 0
         self._seen_deliveries: set[str] = set()
         self._tasks: set[asyncio.Future[Any]] = set()
+        self._stopped = False
 
     # ------------------------------------------------------------------ LiveHarness
 
@@ -133,8 +134,13 @@ class ClaudeLive:
         self._root.mkdir(parents=True, exist_ok=True)
 
     async def stop(self) -> None:
+        self._stopped = True
         for s in list(self._sessions.values()):
+            if s.turn is not None and s.turn.timer is not None:
+                s.turn.timer.cancel()
             await self._kill(s)
+        for task in list(self._tasks):
+            task.cancel()
         self._sessions.clear()
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
@@ -403,7 +409,7 @@ class ClaudeLive:
                 return
 
     async def _hung(self, s: _Session, turn: _Turn) -> None:
-        if s.turn is turn:
+        if s.turn is turn and not self._stopped:
             await self._fail(s, f"the native Turn ran past {self.options.turn_timeout_s:g} s "
                                 "(the harness hangs)")
 
