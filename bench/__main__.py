@@ -71,6 +71,11 @@ def main(argv: list[str] | None = None) -> int:
 
                     progress("case 5: real Codex Runtime overhead per Turn vs the bare harness")
                     harness_overhead.run(run, infra, quick=args.quick)
+                    from bench import harness_overhead_claude
+
+                    progress("case 5b: real Claude Code Runtime overhead per Turn vs the bare "
+                             "harness")
+                    harness_overhead_claude.run(run, infra, quick=args.quick)
     finally:
         if run.results:
             if not args.no_csv:

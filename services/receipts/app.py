@@ -33,6 +33,7 @@ from shared.domain.receipts import (
     NotAMatch,
     Publish,
     State,
+    joined_key,
     match_observation,
     part_keys,
 )
@@ -68,7 +69,7 @@ def _expected_doc(e: Expected) -> Doc:
         "harness": e.harness, "session_id": e.session_id, "call_id": e.call_id, "name": e.name,
         "success": e.success, "content": [{"kind": k, "digest": d} for k, d in e.content],
         "native_session_id": e.native_session_id, "thread_id": e.thread_id,
-        "turn_id": e.turn_id,
+        "turn_id": e.turn_id, "joined": e.joined,
     }
 
 
@@ -79,6 +80,7 @@ def _expected_from(doc: Doc) -> Expected:
         content=tuple((p["kind"], bytes(p["digest"])) for p in doc["content"]),
         native_session_id=doc.get("native_session_id"), thread_id=doc.get("thread_id"),
         turn_id=doc.get("turn_id"),
+        joined=bytes(doc["joined"]) if doc.get("joined") is not None else None,
     )
 
 
@@ -245,6 +247,7 @@ class ReceiptService:
             expected = Expected(
                 harness="", session_id=sid, call_id=cid, name=rec.get("name") or "",
                 success=bool(rec["success"]), content=part_keys(rec["content"]),
+                joined=joined_key(rec["content"]),
             )
             deadline = handed_at + self.window
             opened.append((expected, deadline))

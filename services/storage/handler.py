@@ -63,7 +63,10 @@ def record_to_inputs(rec: Json) -> list[Json]:
                 "arguments": c.arguments,
                 "native_ids": c.native_ids,
             })
-        if isinstance(c, TurnEnded):
+        if isinstance(c, TurnEnded) and not rec.get("native_turn_continues"):
+            # (a Claude Code bridge forwards an intermediate ``result`` — a queued steer runs
+            # next in the same bridge Turn — with native_turn_continues; services/runtime/
+            # claude_live.py)
             out.append({
                 "schema": records.FACT,
                 "fact_id": f"obs:{sid}:turn_end:{rec.get('turn_id') or obs_id}",

@@ -13,7 +13,11 @@ native session recorded when the call was announced, holding exactly one ``tool_
 for the call whose ``is_error`` is ``not success`` (absent = false, as in the Messages API) and
 whose content blocks match the delivered content list in count and order: a ``text`` block with
 exactly the same text at every text position, an ``image`` block at every image position (the
-harness may re-encode images, so the image bytes are not compared).
+harness may re-encode images, so the image bytes are not compared). The real Claude Code
+2.1.328 prints a *failed* result (``is_error: true``) with its text blocks joined by ``"\n"``
+into one string ``content`` (tests/data/native/claude_code/tool_result_error.jsonl): that string
+must equal the delivered text parts joined the same way (``Expected.joined``); a failed result
+never holds images (Claude Code takes images only in successful results).
 
 Codex confirms with ``item/completed`` for a ``dynamicToolCall`` whose ``threadId`` and
 ``turnId`` are those of the call's ``item/started``, whose ``id`` / ``tool`` are the call id and
@@ -97,6 +101,14 @@ def part_keys(content: Sequence[Mapping[str, Any]]) -> tuple[PartKey, ...]:
     return tuple(keys)
 
 
+def joined_key(content: Sequence[Mapping[str, Any]]) -> bytes | None:
+    """The digest of the text parts joined by ``"\n"`` — how the real Claude Code prints a
+    failed result's content — or ``None`` when the list holds an image."""
+    if any(part.get("type") == "input_image" for part in content):
+        return None
+    return digest("\n".join(str(part.get("text")) for part in content))
+
+
 @dataclass(frozen=True, slots=True)
 class Expected:
     """What a receipt must show. ``content`` holds the delivered content list's part keys
@@ -111,6 +123,7 @@ class Expected:
     native_session_id: str | None = None  # Claude Code: the assistant record's session_id
     thread_id: str | None = None  # Codex: the call's item/started threadId
     turn_id: str | None = None  # Codex: the call's item/started turnId
+    joined: bytes | None = None  # Claude Code failed results: ``joined_key`` of the content
 
 
 def expect(
@@ -136,6 +149,7 @@ def expect(
         native_session_id=native_session_id,
         thread_id=thread_id,
         turn_id=turn_id,
+        joined=joined_key(content),
     )
 
 
@@ -211,7 +225,13 @@ def match_claude(expected: Expected, native: Mapping[str, Any]) -> Verdict:
     is_error = block.get("is_error", False)
     if not _is_bool(is_error, not expected.success):
         return _differs("is_error", not expected.success, is_error)
-    return _match_claude_blocks(expected.content, block.get("content"))
+    got = block.get("content")
+    if isinstance(got, str) and not expected.success:
+        # A failed result as the real binary prints it: the text blocks joined by "\n".
+        if expected.joined is None or digest(got) != expected.joined:
+            return NotAMatch("content", f"content: the joined text differs, got {got!r:.80}")
+        return CONFIRMED
+    return _match_claude_blocks(expected.content, got)
 
 
 def _match_claude_blocks(want: tuple[PartKey, ...], got: object) -> Verdict:

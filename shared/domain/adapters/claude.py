@@ -164,6 +164,30 @@ def tool_result_message(
     return user_message([block], native_session_id=native_session_id, uuid=uuid or new_uuid())
 
 
+# The real binary names Core's public functions by their MCP tool name ``mcp__core__<name>`` (the
+# Runtime's MCP bridge is the server ``core``); its own tools (``Agent``/``Task`` for subagents,
+# ``Bash``, ``Read``…: the ``tools`` list of its ``system``/``init`` record) are not public
+# functions. The reference Runtime's simulation uses the bare public name.
+MCP_PREFIX = "mcp__core__"
+BUILTIN_TOOLS = frozenset({
+    "Agent", "Task", "Bash", "BashOutput", "CronCreate", "CronDelete", "CronList", "Edit",
+    "EnterWorktree", "ExitPlanMode", "ExitWorktree", "Glob", "Grep", "KillShell", "ListAgents",
+    "ListMcpResourcesTool", "Monitor", "MultiEdit", "NotebookEdit", "Read",
+    "ReadMcpResourceTool", "ReportFindings", "ScheduleWakeup", "SendMessage", "Skill",
+    "TaskStop", "TodoWrite", "ToolSearch", "WebFetch", "WebSearch", "Workflow", "Write",
+})
+
+
+def public_name(tool_name: str) -> str | None:
+    """The public function a native ``tool_use`` name stands for, or ``None`` when it is not a
+    public function (a built-in tool, another MCP server's tool)."""
+    if tool_name.startswith(MCP_PREFIX):
+        return tool_name[len(MCP_PREFIX):] or None
+    if tool_name.startswith("mcp__") or tool_name in BUILTIN_TOOLS:
+        return None
+    return tool_name
+
+
 @dataclass(frozen=True, slots=True)
 class ClaudeCall:
     native_session_id: str
@@ -219,7 +243,9 @@ def tool_uses(native: Mapping[str, Any]) -> list[ClaudeCall]:
             and isinstance(block.get("id"), str)
             and isinstance(block.get("name"), str)
         ):
-            calls.append(ClaudeCall(session_id, block["id"], block["name"], block.get("input")))
+            name = public_name(block["name"])
+            if name is not None:
+                calls.append(ClaudeCall(session_id, block["id"], name, block.get("input")))
     return calls
 
 

@@ -1,0 +1,518 @@
+"""The live harness for Claude Code: one real ``claude`` process per Core Session.
+
+``claude -p --input-format stream-json --output-format stream-json --verbose
+--replay-user-messages`` (``services.runtime.claude_process``) reads native user messages on
+stdin; every record it prints on stdout is forwarded as a ``runtime.observation/1`` envelope,
+``native`` exactly as printed.
+
+* ``start`` / ``steer``: each public message becomes one native user message with a fresh UUID
+  (``shared.domain.adapters.claude``: text blocks verbatim, ``input_image`` → a base64 image
+  block). The bridge's native Turn counts at most 64 user messages, the opening prompt
+  included (``ClaudeTurn``); a steering batch that would pass it is refused before any part of
+  it is written, and the running native Turn is interrupted (``control_request`` ``interrupt``):
+  Claude Code then prints ``result`` ``error_during_execution``, forwarded like any record, and
+  Core fails the Turn. A batch is applied once every message of it is replayed
+  (``isReplay: true``, our UUID).
+* The bridge's native Turn runs from the opening prompt until a ``result`` printed when every
+  message written in it was replayed. A steer written while the model streams text is queued by
+  Claude Code and run as a follow-up command after an intermediate ``result``; that record is
+  forwarded with ``native_turn_continues: true`` (storage does not end Core's Turn on it).
+* Public functions: an MCP server (``services.runtime.claude_mcp``) that Claude Code starts
+  relays each root ``mcp__core__<name>`` call over a Unix socket to this object and blocks
+  until Core's ``function_result`` delivery arrives; the result is answered as MCP content
+  (text blocks, image blocks in order; ``isError`` when ``success`` is false). A call made by a
+  subagent (``parent_tool_use_id`` set) is not a public call: it is answered with an error.
+* Faults: a process that exits, prints a line that is not a JSON object, or runs a Turn past
+  ``turn_timeout_s`` fails the running Turn with a reason (a terminal refusal record for the
+  Turn's delivery), is killed, and is started again on the Session's next delivery — lazily,
+  so a harness that keeps failing never crash-loops. Bad lines are logged and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from services.runtime import claude_process
+from services.runtime.harness import ALTERED_SUFFIX, Emit
+from services.runtime.live import EmitFn, LiveOptions, envelope, refusal
+from shared.domain.adapters import claude
+from shared.domain.adapters.claude import ClaudeTurn
+from shared.domain.adapters.errors import AdapterError, TurnBoundExceeded
+from shared.domain.delivery import REFUSAL_TURN_ENDED
+from shared.domain.whitespace import is_whitespace_only
+from shared.logging import get_logger
+
+log = get_logger(__name__)
+
+HARNESS = claude.HARNESS
+LINE_LIMIT = 64 * 1024 * 1024  # a record with images can be large
+INTERRUPT_GRACE_S = 15.0  # an interrupted Turn that prints no result by then: the process is killed
+CALL_LOOKUP_S = 5.0  # how long the bridge waits to see the assistant record of a relayed call
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+Json = dict[str, Any]
+
+
+@dataclass
+class _Turn:
+    core_turn_id: str
+    delivery: Json  # the opening delivery (a failure is reported as its refusal)
+    bound: ClaudeTurn
+    unconsumed: set[str] = field(default_factory=set)  # native uuids written, not yet replayed
+    ending: bool = False  # we ended it (interrupt): the next result is its end
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass
+class _Session:
+    core_session_id: str
+    home: Path
+    native_id: str = ""
+    proc: asyncio.subprocess.Process | None = None
+    reader: asyncio.Task[None] | None = None
+    bridge: asyncio.AbstractServer | None = None
+    turn: _Turn | None = None
+    last_turn_id: str | None = None
+    ended_turns: set[str] = field(default_factory=set)
+    root_calls: set[str] = field(default_factory=set)  # root mcp__core__ tool_use ids seen
+    sub_calls: set[str] = field(default_factory=set)  # subagent tool_use ids seen
+    waiters: dict[str, asyncio.Future[Json]] = field(default_factory=dict)  # bridge calls
+    answers: dict[str, Json] = field(default_factory=dict)  # results before the bridge asked
+    answered: set[str] = field(default_factory=set)
+    seen: asyncio.Event = field(default_factory=asyncio.Event)  # a record arrived
+
+
+class ClaudeLive:
+    """``LiveHarness`` for Claude Code (``services.runtime.live``)."""
+
+    harness = HARNESS
+
+    def __init__(self, options: LiveOptions) -> None:
+        self.options = options
+        key = "session-core-local"
+        import os
+
+        key = os.environ.get(options.api_key_env, key)
+        self.settings = claude_process.ClaudeSettings(
+            model_base_url=options.model_base_url, api_key=key,
+            model=options.model if options.model and options.model != "scripted" else None,
+            images=options.images,
+            binary=options.binary or claude_process.default_binary())
+        self._emit: EmitFn | None = None
+        self._sessions: dict[str, _Session] = {}
+        self._root = options.work_dir
+        self._tmp: str | None = None
+        self.bad_lines = 0
+        self.restarts = 0
+        self._seen_deliveries: set[str] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._stopped = False
+
+    # ------------------------------------------------------------------ LiveHarness
+
+    def capabilities(self) -> dict[str, bool]:
+        # Claude Code takes image blocks in messages and in (successful) tool results; a
+        # text-only model (--no-images) takes neither.
+        return {"message_images": self.options.images,
+                "function_result_images": self.options.images}
+
+    async def start(self, emit: EmitFn) -> None:
+        self._emit = emit
+        if self._root is None:
+            self._tmp = tempfile.mkdtemp(prefix="session-core-claude-")
+            self._root = Path(self._tmp)
+        self._root.mkdir(parents=True, exist_ok=True)
+
+    async def stop(self) -> None:
+        self._stopped = True
+        for s in list(self._sessions.values()):
+            if s.turn is not None and s.turn.timer is not None:
+                s.turn.timer.cancel()
+            await self._kill(s)
+        for task in list(self._tasks):
+            task.cancel()
+        self._sessions.clear()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    async def handle(self, delivery: Mapping[str, Any]) -> None:
+        d = dict(delivery)
+        did = str(d.get("delivery_id"))
+        if did in self._seen_deliveries:
+            log.info("delivery.duplicate", delivery_id=did)
+            return
+        self._seen_deliveries.add(did)
+        sid = str(d.get("session_id"))
+        session = self._sessions.get(sid)
+        if session is None:
+            assert self._root is not None
+            home = self._root / f"s-{uuid.uuid4().hex[:12]}"
+            home.mkdir(parents=True)
+            session = _Session(sid, home)
+            self._sessions[sid] = session
+        kind = d.get("kind")
+        if kind in ("start", "steer"):
+            await self._messages(session, d)
+        elif kind == "function_result":
+            await self._function_result(session, d)
+        else:
+            self._refuse(d, f"unknown delivery kind {kind!r}")
+
+    def _spawn_task(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------------ emitting
+
+    def _out(self, records: list[Json]) -> None:
+        assert self._emit is not None
+        self._emit([Emit(r) for r in records])
+
+    def _observe(self, s: _Session, native: Json, **extra: Any) -> None:
+        turn_id = s.turn.core_turn_id if s.turn else s.last_turn_id
+        rec = envelope(self.options.runtime_id, HARNESS, s.core_session_id, turn_id, native)
+        rec.update(extra)
+        self._out([rec])
+
+    def _refuse(self, d: Mapping[str, Any], reason: str, call_id: str | None = None,
+                code: str | None = None) -> None:
+        log.warning("delivery.refused", session_id=d.get("session_id"), kind=d.get("kind"),
+                    reason=reason, call_id=call_id)
+        self._out([refusal(self.options.runtime_id, HARNESS, d, reason, call_id, code)])
+
+    # ------------------------------------------------------------------ process
+
+    async def _spawn(self, s: _Session) -> None:
+        s.native_id = str(uuid.uuid4())
+        sock = s.home / f"b{uuid.uuid4().hex[:8]}.sock"
+        s.bridge = await asyncio.start_unix_server(
+            lambda r, w: self._bridge(s, r, w), path=str(sock))
+        tools = s.home / "tools.json"
+        tools.write_text(json.dumps(self.options.functions))
+        mcp = s.home / "mcp.json"
+        mcp.write_text(json.dumps({"mcpServers": {claude_process.MCP_SERVER: {
+            "type": "stdio", "command": sys.executable,
+            "args": ["-m", "services.runtime.claude_mcp", "--socket", str(sock),
+                     "--tools", str(tools)],
+            "env": {"PYTHONPATH": str(REPO_ROOT)}}}}))
+        cmd = claude_process.command(self.settings, mcp_config=mcp,
+                                     tools=[f["name"] for f in self.options.functions],
+                                     session_id=s.native_id)
+        s.proc = await asyncio.create_subprocess_exec(
+            *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL, cwd=s.home, limit=LINE_LIMIT,
+            env=claude_process.environment(self.settings, s.home),
+            preexec_fn=claude_process.die_with_parent)
+        s.reader = asyncio.create_task(self._read(s, s.proc), name=f"claude:{s.core_session_id}")
+        log.info("claude.started", session_id=s.core_session_id, native_session_id=s.native_id,
+                 pid=s.proc.pid)
+
+    async def _kill(self, s: _Session) -> None:
+        proc, s.proc = s.proc, None
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(proc.wait(), 5)
+        if proc is not None and proc.stdin is not None:
+            proc.stdin.close()
+        if s.reader is not None and s.reader is not asyncio.current_task():
+            s.reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await s.reader
+        s.reader = None
+        if s.bridge is not None:
+            s.bridge.close()
+            s.bridge = None
+        for fut in s.waiters.values():
+            if not fut.done():
+                fut.cancel()
+        s.waiters.clear()
+
+    async def _write(self, s: _Session, record: Json) -> None:
+        assert s.proc is not None and s.proc.stdin is not None
+        s.proc.stdin.write((json.dumps(record, separators=(",", ":")) + "\n").encode())
+        await s.proc.stdin.drain()
+
+    async def _read(self, s: _Session, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        reason = None
+        while True:
+            try:
+                line = await proc.stdout.readline()
+            except (ValueError, asyncio.LimitOverrunError) as e:
+                reason = f"the harness printed an unreadable line ({e})"
+                break
+            if not line:
+                break
+            if not line.strip():
+                continue
+            try:
+                native = json.loads(line)
+            except ValueError:
+                native = None
+            if not isinstance(native, dict):
+                self.bad_lines += 1
+                log.warning("claude.bad_line", session_id=s.core_session_id,
+                            bad_lines=self.bad_lines, line=line[:200].decode(errors="replace"))
+                reason = "the harness printed a line that is not a JSON record"
+                break
+            self._on_record(s, native)
+        if s.proc is proc:
+            code = proc.returncode
+            if reason is None:
+                with contextlib.suppress(Exception):
+                    code = await asyncio.wait_for(proc.wait(), 2)
+                reason = f"the harness process exited (code {code})"
+            await self._fail(s, reason)
+
+    async def _fail(self, s: _Session, reason: str) -> None:
+        """The process failed: the running Turn fails with ``reason``; the process is gone and
+        is started again on the next delivery (never in a loop)."""
+        turn = s.turn
+        log.error("claude.failed", session_id=s.core_session_id, reason=reason,
+                  turn_id=turn.core_turn_id if turn else None)
+        if turn is not None:
+            self._finish(s, turn)
+            self._refuse(turn.delivery, reason)
+        self.restarts += 1
+        await self._kill(s)
+
+    # ------------------------------------------------------------------ records
+
+    def _on_record(self, s: _Session, native: Json) -> None:
+        s.seen.set()
+        kind = native.get("type")
+        turn = s.turn
+        if kind == "user" and native.get("isReplay") is True and turn is not None:
+            uid = native.get("uuid")
+            if isinstance(uid, str):
+                turn.unconsumed.discard(uid)
+                turn.bound.consumed(uid)
+        if kind == "assistant":
+            msg = native.get("message")
+            for block in (msg.get("content") if isinstance(msg, dict) else None) or []:
+                if isinstance(block, dict) and block.get("type") == "tool_use":
+                    bid = block.get("id")
+                    if native.get("parent_tool_use_id") is None:
+                        s.root_calls.add(str(bid))
+                    else:
+                        s.sub_calls.add(str(bid))
+        if kind == "result" and turn is not None:
+            if turn.unconsumed and not turn.ending:
+                # A queued steer runs next as a follow-up command: the bridge's Turn goes on.
+                self._observe(s, native, native_turn_continues=True)
+                return
+            self._observe(s, native)
+            self._finish(s, turn)
+            return
+        self._observe(s, native)
+
+    def _finish(self, s: _Session, turn: _Turn) -> None:
+        if turn.timer is not None:
+            turn.timer.cancel()
+        turn.bound.finish("ended")
+        s.ended_turns.add(turn.core_turn_id)
+        s.last_turn_id = turn.core_turn_id
+        if s.turn is turn:
+            s.turn = None
+        log.info("turn.ended", session_id=s.core_session_id, turn_id=turn.core_turn_id)
+
+    # ------------------------------------------------------------------ messages
+
+    def _corrupt_blocks(self, blocks: list[Json]) -> list[Json]:
+        mode = self.options.corrupt
+        if mode == "drop_image":
+            return [b for b in blocks if b.get("type") != "image"] or [{"type": "text",
+                                                                          "text": ""}]
+        if mode == "alter_text":
+            return [{**b, "text": b["text"] + ALTERED_SUFFIX} if b.get("type") == "text" else b
+                    for b in blocks]
+        return blocks
+
+    async def _messages(self, s: _Session, d: Json) -> None:
+        turn_id = str(d.get("turn_id"))
+        messages = d.get("messages")
+        if not isinstance(messages, list) or not messages:
+            self._refuse(d, "a message delivery needs messages")
+            return
+        has_image = any(p.get("type") == "input_image" for m in messages
+                        for p in m.get("content", ()))
+        if has_image and not self.options.images:
+            self._refuse(d, "unsupported_content: this runtime does not report message image "
+                            "support (a text-only model)")
+            return
+        for i, m in enumerate(messages):
+            parts = m.get("content", ())
+            if parts and all(p.get("type") == "input_text" and is_whitespace_only(p["text"])
+                             for p in parts):
+                self._refuse(d, f"invalid_input: messages[{i}] is whitespace-only, which "
+                                "Claude Code cannot take")
+                return
+        turn = s.turn
+        steering = (d.get("kind") == "steer" and turn is not None
+                    and turn.core_turn_id == turn_id)
+        if not steering and turn_id in s.ended_turns:
+            self._refuse(d, f"the native turn of {turn_id} has ended", code=REFUSAL_TURN_ENDED)
+            return
+        if steering:
+            assert turn is not None
+            encoded = turn.bound.steer(str(d.get("delivery_id")), messages)
+            if isinstance(encoded, TurnBoundExceeded):
+                # Refused before any part is written; the running native Turn ends.
+                self._refuse(d, f"{encoded.code}: {encoded.message}")
+                await self._end_native_turn(s, turn)
+                return
+        else:
+            if turn is not None:  # a new start supersedes the running Turn
+                await self._end_native_turn(s, turn)
+            if s.proc is None or s.proc.returncode is not None:
+                if s.proc is not None:
+                    await self._kill(s)
+                try:
+                    await self._spawn(s)
+                except OSError as e:
+                    self._refuse(d, f"the harness could not start: {e}")
+                    return
+            turn = _Turn(turn_id, d, ClaudeTurn(native_session_id=s.native_id))
+            s.turn = turn
+            s.last_turn_id = turn_id
+            opened = turn
+            turn.timer = asyncio.get_running_loop().call_later(
+                self.options.turn_timeout_s, lambda: self._spawn_task(self._hung(s, opened)))
+            encoded = turn.bound.open(str(d.get("delivery_id")), messages)
+        if isinstance(encoded, AdapterError):
+            self._refuse(d, f"{encoded.code}: {encoded.message}")
+            if not steering:
+                await self._end_native_turn(s, turn)
+            return
+        for native in encoded:
+            native = {**native, "message": {**native["message"],
+                                            "content": self._corrupt_blocks(
+                                                native["message"]["content"])}}
+            turn.unconsumed.add(native["uuid"])
+            try:
+                await self._write(s, native)
+            except (ConnectionError, AssertionError) as e:
+                await self._fail(s, f"the harness process is gone ({e!r})")
+                return
+
+    async def _hung(self, s: _Session, turn: _Turn) -> None:
+        if s.turn is turn and not self._stopped:
+            await self._fail(s, f"the native Turn ran past {self.options.turn_timeout_s:g} s "
+                                "(the harness hangs)")
+
+    async def _end_native_turn(self, s: _Session, turn: _Turn) -> None:
+        """Interrupt the running native Turn; its ``result`` is forwarded when printed. A
+        harness that prints none within the grace is killed (the Turn fails)."""
+        if s.turn is not turn or turn.ending:
+            return
+        turn.ending = True
+        turn.bound.finish("interrupted")
+        try:
+            await self._write(s, {"type": "control_request",
+                                  "request_id": f"req_{uuid.uuid4().hex[:12]}",
+                                  "request": {"subtype": "interrupt"}})
+        except (ConnectionError, AssertionError):
+            await self._fail(s, "the harness process is gone")
+            return
+        for fut in list(s.waiters.values()):
+            if not fut.done():
+                fut.set_result({"content": [{"type": "text", "text": "the turn ended"}],
+                                "isError": True})
+
+        async def grace() -> None:
+            await asyncio.sleep(INTERRUPT_GRACE_S)
+            if s.turn is turn:
+                await self._fail(s, "the harness did not end the interrupted Turn")
+
+        self._spawn_task(grace())
+
+    # ------------------------------------------------------------------ function results
+
+    def _mcp_content(self, content: Sequence[Mapping[str, Any]]) -> list[Json] | AdapterError:
+        blocks = claude.content_blocks(content)
+        if isinstance(blocks, AdapterError):
+            return blocks
+        out: list[Json] = []
+        for b in self._corrupt_blocks(blocks):
+            if b["type"] == "image":
+                out.append({"type": "image", "data": b["source"]["data"],
+                            "mimeType": b["source"]["media_type"]})
+            else:
+                out.append({"type": "text", "text": b["text"]})
+        return out
+
+    async def _function_result(self, s: _Session, d: Json) -> None:
+        call_id = str(d.get("call_id"))
+        raw = d.get("content")
+        content: list[Json] = raw if isinstance(raw, list) else []
+        success = d.get("success") is True
+        if call_id not in s.root_calls or call_id in s.answered or s.proc is None:
+            self._refuse(d, f"no pending call {call_id}: the harness has no such call open",
+                         call_id)
+            return
+        if any(p.get("type") == "input_image" for p in content) and not self.options.images:
+            self._refuse(d, "unsupported_content: this runtime does not report function-result "
+                            "image support", call_id)
+            return
+        block = claude.tool_result_block(call_id, success, content)
+        if isinstance(block, AdapterError):
+            self._refuse(d, f"{block.code}: {block.message}", call_id)
+            return
+        mcp = self._mcp_content(content)
+        if isinstance(mcp, AdapterError):
+            self._refuse(d, f"{mcp.code}: {mcp.message}", call_id)
+            return
+        answer = {"content": mcp, "isError": not success}
+        s.answered.add(call_id)
+        fut = s.waiters.pop(call_id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(answer)
+        else:
+            s.answers[call_id] = answer
+
+    async def _bridge(self, s: _Session, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> None:
+        """One relayed MCP call: wait for Core's result (root calls) and answer it."""
+        try:
+            req = json.loads(await reader.readline())
+            call_id = str(req.get("tool_use_id"))
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + CALL_LOOKUP_S
+            while call_id not in s.root_calls and call_id not in s.sub_calls:
+                if loop.time() > deadline:
+                    break
+                s.seen.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(s.seen.wait(), 0.2)
+            if call_id not in s.root_calls:
+                answer: Json = {"content": [{"type": "text", "text": (
+                    "Core's public functions answer only the root agent")}], "isError": True}
+            elif call_id in s.answers:
+                answer = s.answers.pop(call_id)
+            else:
+                fut: asyncio.Future[Json] = loop.create_future()
+                s.waiters[call_id] = fut
+                answer = await fut
+            writer.write((json.dumps(answer) + "\n").encode())
+            await writer.drain()
+        except (asyncio.CancelledError, ConnectionError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+
+def build(options: LiveOptions) -> ClaudeLive:
+    return ClaudeLive(options)

@@ -1,0 +1,70 @@
+"""e2e over the real Claude Code: the four services plus Runtimes with ``--engine real``
+(each drives real ``claude`` processes) on the shared stack's fixtures, and the scripted model
+server in this test process (tests register scripts and read what the model received)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from services.modelserver.server import ModelServer
+from services.runtime import claude_process
+from tests.support.processes import Core, launch
+from tests.support.system import ItemCollector
+
+API_KEY = "e2e-real-claude"
+
+if not Path(claude_process.default_binary()).exists():  # pragma: no cover
+    pytest.skip("claude not installed (python deploy/local/stack.py install)",
+                allow_module_level=True)
+
+
+@pytest.fixture(scope="session")
+def cmodel() -> Iterator[ModelServer]:
+    ms = ModelServer().start()
+    yield ms
+    ms.stop()
+
+
+def real_runtimes(model_url: str) -> dict[str, list[str]]:
+    real = ["--harness", "claude_code", "--engine", "real", "--model-base-url", model_url]
+    return {
+        # placement none: Claude Code with an image-capable model
+        "claude_real": [*real, "--placements", "none"],
+        # placement openai_hosted: Claude Code with a text-only model (--no-images)
+        "claude_real_noimg": [*real, "--placements", "openai_hosted", "--no-images"],
+    }
+
+
+@pytest.fixture(scope="session")
+def ccore(stack: Any, cmodel: ModelServer, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[Core]:
+    c = launch(stack, tmp_path_factory.mktemp("e2e-real-claude-logs"),
+               real_runtimes(cmodel.url), API_KEY, prefix="rcl")
+    try:
+        yield c
+    finally:
+        c.stop_all()
+        if os.environ.get("SESSION_CORE_E2E_KEEP_LOGS"):
+            sys.stderr.write(f"\n[e2e real claude] logs in {c.log_dir}\n")
+
+
+@pytest.fixture(scope="session")
+async def citems(ccore: Core) -> AsyncIterator[ItemCollector]:
+    col = ItemCollector(ccore.settings)
+    await col.start()
+    yield col
+    await col.stop()
+
+
+@pytest.fixture
+async def capi(ccore: Core) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=ccore.base_url, timeout=90,
+                                 headers={"Authorization": f"Bearer {API_KEY}"}) as c:
+        yield c
