@@ -44,11 +44,13 @@ def check_reply(reply: Any) -> Reply:
         kind, value = next(iter(step.items()))
         if kind == "text" and not isinstance(value, str):
             raise ScriptError(f"step {i}: text must be a string")
-        if kind == "tool_call" and not (isinstance(value, dict) and isinstance(value.get("name"), str)):
+        if kind == "tool_call" and not (
+                isinstance(value, dict) and isinstance(value.get("name"), str)):
             raise ScriptError(f"step {i}: tool_call needs a name")
         if kind == "wait" and not isinstance(value, int | float):
             raise ScriptError(f"step {i}: wait is a number of seconds")
-        if kind == "fail" and not (isinstance(value, dict) and isinstance(value.get("status"), int)):
+        if kind == "fail" and not (
+                isinstance(value, dict) and isinstance(value.get("status"), int)):
             raise ScriptError(f"step {i}: fail needs an HTTP status")
     return reply
 

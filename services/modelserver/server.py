@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from services.modelserver import messages_api, responses_api
-from services.modelserver.script import Scripts, ScriptError
+from services.modelserver.script import ScriptError, Scripts
 
 
 def build_app(scripts: Scripts) -> Starlette:
