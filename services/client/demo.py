@@ -76,6 +76,30 @@ def _script(key: str, replies: list[list[dict[str, Any]]]) -> bool:
         return bool(r.status == 200)
 
 
+def _show_model_saw_image(key: str, png: bytes) -> None:
+    """Print what the scripted model received for ``key``: the image block's bytes compared
+    with the file's."""
+    import base64
+    import urllib.request
+
+    base = os.environ["SESSION_CORE_MODEL_SERVER"]
+    with urllib.request.urlopen(f"{base}/_requests?key={key}", timeout=10) as r:
+        recorded = json.loads(r.read())
+    sent = base64.b64encode(png).decode()
+    for req in recorded:
+        for msg in req["body"].get("messages", []):
+            content = msg.get("content")
+            for block in content if isinstance(content, list) else []:
+                if isinstance(block, dict) and block.get("type") == "image":
+                    same = block.get("source", {}).get("data") == sent
+                    print(f"the model received a {block['source'].get('media_type')} image "
+                          f"block of {len(png)} bytes: "
+                          f"{'byte for byte as sent' if same else 'CHANGED by the harness'}",
+                          flush=True)
+                    return
+    print("the model request carried no image block", flush=True)
+
+
 def _wait_call(session: str, timeout: float = 30) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -93,12 +117,18 @@ def main(argv: list[str] | None = None) -> None:
     _sample_png(picture)
 
     _step("1. An image message to Claude Code (text + inline PNG), Items as they arrive")
-    # HOOK (Claude Code image demo on the real binary, added after h-claude is merged): script
-    # the model here with _script("demo-shapes", [[{"text": "…"}]]) and put the key in the text.
+    # On make run the real claude binary sends the image, as a native image block, to the
+    # scripted model server; the model's request log shows the bytes arrived unchanged.
+    key = f"demo-shapes-{os.getpid()}-{int(time.time())}"
+    scripted = _script(key, [[{"text": "An orange circle and a blue square."}]])
+    question = (f"[{key}] What shapes are in this picture?" if scripted
+                else "What shapes are in this picture?")
     s = _json("create", "--harness", "claude_code", "--placement", "none",
-              "--text", "What shapes are in this picture?", "--image", str(picture))
+              "--text", question, "--image", str(picture))
     sid = s["id"]
-    _cli("tail", sid, "--follow", "--until-turn-end", "--timeout", "30")
+    _cli("tail", sid, "--follow", "--until-turn-end", "--timeout", "60")
+    if scripted:
+        _show_model_saw_image(key, picture.read_bytes())
 
     _step("2. A function call on Codex, answered and confirmed by the native receipt")
     # On the real Codex (make run) the scripted model calls get_weather; the item/completed the
