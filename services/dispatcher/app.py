@@ -343,6 +343,8 @@ class DispatcherService:
             # steer past it is delivered, and the bridge refuses it whole and ends its native
             # Turn (docs/runtime-boundary.md). Failing it here would leave the native Turn
             # running, its later function calls attributed to a Turn Core shows as failed.
+            # The binding remembers the Turn it carries: a gone Runtime fails that Turn.
+            await self.db.bindings.update_one({"_id": sid}, {"$set": {"turn_id": rec["turn_id"]}})
         refusal = check_delivery(rt, kind, images)
         if refusal is not None:
             await self.fail_input(rec, refusal)

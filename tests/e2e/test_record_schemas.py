@@ -47,7 +47,10 @@ async def read_all(bootstrap: str, topic: str) -> list[Any]:
         ends = await c.end_offsets(tps)
         out: list[Any] = []
         deadline = time.monotonic() + 60
-        while any(await c.position(tp) < ends[tp] for tp in tps):
+        while True:
+            behind = [tp for tp in tps if await c.position(tp) < ends[tp]]
+            if not behind:
+                break
             assert time.monotonic() < deadline, f"could not read {topic} to its end"
             for recs in (await c.getmany(timeout_ms=500)).values():
                 out += [json.loads(r.value) for r in recs]

@@ -95,6 +95,8 @@ async def test_wait_expires_with_partial_items_and_the_turn_goes_on(
 async def test_timeout_ms_out_of_range_is_400_and_writes_nothing(api: httpx.AsyncClient,
                                                                 items: ItemCollector) -> None:
     s = await create(api, "codex", "x")
+    # the first Turn ends on its own: read last_sequence once it has, so nothing else moves it
+    await wait_item(items, s["id"], type="turn", state="completed")
     before = (await api.get(f"/v1/sessions/{s['id']}")).json()["last_sequence"]
     for bad in ("0", "abc", "-1", "1.5", "+5"):
         r = await api.post(f"/v1/sessions/{s['id']}/events",

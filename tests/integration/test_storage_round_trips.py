@@ -45,8 +45,9 @@ class Commands(monitoring.CommandListener):
 @pytest.fixture
 async def counted(settings: Settings) -> AsyncIterator[tuple[StorageHandler, Commands]]:
     listener = Commands()
-    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
-        settings.mongodb_uri, event_listeners=[listener], **client_options(settings))
+    opts = client_options(settings)
+    opts["event_listeners"] = [*opts.get("event_listeners", []), listener]
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(settings.mongodb_uri, **opts)
     db = client[settings.mongodb_database]
     await ensure_indexes(db)
     handler = StorageHandler(StorageRepository(db, 64 * 1024, 256 * 1024), now_rfc3339)
