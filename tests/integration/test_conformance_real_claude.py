@@ -19,6 +19,12 @@ pytestmark = [pytest.mark.integration,
                                  reason="claude is not installed")]
 
 
+# Quarantined: in the CI run at 4343fa6 every case timed out (no Turn end, no native call within
+# the kit's 15 s windows) although the same driver passes tests/e2e/real_claude and
+# tests/integration/test_claude_live.py; with every case failing, the broken-driver rows would
+# pass without proving anything. Open in issue 16 (docs/harnesses.md, "Conformance").
+@pytest.mark.xfail(strict=False, reason="real Claude Code under the conformance kit: every case "
+                   "times out (issue 16, open)")
 @pytest.mark.parametrize(("corrupt", "must_fail"), [
     (None, set()),
     ("drop_image", {"message_images", "function_result_images"}),
@@ -37,4 +43,6 @@ async def test_real_claude_adapter(settings: Settings, corrupt: str | None,
             "message_images", "function_result_images", "text_exactness",
             "no_replay_synthetic_subagent", "receipt_within_10s", "claude_64_bound"}
     else:
+        passed = {r.name for r in results if r.status == "PASS"}
+        assert passed, "every case failed: the broken driver proved nothing"
         assert must_fail <= failed, [(r.name, r.status, r.detail) for r in results]
