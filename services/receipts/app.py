@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections import defaultdict, deque
 from dataclasses import replace
@@ -59,6 +60,7 @@ LATENESS_KEPT = 100_000  # the last timeout verdicts' lateness (diagnostics, ben
 FIRING_MAX = 4  # verdict batches in flight at once (claim + publish), so one slow round trip
 # does not hold back the deadlines that fall due while it runs
 RETRY_S = 0.5  # a failed verdict batch goes again after this
+EARLY_SWEEP_S = 30.0  # how often stored early observations older than the window are dropped
 EARLY_KEPT = 4096  # observations no tracked call took, kept for a delivery that is read later
 
 Key = tuple[str, str]  # (session_id, call_id)
@@ -102,6 +104,10 @@ class ReceiptService:
         # Observations no tracked call took, per Session, for a delivery read after them (the
         # two records travel on two topics). Kept one window, at most EARLY_KEPT in all.
         self.early: dict[str, deque[tuple[float, Doc]]] = {}
+        # early observations not yet in the store: written before the batch's offsets commit,
+        # so a tracker killed before the delivery comes still has them after its restart
+        self.unsaved_early: list[Doc] = []
+        self.early_swept = 0.0
         self.early_order: deque[tuple[float, str]] = deque()
         self.wake = asyncio.Event()
         self.timer: asyncio.Task[None] | None = None
@@ -163,10 +169,29 @@ class ReceiptService:
 
     async def recover(self) -> None:
         """Reload pending calls with their original deadlines; ``start`` then turns the overdue
-        ones ``uncertain`` at once (publishing needs the broker, which starts after this)."""
+        ones ``uncertain`` at once (publishing needs the broker, which starts after this). The
+        observations kept for a delivery not yet read come back too (their offsets are
+        committed: Kafka will not send them again)."""
         async for doc in self.db.pending_receipts.find({}):
             self._track(_expected_from(doc["expected"]), doc["deadline"],
                         resolved=doc.get("resolved", True))
+        horizon = time.time() - self.window
+        kept = [d async for d in self.db.early_observations.find({})]
+        for d in sorted(kept, key=lambda d: d["at"]):
+            if d["at"] >= horizon:
+                self._keep_early(d["session_id"], json.loads(d["obs"]), d["at"], save=False)
+
+    async def _save_early(self) -> None:
+        """Persist the early observations of this batch (one insert), and now and then drop
+        the ones older than the window."""
+        docs, self.unsaved_early = self.unsaved_early, []
+        if docs:
+            with contextlib.suppress(BulkWriteError):  # a redelivered batch: already there
+                await self.db.early_observations.insert_many(docs, ordered=False)
+        now = time.time()
+        if now - self.early_swept > EARLY_SWEEP_S:
+            self.early_swept = now
+            await self.db.early_observations.delete_many({"at": {"$lt": now - self.window}})
 
     async def resolve(self, sids: set[str] | list[str]) -> None:
         """Fill in what matching needs beyond the delivery — the Session's harness and the
@@ -295,6 +320,7 @@ class ReceiptService:
                             if isinstance(sid := rec.get("session_id"), str)})
         for raw, rec in batch:
             await self.observe(rec, time.time(), observed_ts=raw.timestamp / 1000.0)
+        await self._save_early()
 
     async def observe(self, obs: Doc, now: float, observed_ts: float | None = None) -> None:
         sid = obs.get("session_id")
@@ -340,7 +366,10 @@ class ReceiptService:
         await self._step(key, rec.observe(verdict, at))
         return True
 
-    def _keep_early(self, sid: str, obs: Doc, at: float) -> None:
+    def _keep_early(self, sid: str, obs: Doc, at: float, save: bool = True) -> None:
+        if save:
+            self.unsaved_early.append({"_id": f"{sid}/{at!r}/{len(self.unsaved_early)}",
+                                       "session_id": sid, "at": at, "obs": json.dumps(obs)})
         queue = self.early.get(sid)
         if queue is None:
             queue = self.early[sid] = deque()

@@ -100,3 +100,47 @@ async def test_observation_before_delivery(settings: Settings, a_pending: bool, 
     finally:
         await facts.stop()
         await svc.stop()
+
+
+async def test_an_early_receipt_survives_a_tracker_crash(settings: Settings) -> None:
+    """The receipt is read (its offset committed with its batch) before the call's delivery;
+    the tracker then dies (kill -9: nothing of its memory survives) and a new one reads the
+    delivery. Kafka will not send the receipt again, so the kept observation must come back
+    from the store: the call ends ``applied``, not ``uncertain`` (found by the chaos suite's
+    kill -9 receipts row; seen failing without the store copy: 'uncertain' == 'applied')."""
+    s = settings.model_copy(update={"receipt_window_s": 5.0})
+    topics = topics_for(s)
+    await ensure_topics(s, topics)
+    first = ReceiptService(s)
+    await first.start()
+    sid, b = f"session_{uuid.uuid4().hex}", "call_b"
+    await first.db.sessions.insert_one({"_id": sid, "harness": "claude_code"})
+    await first.db.calls.insert_one({"_id": f"{sid}/{b}", "name": "f",
+                                     "native": {"session_id": NATIVE}})
+    # the consumer's batch path: observe, then persist before the offsets commit
+    await first.observe(receipt(sid, b), time.time(), observed_ts=time.time())
+    await first._save_early()
+    if first.timer:  # a crash: no orderly stop of the tracker
+        first.timer.cancel()
+    await first.broker.stop()
+    await first.client.close()
+
+    second = ReceiptService(s)
+    await second.start()
+    facts = AIOKafkaConsumer(topics.core_facts, bootstrap_servers=s.kafka_bootstrap_servers,
+                             group_id=f"t-{uuid.uuid4().hex}", auto_offset_reset="earliest")
+    await facts.start()
+    try:
+        await second.open_call(delivery(sid, b), time.time())
+        seen: dict[str, Json] = {}
+        end = time.monotonic() + 60.0
+        while time.monotonic() < end and b not in seen:
+            for recs in (await facts.getmany(timeout_ms=300)).values():
+                for r in recs:
+                    f = decode(r.value)
+                    if f.get("kind") == "application" and f.get("session_id") == sid:
+                        seen[f["call_id"]] = f
+        assert seen.get(b, {}).get("state") == "applied", seen
+    finally:
+        await facts.stop()
+        await second.stop()
