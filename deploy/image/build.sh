@@ -117,7 +117,7 @@ HOOK
 chmod +x "$WORK/customize.sh"
 rm -rf "$OUT/rootfs"
 # --variant=essential: Essential:yes packages only (no apt); python3 brings libpython3.11
-mmdebstrap --quiet --variant=essential --include=python3,python3-venv,passwd \
+mmdebstrap --quiet --variant=essential --include=python3,python3-venv,passwd,libstdc++6 \
   --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
   --customize-hook="mkdir -p \"\$1/tmp/wheels\" \"\$1/tmp/project\"" \
   --customize-hook="copy-in $WORK/wheels/. /tmp/wheels" \
