@@ -22,8 +22,8 @@ def run(run_: Run, infra: Infra | None, quick: bool = False) -> None:
                         "MISSING: bench/receipts_deadlines.py does not exist"))
         return
     # quick: a smoke of the whole path (tracker → storage → session.items), not a figure
-    args = (["--calls", "500", "--sessions", "50", "--window", "2", "--spread", "1"]
-            if quick else [])
+    args = (["--calls", "60", "--sessions", "10", "--window", "2", "--spread", "1",
+             "--warmup", "20"] if quick else [])
     env = dict(os.environ, PYTHONPATH=str(REPO))
     if infra is not None:
         env.update(KAFKA_BOOTSTRAP_SERVERS=infra.bootstrap, MONGODB_URI=infra.mongodb_uri)

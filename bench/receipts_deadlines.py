@@ -67,6 +67,7 @@ from shared.settings import Settings  # noqa: E402
 from shared.topics import topics_for  # noqa: E402
 
 WARMUP = 500
+DEFAULT_WARMUP = WARMUP
 SELF = str(Path(__file__).resolve())
 PAGE = resource.getpagesize()
 LOGS = Path(tempfile.mkdtemp(prefix="receipts-bench-logs-"))
@@ -417,12 +418,15 @@ async def until(pred: Any, timeout: float, what: str) -> None:  # noqa: ASYNC109
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    global WARMUP
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--calls", type=int, default=10_000)
     ap.add_argument("--window", type=float, default=10.0)
     ap.add_argument("--spread", type=float, default=5.0,
                     help="seconds over which the deliveries are published")
     ap.add_argument("--sessions", type=int, default=1_000)
+    ap.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
+                    help="overdue calls sent first (their verdicts are not measured)")
     ap.add_argument("--no-storage", action="store_true",
                     help="profile the tracker alone: no storage, lateness at core.facts")
     ap.add_argument("--produce", nargs=4, metavar=("BOOTSTRAP", "TOPIC", "FIRST", "COUNT"),
@@ -430,6 +434,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     ap.add_argument("--sids", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--stamp-ms", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    WARMUP = args.warmup
     if args.produce:
         b, t, first, count = args.produce
         sids = json.loads(Path(args.sids).read_text())
