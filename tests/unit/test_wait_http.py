@@ -144,6 +144,7 @@ async def test_timeout_ms_above_the_cap_waits_600s(monkeypatch: Any) -> None:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://core", timeout=30) as c:
         for n, raw in enumerate(("600001", "86400000", "9" * 40), start=1):
+            budgets.clear()  # other waits of the app (probes, short timeouts) are recorded too
             task = asyncio.create_task(c.post(f"/v1/sessions/{SID}/events", json=BODY,
                                               headers=auth("a"),
                                               params={"wait": "true", "timeout_ms": raw}))
@@ -157,4 +158,4 @@ async def test_timeout_ms_above_the_cap_waits_600s(monkeypatch: Any) -> None:
                                              "state": "completed"})
             r = await asyncio.wait_for(task, 20)
             assert r.status_code == 200, r.text
-            assert budgets[-1] == 600.0
+            assert max(b for b in budgets if b is not None) == 600.0, budgets
