@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench.common import Infra, Result, Run, new_tag, progress
@@ -94,21 +95,33 @@ async def _runtime(infra: Infra, model_url: str, turns: int) -> list[float]:
     return out
 
 
-def run(run_: Run, infra: Infra, quick: bool = False) -> None:
+Timer = Callable[..., Awaitable[list[float]]]
+
+
+def measure(run_: Run, infra: Infra, quick: bool, *, case: str, harness: str, bare: Timer,
+            runtime: Timer, what: str) -> None:
+    """The overhead case for one harness: the same number of Turns on the bare binary and
+    through the Runtime, against one scripted model server; the medians' ratio is the figure."""
     from services.modelserver.server import ModelServer
 
     turns = 5 if quick else 20
     ms = ModelServer().start()
     try:
-        progress(f"  bare codex app-server: {turns} Turns")
-        bare = asyncio.run(_bare(ms.url, turns))
+        progress(f"  bare {harness}: {turns} Turns")
+        b_all = asyncio.run(bare(ms.url, turns))
         progress(f"  Runtime (--engine real) over Kafka: {turns} Turns")
-        rt = asyncio.run(_runtime(infra, ms.url, turns))
+        r_all = asyncio.run(runtime(infra, ms.url, turns))
     finally:
         ms.stop()
-    b, r = statistics.median(bare), statistics.median(rt)
-    run_.add(Result("5_codex_runtime_turn_overhead", r * 1000, b * 1000, "<= 1.2", "ms",
-                    f"median Turn through the Runtime (Kafka in and out, live driver) vs the "
-                    f"bare codex app-server on the same scripted model; {turns} Turns each; "
-                    f"bare p50 {b * 1000:.0f} ms max {max(bare) * 1000:.0f} ms, runtime p50 "
-                    f"{r * 1000:.0f} ms max {max(rt) * 1000:.0f} ms"))
+    b, r = statistics.median(b_all), statistics.median(r_all)
+    run_.add(Result(case, r * 1000, b * 1000, "<= 1.2", "ms",
+                    f"median Turn through the Runtime ({what}) vs the bare {harness} on the "
+                    f"same scripted model; {turns} Turns each; bare p50 {b * 1000:.0f} ms max "
+                    f"{max(b_all) * 1000:.0f} ms, runtime p50 {r * 1000:.0f} ms max "
+                    f"{max(r_all) * 1000:.0f} ms"))
+
+
+def run(run_: Run, infra: Infra, quick: bool = False) -> None:
+    measure(run_, infra, quick, case="5_codex_runtime_turn_overhead",
+            harness="codex app-server", bare=_bare, runtime=_runtime,
+            what="Kafka in and out, live driver")

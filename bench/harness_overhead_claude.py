@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import statistics
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.common import Infra, Result, Run, new_tag, progress
+from bench.common import Infra, Run, new_tag
+from bench.harness_overhead import measure
 
 TEXT = "bench: say ok"
 
@@ -118,20 +118,6 @@ async def _runtime(infra: Infra, model_url: str, turns: int) -> list[float]:
 
 
 def run(run_: Run, infra: Infra, quick: bool = False) -> None:
-    from services.modelserver.server import ModelServer
-
-    turns = 5 if quick else 20
-    ms = ModelServer().start()
-    try:
-        progress(f"  bare claude (stream-json): {turns} Turns")
-        bare = asyncio.run(_bare(ms.url, turns))
-        progress(f"  Runtime (--engine real) over Kafka: {turns} Turns")
-        rt = asyncio.run(_runtime(infra, ms.url, turns))
-    finally:
-        ms.stop()
-    b, r = statistics.median(bare), statistics.median(rt)
-    run_.add(Result("5_claude_runtime_turn_overhead", r * 1000, b * 1000, "<= 1.2", "ms",
-                    f"median Turn through the Runtime (Kafka in and out, live driver, MCP "
-                    f"bridge configured) vs the bare claude on the same scripted model; {turns} "
-                    f"Turns each; bare p50 {b * 1000:.0f} ms max {max(bare) * 1000:.0f} ms, "
-                    f"runtime p50 {r * 1000:.0f} ms max {max(rt) * 1000:.0f} ms"))
+    measure(run_, infra, quick, case="5_claude_runtime_turn_overhead",
+            harness="claude (stream-json)", bare=_bare, runtime=_runtime,
+            what="Kafka in and out, live driver, MCP bridge configured")
