@@ -1,14 +1,17 @@
-"""What the sync and async clients share: errors, the retry policy, request building, SSE."""
+"""What the sync and async clients share — everything but the I/O: errors, the retry
+decisions, the API's operations (``Api``, defined once; each client only sends a ``Call``),
+request bodies, and following a Session's Items over SSE (``ItemFollow``)."""
 
 from __future__ import annotations
 
 import email.utils
+import json
 import random
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
 
@@ -42,11 +45,7 @@ class ApiError(Exception):
 
     @classmethod
     def from_response(cls, resp: httpx.Response) -> ApiError:
-        try:
-            body: Any = resp.json()
-        except ValueError:
-            body = resp.text
-        return cls.from_body(resp.status_code, body, dict(resp.headers))
+        return cls.from_body(resp.status_code, decode(resp), dict(resp.headers))
 
     def as_json(self) -> dict[str, Any]:
         return {"status": self.status,
@@ -189,3 +188,145 @@ def headers_for(api_key: str | None) -> dict[str, str]:
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     return headers
+
+
+def decode(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        return resp.text
+
+
+class Tries:
+    """The retry decisions of one call: after each attempt, how long to sleep before the
+    next one, or ``None`` when the answer is final. Out of attempts on a connection error it
+    raises ``TransportError``."""
+
+    def __init__(self, policy: RetryPolicy, what: str) -> None:
+        self.policy = policy
+        self.what = what
+        self.attempt = 0
+
+    def _next(self, retry_after: float | None) -> float | None:
+        if self.attempt + 1 >= self.policy.attempts:
+            return None
+        delay = self.policy.delay(self.attempt, retry_after)
+        self.attempt += 1
+        return delay
+
+    def after_answer(self, resp: httpx.Response) -> float | None:
+        if resp.status_code not in RETRY_STATUSES:
+            return None
+        return self._next(retry_after_s(resp.headers))
+
+    def after_error(self, exc: Exception, retry: bool = True) -> float:
+        delay = self._next(None) if retry else None
+        if delay is None:
+            raise TransportError(f"cannot reach the API ({self.what}, "
+                                 f"{self.policy.attempts} attempts): {exc}") from exc
+        return delay
+
+    def answered(self) -> None:
+        """A stream was served: the next drop starts a fresh series of attempts."""
+        self.attempt = 0
+
+
+@dataclass(frozen=True)
+class Call:
+    """One API request, before any I/O."""
+
+    method: str
+    path: str
+    body: Json | None = None
+    params: Json | None = None
+
+
+R = TypeVar("R")
+
+
+class Api(Generic[R]):
+    """The API's operations, written once. ``send`` does the I/O: ``Client`` returns the
+    answer's JSON, ``AsyncClient`` an awaitable of it. Writes carry an idempotency id minted
+    here when the caller gives none, so retrying them is safe."""
+
+    def send(self, call: Call) -> R:
+        raise NotImplementedError
+
+    def create_session(self, harness: str, input: str | Json | list[Json], *,
+                       placement: str = "none", client_request_id: str | None = None,
+                       metadata: Json | None = None, tags: list[str] | None = None,
+                       external_actor: Json | None = None, wait: bool = False,
+                       timeout_ms: int | None = None) -> R:
+        body = create_body(harness, input, placement=placement,
+                           client_request_id=client_request_id, metadata=metadata, tags=tags,
+                           external_actor=external_actor)
+        return self.send(Call("POST", "/v1/sessions", body, wait_params(wait, timeout_ms)))
+
+    def send_message(self, session_id: str, input: str | Json | list[Json], *,
+                     client_event_id: str | None = None, metadata: Json | None = None,
+                     tags: list[str] | None = None, external_actor: Json | None = None,
+                     wait: bool = False, timeout_ms: int | None = None) -> R:
+        body = message_body(input, client_event_id=client_event_id, metadata=metadata,
+                            tags=tags, external_actor=external_actor)
+        return self.send(Call("POST", f"/v1/sessions/{session_id}/events", body,
+                              wait_params(wait, timeout_ms)))
+
+    def submit_tool_result(self, session_id: str, call_id: str, *, success: bool,
+                           output: Any = _ABSENT, error: Any = _ABSENT,
+                           client_event_id: str | None = None, metadata: Json | None = None,
+                           wait: bool = False, timeout_ms: int | None = None) -> R:
+        body = tool_result_body(call_id, success=success, output=output, error=error,
+                                client_event_id=client_event_id, metadata=metadata)
+        return self.send(Call("POST", f"/v1/sessions/{session_id}/events", body,
+                              wait_params(wait, timeout_ms)))
+
+    def get_session(self, session_id: str) -> R:
+        return self.send(Call("GET", f"/v1/sessions/{session_id}"))
+
+    def get_tool_result(self, session_id: str, call_id: str) -> R:
+        return self.send(Call("GET", f"/v1/sessions/{session_id}/tool_results/{call_id}"))
+
+    def items_page(self, session_id: str, *, after: int = 0, limit: int = 100) -> R:
+        return self.send(Call("GET", f"/v1/sessions/{session_id}/items",
+                              params={"after": after, "limit": limit}))
+
+
+def next_after(page: Json) -> int | None:
+    """Where the next page of ``items_page`` starts; ``None`` after the last one."""
+    if not page.get("has_more") or not page["items"]:
+        return None
+    return int(page["next_after"])
+
+
+class ItemFollow:
+    """Following a Session's Items over SSE (``GET …/items?stream=true``), without the I/O:
+    the request of each (re)connection resumes after the last sequence seen
+    (``Last-Event-ID``), and an Item at or below it — a repeat after a resume — is dropped."""
+
+    def __init__(self, session_id: str, after: int, idle_timeout_s: float | None) -> None:
+        self.path = f"/v1/sessions/{session_id}/items"
+        self.session_id = session_id
+        self.last = after
+        self.timeout = httpx.Timeout(30.0, read=idle_timeout_s)
+        self.parser = SseParser()
+
+    def request(self) -> dict[str, Any]:
+        """Keyword arguments of ``httpx.(Async)Client.stream("GET", follow.path, …)``."""
+        self.parser = SseParser()
+        headers = {"Accept": "text/event-stream"}
+        if self.last:
+            headers["Last-Event-ID"] = str(self.last)
+        return {"params": {"stream": "true", "after": self.last}, "headers": headers,
+                "timeout": self.timeout}
+
+    def line(self, line: str) -> Json | None:
+        """The new Item a line of the stream completes, if any."""
+        ev = self.parser.feed_line(line)
+        if ev is None or ev.event != "item":
+            return None
+        item: Json = json.loads(ev.data)
+        seq = int(item["sequence"])
+        if seq <= self.last:
+            return None
+        self.last = seq
+        return item

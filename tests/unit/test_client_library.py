@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
+import json
 import random
 import uuid
 
@@ -11,8 +13,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from session_core_client import ApiError, Client, RetryPolicy, TransportError, image_part
+from session_core_client import (
+    ApiError,
+    AsyncClient,
+    Client,
+    RetryPolicy,
+    TransportError,
+    image_part,
+)
 from session_core_client.core import (
+    ItemFollow,
     SseParser,
     create_body,
     message_body,
@@ -130,3 +140,54 @@ def test_sse_round_trip_whatever_the_chunking(events: list[tuple[str, str, int]]
     assert got == events
     if events:
         assert parser.last_id == str(events[-1][2])
+
+
+def test_async_client_retries_429_with_the_same_body_and_raises_4xx_with_param() -> None:
+    bodies: list[bytes] = []
+    sleeps: list[float] = []
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        bodies.append(request.read())
+        if len(bodies) == 1:
+            return httpx.Response(429, headers={"Retry-After": "3"}, json={})
+        if len(bodies) == 2:
+            return httpx.Response(202, json={"delivery": "steered", "items": []})
+        return httpx.Response(404, json={"error": {"type": "not_found", "message": "no",
+                                                   "param": "call_id"}})
+
+    async def sleep(s: float) -> None:
+        sleeps.append(s)
+
+    async def go() -> None:
+        async with AsyncClient("http://core.test", transport=httpx.MockTransport(answer),
+                               sleep=sleep, retry=RetryPolicy(attempts=3, jitter=0)) as c:
+            sid = "session_" + "a" * 32
+            assert (await c.send_message(sid, "hi"))["delivery"] == "steered"
+            with pytest.raises(ApiError) as err:
+                await c.submit_tool_result(sid, "call_1", success=True, output="x")
+            assert err.value.param == "call_id"
+
+    asyncio.run(go())
+    assert sleeps == [3.0]
+    assert bodies[0] == bodies[1]
+    assert json.loads(bodies[2])["call_id"] == "call_1"
+
+
+def test_item_follow_resumes_after_the_last_sequence_and_drops_repeats() -> None:
+    follow = ItemFollow("session_x", after=0, idle_timeout_s=None)
+    assert "Last-Event-ID" not in follow.request()["headers"]
+
+    def sent(seqs: list[int]) -> list[int]:
+        got = []
+        for n in seqs:
+            for line in (f"id: {n}", "event: item", json.dumps({"sequence": n}).join(
+                    ["data: ", ""]), ""):
+                item = follow.line(line)
+                if item is not None:
+                    got.append(item["sequence"])
+        return got
+
+    assert sent([1, 2, 3]) == [1, 2, 3]
+    req = follow.request()  # the stream dropped: reconnect
+    assert req["headers"]["Last-Event-ID"] == "3" and req["params"]["after"] == 3
+    assert sent([3, 4]) == [4]  # the server repeats 3 after the resume: not yielded twice
