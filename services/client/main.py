@@ -384,24 +384,23 @@ def cmd_items(api: Api, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_call(api: Api, args: argparse.Namespace) -> int:
-    status, data = api.call("GET", f"/v1/sessions/{args.session}/tool_results/{args.call_id}")
-    data = _ok(status, data)
+def _show(api: Api, args: argparse.Namespace, path: str,
+          lines: Callable[[Json], list[str]]) -> int:
+    data = _ok(*api.call("GET", path))
     if args.json:
         _print_json(data)
     else:
-        print("\n".join(render.call_lines(data)))
+        print("\n".join(lines(data)))
     return 0
+
+
+def cmd_call(api: Api, args: argparse.Namespace) -> int:
+    return _show(api, args, f"/v1/sessions/{args.session}/tool_results/{args.call_id}",
+                 render.call_lines)
 
 
 def cmd_session(api: Api, args: argparse.Namespace) -> int:
-    status, data = api.call("GET", f"/v1/sessions/{args.session}")
-    data = _ok(status, data)
-    if args.json:
-        _print_json(data)
-    else:
-        print("\n".join(render.session_lines(data)))
-    return 0
+    return _show(api, args, f"/v1/sessions/{args.session}", render.session_lines)
 
 
 def cmd_tail(api: Api, args: argparse.Namespace) -> int:
