@@ -1,6 +1,8 @@
 """Kafka plumbing, once: the FastStream broker factory, topic creation, record encoding and the
 dead-letter queue. Every producer is acks=all + idempotent; every consumer names its group and
-commits only after its work is durable (AckPolicy.ACK at the subscriber)."""
+commits a record's offset only after the handler returned, its work durable
+(``AckPolicy.NACK_ON_ERROR`` at the subscriber: an exception rewinds to the record, which is
+read again)."""
 
 from __future__ import annotations
 

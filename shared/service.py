@@ -1,5 +1,5 @@
-"""What every service process shares: settings → logging → broker + store → topics and indexes,
-a health server for the non-HTTP services, and a clean stop on SIGTERM/SIGINT."""
+"""What every service process shares: records decoded into their topic's schemas (anything else
+goes to the DLQ with its reason, never into a handler) and a clean stop on SIGTERM/SIGINT."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """One place for every setting. Environment variables use the ``SESSION_CORE_`` prefix,
 except the two infrastructure addresses that platforms set by their well-known names
-(``KAFKA_BOOTSTRAP_SERVERS`` and ``MONGODB_URI``). Defaults are documented in
-``docs/settings.md`` and mirrored in the Helm chart's values."""
+(``KAFKA_BOOTSTRAP_SERVERS`` and ``MONGODB_URI``). The comment beside or above each setting is
+its documentation: ``docs/settings.md`` is generated from this file
+(``python -m shared.settingsdoc``), and the Helm chart's values set them."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SESSION_CORE_", extra="ignore")
 
     # --- infrastructure -------------------------------------------------------------
+    # host:port[,host:port…] of the Kafka brokers
     kafka_bootstrap_servers: str = Field(
         default="127.0.0.1:9092",
         validation_alias=AliasChoices(
@@ -23,33 +25,34 @@ class Settings(BaseSettings):
     )
     kafka_security_protocol: str = "PLAINTEXT"  # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
     kafka_sasl_mechanism: str | None = None  # PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512
-    kafka_sasl_username: str | None = None
-    kafka_sasl_password: str | None = None
+    kafka_sasl_username: str | None = None  # SASL user (from a Secret in the chart)
+    kafka_sasl_password: str | None = None  # SASL password (from a Secret in the chart)
     kafka_ssl_cafile: str | None = None  # CA bundle for SSL / SASL_SSL (default: system CAs)
     kafka_ssl_certfile: str | None = None  # client certificate (PEM) for mutual TLS
     kafka_ssl_keyfile: str | None = None  # its private key (PEM), if not in the certfile
+    # the MongoDB connection string (MongoDB in production; FerretDB in the local stack)
     mongodb_uri: str = Field(
         default="mongodb://127.0.0.1:27017/",
         validation_alias=AliasChoices("MONGODB_URI", "SESSION_CORE_MONGODB_URI"),
     )
-    mongodb_database: str = "session_core"
+    mongodb_database: str = "session_core"  # the database every service uses
     mongodb_tls_ca_file: str | None = None  # set → TLS on, with this CA bundle
     mongodb_tls_certificate_key_file: str | None = None  # client cert + key (PEM): mutual TLS
 
     # --- topics ----------------------------------------------------------------------
     topic_prefix: str = ""  # prepended to every topic name (test isolation, multi-tenancy)
-    topic_partitions: int = 6
-    topic_replication_factor: int = 1
+    topic_partitions: int = 6  # partitions of created topics; Sessions are keys, so fixed
+    topic_replication_factor: int = 1  # replication factor of created topics
     topic_retention_ms: int = 7 * 24 * 3600 * 1000  # retention.ms of created topics; -1 = forever
-    create_topics: bool = True
+    create_topics: bool = True  # create missing topics at start (local); false in the chart
 
     # --- logging ---------------------------------------------------------------------
-    log_level: str = "INFO"
+    log_level: str = "INFO"  # DEBUG | INFO | WARNING | ERROR
     log_format: str = "auto"  # auto (JSON unless a TTY) | json | console
 
     # --- admission HTTP --------------------------------------------------------------
-    http_host: str = "0.0.0.0"
-    http_port: int = 8080
+    http_host: str = "0.0.0.0"  # admission's listen address
+    http_port: int = 8080  # admission's HTTP port (API, /healthz, /readyz, /metrics)
     # comma-separated ``tenant:sha256hex`` entries (``session-core hash-key``), never plain keys;
     # empty with auth_disabled=false refuses every request
     api_keys: str = ""
@@ -62,21 +65,23 @@ class Settings(BaseSettings):
     max_concurrent_waits: int = 256  # ?wait=true requests in flight per replica before 429
     max_concurrent_waits_per_tenant: int = 64  # … and per tenant per replica before 429
 
-    # --- content limits (docs/decisions.md explains each default) -------------------
-    max_body_bytes: int = 32 * 1024 * 1024
+    # --- content limits (docs/admission.md gives the reason for each default) ---------
+    max_body_bytes: int = 32 * 1024 * 1024  # request body or session.input record; 413
     max_image_bytes: int = 5 * 1024 * 1024  # decoded bytes per image
     max_image_pixels: int = 40_000_000  # width × height per image
-    max_images_per_request: int = 20
-    max_parts_per_message: int = 1_000
-    max_messages_per_request: int = 100
+    max_images_per_request: int = 20  # images in one request's parts; 400
+    max_parts_per_message: int = 1_000  # content parts of one message; 400
+    max_messages_per_request: int = 100  # messages in one request's input; 400
 
     # --- storage ---------------------------------------------------------------------
-    storage_batch_max: int = 500
+    storage_batch_max: int = 500  # records storage decides and writes together
     inline_image_max_bytes: int = 256 * 1024  # larger data URIs go to the image chunk store
-    image_chunk_bytes: int = 1024 * 1024
+    image_chunk_bytes: int = 1024 * 1024  # bytes per image chunk document
 
     # --- dispatcher ------------------------------------------------------------------
+    # a Runtime silent this long is gone: its Sessions are bound again, its running Turns fail
     runtime_heartbeat_timeout_s: float = 15.0
+    # an input waiting for an eligible Runtime this long fails its Turn with the reason
     binding_wait_timeout_s: float = 60.0
 
     # --- receipt tracker --------------------------------------------------------------
