@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -231,8 +232,26 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+PROBING = ("up", "run", "status")
+
+
+def _in_the_venv(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    """``up``, ``run`` and ``status`` probe with aiokafka and PyMongo: started by an interpreter
+    without them (``python3 -m deploy.local.stack up``), run again with the venv's python."""
+    if args.command not in PROBING or probes.clients_installed():
+        return
+    py = Path(args.venv).expanduser() / "bin" / "python"
+    if not py.exists() or py.resolve() == Path(sys.executable).resolve():
+        return  # the probe reports what is missing
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    os.execve(py, [str(py), "-m", "deploy.local.stack", *argv], env)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    _in_the_venv(args, argv)
     probes.quiet_client_logs()
     try:
         rc: int = args.func(args)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import importlib.util
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +14,10 @@ from typing import Any
 from .base import StackError, http_ok, listening
 
 PROBE_TIMEOUT = 3.0
+
+
+def clients_installed() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("aiokafka", "pymongo"))
 
 
 def _clients_missing() -> StackError:
