@@ -240,8 +240,9 @@ def _in_the_venv(args: argparse.Namespace, argv: Sequence[str]) -> None:
     without them (``python3 -m deploy.local.stack up``), run again with the venv's python."""
     if args.command not in PROBING or probes.clients_installed():
         return
-    py = Path(args.venv).expanduser() / "bin" / "python"
-    if not py.exists() or py.resolve() == Path(sys.executable).resolve():
+    venv = Path(args.venv).expanduser()
+    py = venv / "bin" / "python"
+    if not py.exists() or Path(sys.prefix).resolve() == venv.resolve():
         return  # the probe reports what is missing
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)

@@ -341,6 +341,8 @@ def infra_plan(opts: Options) -> list[tuple[str, Callable[[], Component]]]:
 def ready_check(name: str, opts: Options, proc: Proc | None = None) -> Callable[[], bool]:
     """Readiness of a running process (``status``, ``already running``)."""
     if proc is not None and proc.url:
+        if name == "modelserver":  # no /readyz: it answers its request log
+            return lambda: http_ok(proc.url + "/_requests")
         return probes.http_ready(proc.url)
     if name == "kafka":
         return probes.kafka_ready("127.0.0.1", opts.kafka_port)
