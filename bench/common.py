@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from deploy.local.stack import Stack
+
 REPO = Path(__file__).resolve().parent.parent
 # With ``--ref`` the runner re-executes itself from a snapshot of that commit; its outputs still
 # go to the working tree's bench/ (BENCH_OUTPUT_DIR) and its rows name that commit.
@@ -268,8 +270,6 @@ def infrastructure(keep_state: bool = False) -> Iterator[Infra]:
         progress(f"using the stack from the environment: {kafka_env}, {mongo_env}")
         yield Infra(kafka_env, mongo_env, "external")
         return
-    from deploy.local.stack import Stack
-
     state = Path(tempfile.mkdtemp(prefix="session-core-bench-"))
     # one of the two variables set: that part is used, the other started
     stack = Stack.on_free_ports(state, echo=False, external_kafka=kafka_env,
