@@ -7,11 +7,12 @@ SHELL        := /bin/bash
 .DEFAULT_GOAL := help
 
 PYTHON3      ?= python3
-STACK        := $(PYTHON3) deploy/local/stack.py
+# the launcher (deploy/local/stack/); up, run and status re-run themselves with the venv's python
+STACK        := $(PYTHON3) -m deploy.local.stack
 VENV         := .venv
 PY           := $(VENV)/bin/python
 STATE_DIR    ?= $(or $(SESSION_CORE_CACHE),$(HOME)/.cache/session-core)/state/default
-# extra arguments for stack.py up/run, e.g. STACK_ARGS="--kafka-port 19092 --http-port 8081"
+# extra arguments for the launcher's up/run, e.g. STACK_ARGS="--kafka-port 19092 --http-port 8081"
 STACK_ARGS   ?=
 # `make up SERVICES=` starts only Kafka and FerretDB
 SERVICES     ?= --with-services
@@ -76,9 +77,9 @@ test-chaos: install ## kill -9 / broker / store outage / rebalance under load, o
 test-hostile: install ## schemathesis + hypothesis fuzzing of the HTTP API on the real stack (pytest -m hostile; prints cases / 5xx / writes on 4xx)
 	$(PY) -m pytest -m hostile -s $(PYTEST_ARGS)
 
-lint: venv ## ruff (services, shared, tests, bench), and mypy --strict on services/ and shared/
-	$(PY) -m ruff check services shared tests bench examples session_core_client
-	$(PY) -m mypy --strict services shared session_core_client
+lint: venv ## ruff (services, shared, tests, bench, deploy), and mypy --strict on services/, shared/ and the launcher
+	$(PY) -m ruff check services shared tests bench examples session_core_client deploy
+	$(PY) -m mypy --strict services shared session_core_client deploy/local/stack
 
 deploy-tools: ## build Helm (cached), which the rendered-chart tests of `make test` need
 	bash deploy/helm/check.sh tools

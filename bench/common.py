@@ -7,10 +7,10 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
+import shutil
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -20,12 +20,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from deploy.local.stack import Stack
+
 REPO = Path(__file__).resolve().parent.parent
 # With ``--ref`` the runner re-executes itself from a snapshot of that commit; its outputs still
 # go to the working tree's bench/ (BENCH_OUTPUT_DIR) and its rows name that commit.
 BENCH_DIR = Path(os.environ.get("BENCH_OUTPUT_DIR") or REPO / "bench")
 RESULTS_CSV = BENCH_DIR / "results.csv"
-STACK_PY = REPO / "deploy" / "local" / "stack.py"
 CSV_FIELDS = ("date", "commit", "case", "value", "baseline", "ratio", "target", "unit", "notes")
 
 _T0 = time.monotonic()
@@ -270,32 +271,21 @@ def infrastructure(keep_state: bool = False) -> Iterator[Infra]:
         yield Infra(kafka_env, mongo_env, "external")
         return
     state = Path(tempfile.mkdtemp(prefix="session-core-bench-"))
-    kp, mp, cp = free_port(), free_port(), free_port()
-    args = ["--state-dir", str(state), "--kafka-port", str(kp), "--mongo-port", str(mp),
-            "--kafka-controller-port", str(cp)]
-    progress(f"starting a private local stack (state {state}, kafka {kp}, store {mp})")
+    # one of the two variables set: that part is used, the other started
+    stack = Stack.on_free_ports(state, echo=False, external_kafka=kafka_env,
+                                external_mongo=mongo_env)
+    progress(f"starting a private local stack (state {state}, kafka {stack.kafka_port}, "
+             f"store {stack.mongo_port})")
     t0 = time.monotonic()
-
-    def stack(cmd: str) -> None:
-        proc = subprocess.run([sys.executable, str(STACK_PY), cmd, *args],
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              check=False, timeout=300)
-        if proc.returncode != 0:
-            raise RuntimeError(f"stack.py {cmd} failed ({proc.returncode}):\n"
-                               f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-
     try:
-        stack("up")
+        stack.up()
         progress(f"stack ready in {time.monotonic() - t0:.1f}s")
-        yield Infra(kafka_env or f"127.0.0.1:{kp}", mongo_env or f"mongodb://127.0.0.1:{mp}/",
-                    "local")
+        yield Infra(stack.bootstrap, stack.mongodb_uri, "local")
     finally:
         progress("stopping the private stack")
         with contextlib.suppress(Exception):
-            stack("down")
+            stack.down()
         if not keep_state:
-            import shutil
-
             shutil.rmtree(state, ignore_errors=True)
 
 

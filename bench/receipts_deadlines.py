@@ -6,7 +6,7 @@ result dict.
 
 How:
 * The stack comes from ``KAFKA_BOOTSTRAP_SERVERS`` + ``MONGODB_URI``, else a private local stack
-  (``deploy/local/stack.py up`` on free ports, ``down`` at the end). Topics and database are the
+  (``deploy.local.stack.Stack`` on free ports, stopped at the end). Topics and database are the
   run's own. ``core.facts`` and ``session.items`` are created with ``LogAppendTime``: a record's
   timestamp is when the broker appended it.
 * The product (``bench.serve_product``: admission + storage, one process) runs beside this one;
@@ -59,6 +59,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa:
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
 
 from bench.common import Infra, free_port  # noqa: E402
+from bench.common import infrastructure as common_infrastructure  # noqa: E402
 from bench.load import start_server  # noqa: E402
 from services.receipts.app import ReceiptService  # noqa: E402
 from shared.kafka import decode, encode, ensure_topics, max_record_bytes  # noqa: E402
@@ -85,23 +86,8 @@ def rss() -> int:
 
 @contextlib.contextmanager
 def infrastructure() -> Iterator[tuple[str, str, str]]:
-    kafka, mongo = os.environ.get("KAFKA_BOOTSTRAP_SERVERS"), os.environ.get("MONGODB_URI")
-    if kafka and mongo:
-        yield kafka, mongo, "external"
-        return
-    state = tempfile.mkdtemp(prefix="receipts-bench-")
-    kp, mp, cp = free_port(), free_port(), free_port()
-    args = ["--state-dir", state, "--kafka-port", str(kp), "--mongo-port", str(mp),
-            "--kafka-controller-port", str(cp)]
-    stack = [sys.executable, str(REPO / "deploy" / "local" / "stack.py")]
-    progress(f"starting a private stack in {state}")
-    try:
-        subprocess.run([*stack, "up", *args], check=True, stdin=subprocess.DEVNULL,
-                       capture_output=True, timeout=300)
-        yield f"127.0.0.1:{kp}", f"mongodb://127.0.0.1:{mp}/", "local"
-    finally:
-        subprocess.run([*stack, "down", *args], check=False, stdin=subprocess.DEVNULL,
-                       capture_output=True, timeout=120)
+    with common_infrastructure() as infra:
+        yield infra.bootstrap, infra.mongodb_uri, infra.kind
 
 
 def call_id(i: int) -> str:

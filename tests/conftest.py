@@ -9,11 +9,12 @@ Where the stack comes from, in order:
 1. ``KAFKA_BOOTSTRAP_SERVERS`` and ``MONGODB_URI`` both set: used as they are, nothing started.
 2. A Docker engine is reachable and ``SESSION_CORE_USE_TESTCONTAINERS=1``: Kafka and MongoDB
    containers via testcontainers (imported lazily; not exercised on the Docker-less CI machines).
-3. Otherwise ``deploy/local/stack.py up`` on free ports with a private state dir in ``/tmp``
-   (not pytest's basetemp, which concurrent pytest runs prune) (Kafka 4 KRaft
-   from Maven jars + FerretDB/SQLite), and ``down`` at the end of the session. If only one of the
-   two variables is set, stack.py starts only the other component. ``SESSION_CORE_TEST_STATE_DIR``
-   pins the state dir (``.ci/run`` uses it to clean up after a killed run).
+3. Otherwise the local stack (``deploy.local.stack.Stack``: Kafka 4 KRaft from Maven jars +
+   FerretDB/SQLite) comes up on free ports with a private state dir in ``/tmp`` (not pytest's
+   basetemp, which concurrent pytest runs prune), and goes down at the end of the session. If only
+   one of the two variables is set, only the other component is started.
+   ``SESSION_CORE_TEST_STATE_DIR`` pins the state dir (``.ci/run`` uses it to clean up after a
+   killed run).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import contextlib
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,10 +34,12 @@ from typing import Any
 
 import pytest
 
+from deploy.local.stack import Stack as LocalStack
 from shared.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
-STACK_PY = REPO / "deploy" / "local" / "stack.py"
+# the launcher's command line (run from REPO)
+STACK_CLI = [sys.executable, "-m", "deploy.local.stack"]
 STACK_MARKERS = ("integration", "e2e", "faults")
 
 
@@ -52,9 +54,7 @@ class Stack:
     kafka_port: int = 0
     mongo_port: int = 0
     controller_port: int = 0
-    # environment for stack.py (None: this process's); a private stack drops the two
-    # infrastructure variables so stack.py starts both components itself
-    env: dict[str, str] | None = None
+    local: LocalStack | None = None
     _closers: list[Any] = field(default_factory=list, repr=False)
 
     # --- control (local stack only; fault tests use these to take a component away) ---------
@@ -62,36 +62,26 @@ class Stack:
     def controllable(self) -> bool:
         return self.kind == "local"
 
-    def _run(self, *args: str, timeout: float = 300) -> str:
-        assert self.state_dir is not None
-        cmd = [sys.executable, str(STACK_PY), *args, "--state-dir", str(self.state_dir),
-               "--kafka-port", str(self.kafka_port), "--mongo-port", str(self.mongo_port),
-               "--kafka-controller-port", str(self.controller_port)]
-        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout, check=False, env=self.env)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
-                               f"{proc.stdout}\n{proc.stderr}")
-        return proc.stdout
-
     def stop(self, component: str, kill: bool = False) -> None:
         """Stop ``kafka`` or ``ferretdb`` (SIGTERM, then SIGKILL; ``kill``: SIGKILL at once, a
         crash) and wait until it is gone."""
-        if not self.controllable:
+        if self.local is None:
             pytest.skip(f"cannot stop {component} of a {self.kind} stack")
-        self._run("down", "--only", component, *(["--kill"] if kill else []))
+        self.local.stop(component, kill=kill)
 
     def start(self, component: str) -> None:
         """Start ``kafka`` or ``ferretdb`` again and wait until it is ready."""
-        if not self.controllable:
+        if self.local is None:
             pytest.skip(f"cannot start {component} of a {self.kind} stack")
-        self._run("up", "--only", component)
+        self.local.start(component)
 
     def up(self) -> None:
-        self._run("up")
+        assert self.local is not None
+        self.local.up()
 
     def down(self) -> None:
-        self._run("down", timeout=120)
+        assert self.local is not None
+        self.local.down()
 
 
 def _free_port() -> int:
@@ -138,15 +128,13 @@ def _testcontainers_stack() -> Stack:  # pragma: no cover - needs a Docker engin
 def _local_stack(state_dir: Path, private: bool = False) -> Stack:
     """``private``: Kafka and FerretDB of its own even when the environment names others
     (tests that kill the infrastructure must not kill a shared one)."""
-    st = Stack(bootstrap="", mongodb_uri="", kind="local", state_dir=state_dir,
-               kafka_port=_free_port(), mongo_port=_free_port(), controller_port=_free_port())
-    env = dict(os.environ)
-    if private:
-        env.pop("KAFKA_BOOTSTRAP_SERVERS", None)
-        env.pop("MONGODB_URI", None)
-        st.env = env
-    st.bootstrap = env.get("KAFKA_BOOTSTRAP_SERVERS") or f"127.0.0.1:{st.kafka_port}"
-    st.mongodb_uri = env.get("MONGODB_URI") or f"mongodb://127.0.0.1:{st.mongo_port}/"
+    local = LocalStack.on_free_ports(
+        state_dir, echo=False,
+        external_kafka=None if private else os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None,
+        external_mongo=None if private else os.environ.get("MONGODB_URI") or None)
+    st = Stack(bootstrap=local.bootstrap, mongodb_uri=local.mongodb_uri, kind="local",
+               state_dir=state_dir, kafka_port=local.kafka_port, mongo_port=local.mongo_port,
+               controller_port=local.controller_port or 0, local=local)
     t0 = time.monotonic()
     try:
         st.up()

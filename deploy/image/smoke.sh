@@ -14,7 +14,7 @@
 # under `chroot --userspec=10001:10001` with the image's environment. The runner used is printed.
 #
 # The stack: KAFKA_BOOTSTRAP_SERVERS and MONGODB_URI when set; otherwise a private one is started
-# with deploy/local/stack.py (Kafka + FerretDB on free ports) and stopped at the end.
+# with deploy/local/stack (Kafka + FerretDB on free ports) and stopped at the end.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -40,7 +40,7 @@ cleanup() {
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [[ -n $PROC_MOUNTED ]]; then umount "$ROOTFS/proc" 2>/dev/null || true; fi
-  if [[ -n $STACK_DIR ]]; then python3 "$REPO/deploy/local/stack.py" down --state-dir "$STACK_DIR" >/dev/null 2>&1 || true; fi
+  if [[ -n $STACK_DIR ]]; then PYTHONPATH="$REPO" python3 -m deploy.local.stack down --state-dir "$STACK_DIR" >/dev/null 2>&1 || true; fi
   if ((rc != 0)); then
     for f in "$WORK"/*.log; do [[ -f $f ]] && { echo "--- $f"; tail -n 30 "$f"; }; done
   fi
@@ -55,8 +55,8 @@ trap 'exit 143' TERM INT  # so that cleanup also runs when the smoke test is sto
 if [[ -z ${KAFKA_BOOTSTRAP_SERVERS:-} || -z ${MONGODB_URI:-} ]]; then
   STACK_DIR=$(mktemp -d "${TMPDIR:-/tmp}/session-core-smoke-stack.XXXXXX")
   kport=$(free_port) mport=$(free_port)
-  log "starting a private Kafka + FerretDB (stack.py up, ports $kport / $mport)"
-  python3 "$REPO/deploy/local/stack.py" up --state-dir "$STACK_DIR" --kafka-port "$kport" \
+  log "starting a private Kafka + FerretDB (deploy.local.stack up, ports $kport / $mport)"
+  PYTHONPATH="$REPO" python3 -m deploy.local.stack up --state-dir "$STACK_DIR" --kafka-port "$kport" \
     --mongo-port "$mport" >"$WORK/stack.log" 2>&1 || { cat "$WORK/stack.log" >&2; die "stack up"; }
   KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:$kport"
   MONGODB_URI="mongodb://127.0.0.1:$mport/"

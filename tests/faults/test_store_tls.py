@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from pymongo.errors import PyMongoError
 
+from deploy.local.stack import StackError, install_ferretdb
 from shared.settings import Settings
 from shared.store import database, ensure_indexes, make_client, ping
 from tests.support.certs import Certs, make_certs
-from tests.support.localstack import running, stack_module
+from tests.support.localstack import running
 from tests.support.processes import free_port
 
 pytestmark = pytest.mark.faults
@@ -30,10 +31,9 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 
 @pytest.fixture(scope="module")
 def tls_uri(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[str]:
-    stack = stack_module()
     try:
-        binary = stack.install_ferretdb()  # cached: built by `make install`
-    except stack.StackError as exc:
+        binary = install_ferretdb()  # cached: built by `make install`
+    except StackError as exc:
         pytest.skip(str(exc))
     root = tmp_path_factory.mktemp("tls-ferretdb")
     port = free_port()

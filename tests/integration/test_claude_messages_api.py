@@ -13,7 +13,8 @@ from services.modelserver.server import running
 from services.runtime import claude_process
 
 pytestmark = pytest.mark.skipif(not Path(claude_process.default_binary()).exists(),
-                                reason="claude is not installed (deploy/local/stack.py install)")
+                                reason="claude is not installed "
+                                       "(python3 -m deploy.local.stack install)")
 
 
 def test_real_claude_completes_a_turn_against_the_scripted_messages_api(tmp_path: Path) -> None:

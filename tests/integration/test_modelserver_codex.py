@@ -20,7 +20,7 @@ except FileNotFoundError:
     HAVE_CODEX = False
 
 pytestmark = pytest.mark.skipif(not HAVE_CODEX, reason="codex not installed "
-                                "(python deploy/local/stack.py install)")
+                                "(python3 -m deploy.local.stack install)")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 import uuid
 
 import pytest
@@ -16,7 +15,7 @@ from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
 from shared.settings import Settings
-from tests.conftest import STACK_PY, Stack
+from tests.conftest import REPO, STACK_CLI, Stack
 
 pytestmark = pytest.mark.integration
 
@@ -83,11 +82,11 @@ def test_settings_are_isolated_per_test(settings: Settings, stack: Stack) -> Non
 
 def test_launcher_reports_the_local_stack_ready(stack: Stack) -> None:
     if not stack.controllable:
-        pytest.skip(f"{stack.kind} stack: not started by deploy/local/stack.py")
+        pytest.skip(f"{stack.kind} stack: not started by deploy.local.stack")
     proc = subprocess.run(
-        [sys.executable, str(STACK_PY), "status", "--state-dir", str(stack.state_dir),
+        [*STACK_CLI, "status", "--state-dir", str(stack.state_dir),
          "--kafka-port", str(stack.kafka_port), "--mongo-port", str(stack.mongo_port)],
-        capture_output=True, text=True, check=False, timeout=60)
+        capture_output=True, text=True, check=False, timeout=60, cwd=REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
     for name in ("kafka", "ferretdb"):

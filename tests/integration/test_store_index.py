@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from tests.support.localstack import running, stack_module
+from deploy.local.stack import StackError, install_ferretdb
+from tests.support.localstack import running
 from tests.support.processes import free_port
 
 pytestmark = pytest.mark.integration
@@ -47,10 +48,9 @@ class Store:
 
 @pytest.fixture()
 def store(tmp_path: Path) -> Iterator[Store]:
-    stack = stack_module()
     try:
-        binary = stack.install_ferretdb()
-    except stack.StackError as exc:
+        binary = install_ferretdb()
+    except StackError as exc:
         pytest.skip(str(exc))
     yield Store(binary, tmp_path)
 

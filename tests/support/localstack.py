@@ -1,15 +1,13 @@
-"""``deploy/local/stack.py`` as a module, for tests that start their own broker or store (the
-SASL/TLS tests in tests/faults): its cached Kafka jars, FerretDB binary, Java and free ports."""
+"""Brokers and stores of a test's own, from the local stack's cache (``deploy.local.stack``: the
+Kafka jars, the FerretDB binary, Java, free ports), for the SASL/TLS tests in tests/faults and
+the store-index test."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import contextlib
-import importlib.util
-import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -18,29 +16,11 @@ from typing import Any
 
 import pytest
 
+from deploy.local.stack import StackError, free_port, java_bin, kafka_home
+from deploy.local.stack.base import listening
 from shared.kafka import assigned_consumer, decode, ensure_topics, make_broker, publish
 from shared.settings import Settings
 from shared.topics import topics_for
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def stack_module() -> Any:
-    name = "session_core_local_stack"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "deploy" / "local" / "stack.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 @contextlib.contextmanager
@@ -95,15 +75,14 @@ def private_kafka(root: Path, listener: str, security: str,
     ``listener`` (``SSL``, ``SASL_PLAINTEXT`` …), configured by the ``security`` lines of
     ``server.properties``; yields its bootstrap address. Skips the test when the jars or Java
     are missing."""
-    stack = stack_module()
-    libs = stack.kafka_home() / "libs"
+    libs = kafka_home() / "libs"
     if not any(libs.glob("kafka_2.13-*.jar")):
-        pytest.skip("the Kafka jars are not installed (python3 deploy/local/stack.py install)")
+        pytest.skip("the Kafka jars are not installed (python3 -m deploy.local.stack install)")
     try:
-        java = stack.java_bin()
-    except stack.StackError as exc:
+        java = java_bin()
+    except StackError as exc:
         pytest.skip(str(exc))
-    port, cport = stack.free_port(), stack.free_port()
+    port, cport = free_port(), free_port()
     props = root / "server.properties"
     props.write_text(SINGLE_NODE.format(listener=listener, port=port, cport=cport,
                                         data=root / "data") + security)

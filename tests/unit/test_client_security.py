@@ -5,10 +5,8 @@ tells how to call the API with a key it holds only hashed in the services' setti
 
 from __future__ import annotations
 
-import importlib.util
 import ssl
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
+from deploy.local.stack.components import Options, service_env
+from deploy.local.stack.lifecycle import print_banner
+from deploy.local.stack.processes import State
 from shared.domain.tenancy import ApiKeys
 from shared.kafka import client_security, make_broker
 from shared.settings import Settings
@@ -132,36 +133,23 @@ def test_mongodb_tls_settings_reach_the_client() -> None:
 # ---- the local stack -----------------------------------------------------------------------
 
 
-def _stack_module() -> Any:
-    spec = importlib.util.spec_from_file_location("stack_under_test",
-                                                  REPO / "deploy" / "local" / "stack.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["stack_under_test"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _opts(stack: Any, root: Path) -> Any:
-    return stack.Options(state=stack.State(root), kafka_port=1, controller_port=None,
-                         mongo_port=2, http_port=8080, venv=root, with_services=True,
-                         runtimes=False, demo=False, extra=[], only=[], foreground=False)
+def _opts(root: Path) -> Options:
+    return Options(state=State(root), kafka_port=1, mongo_port=2, venv=root, with_services=True)
 
 
 def test_stack_with_auth_on_gives_the_services_only_the_hash_and_prints_the_key(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    stack = _stack_module()
     monkeypatch.setenv("SESSION_CORE_AUTH_DISABLED", "false")
     monkeypatch.delenv("SESSION_CORE_API_KEYS", raising=False)
-    opts = _opts(stack, tmp_path)
-    env = stack.service_env(opts)
+    opts = _opts(tmp_path)
+    env = service_env(opts)
     key = (tmp_path / "api-key").read_text().strip()
     assert env["SESSION_CORE_AUTH_DISABLED"] == "false"
     assert key not in env["SESSION_CORE_API_KEYS"]
     assert ApiKeys.parse(env["SESSION_CORE_API_KEYS"]).tenant_of(key) == "default"
-    assert stack.service_env(opts)["SESSION_CORE_API_KEYS"] == env["SESSION_CORE_API_KEYS"]
-    stack.print_banner(opts)
+    assert service_env(opts)["SESSION_CORE_API_KEYS"] == env["SESSION_CORE_API_KEYS"]
+    print_banner(opts)
     out = capsys.readouterr().out
     assert f"Authorization: Bearer {key}" in out and "auth            : ON" in out
 
@@ -169,15 +157,14 @@ def test_stack_with_auth_on_gives_the_services_only_the_hash_and_prints_the_key(
 def test_stack_with_your_keys_or_auth_off_makes_no_key(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    stack = _stack_module()
-    opts = _opts(stack, tmp_path)
+    opts = _opts(tmp_path)
     monkeypatch.setenv("SESSION_CORE_AUTH_DISABLED", "false")
     monkeypatch.setenv("SESSION_CORE_API_KEYS", "acme:" + "0" * 64)
-    assert "SESSION_CORE_API_KEYS" not in stack.service_env(opts)  # yours pass through
-    stack.print_banner(opts)
+    assert "SESSION_CORE_API_KEYS" not in service_env(opts)  # yours pass through
+    print_banner(opts)
     assert "session-core hash-key" in capsys.readouterr().out
     monkeypatch.delenv("SESSION_CORE_AUTH_DISABLED")
-    assert stack.service_env(opts)["SESSION_CORE_AUTH_DISABLED"] == "true"
-    stack.print_banner(opts)
+    assert service_env(opts)["SESSION_CORE_AUTH_DISABLED"] == "true"
+    print_banner(opts)
     assert "auth            : OFF" in capsys.readouterr().out
     assert not (tmp_path / "api-key").exists()

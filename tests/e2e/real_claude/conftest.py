@@ -21,7 +21,7 @@ from tests.support.system import ItemCollector
 API_KEY = "e2e-real-claude"
 
 if not Path(claude_process.default_binary()).exists():  # pragma: no cover
-    pytest.skip("claude not installed (python deploy/local/stack.py install)",
+    pytest.skip("claude not installed (python3 -m deploy.local.stack install)",
                 allow_module_level=True)
 
 

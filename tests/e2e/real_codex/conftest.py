@@ -22,7 +22,7 @@ API_KEY = "e2e-real-codex"
 try:
     default_binary("codex")
 except FileNotFoundError:  # pragma: no cover - the install step puts it in the cache
-    pytest.skip("codex not installed (python deploy/local/stack.py install)",
+    pytest.skip("codex not installed (python3 -m deploy.local.stack install)",
                 allow_module_level=True)
 
 

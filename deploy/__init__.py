@@ -1,0 +1,1 @@
+"""Deployment files; ``deploy.local.stack`` is the local stack launcher (a Python package)."""

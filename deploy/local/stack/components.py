@@ -1,0 +1,353 @@
+"""What the stack runs: Kafka (KRaft, one node), FerretDB (SQLite), the four services, the
+reference and real Runtimes with the scripted model server, and extra commands — each a
+``Component`` (command, environment, readiness check)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import probes
+from .base import (
+    REPO,
+    StackError,
+    ferretdb_version,
+    free_port,
+    harness_bin,
+    http_ok,
+    kafka_version,
+    log,
+    port_free,
+)
+from .install import harness_version, install_ferretdb, install_kafka, java_bin, run_logged
+from .processes import Component, Proc, State
+
+SERVICES = ("admission", "storage", "dispatcher", "receipts")
+EXTRA_ENV = "SESSION_CORE_EXTRA_SERVICES"  # "name=command;name2=command2"
+RUNTIME_HARNESSES = ("claude_code", "codex", "minimax_code")
+# the real harness binaries (docs/harnesses.md): harness → cached executable name
+REAL_HARNESSES = {"codex": "codex", "claude_code": "claude"}
+
+KAFKA_PROPERTIES = """\
+# written by deploy/local/stack (components.py) on every start; edit that, not this file
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:{cport}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs={data}
+# a small single-node test box
+num.network.threads=2
+num.io.threads=4
+background.threads=4
+num.partitions=1
+auto.create.topics.enable=true
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+log.retention.hours=168
+log.segment.bytes=67108864
+"""
+
+KAFKA_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c{1})%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = OUT
+logger.kafkaRequest.name = kafka.request.logger
+logger.kafkaRequest.level = WARN
+logger.stateChange.name = state.change.logger
+logger.stateChange.level = WARN
+logger.controller.name = kafka.controller
+logger.controller.level = WARN
+logger.logcleaner.name = kafka.log.LogCleaner
+logger.logcleaner.level = WARN
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = WARN
+"""
+
+
+def _from_env(name: str) -> Callable[[], str | None]:
+    return lambda: os.environ.get(name) or None
+
+
+@dataclass
+class Options:
+    """One start of the stack. ``external_kafka`` / ``external_mongo``: infrastructure taken as
+    given and not started (by default from ``KAFKA_BOOTSTRAP_SERVERS`` / ``MONGODB_URI``)."""
+
+    state: State
+    kafka_port: int = 9092
+    controller_port: int | None = None
+    mongo_port: int = 27017
+    http_port: int = 8080
+    venv: Path = REPO / ".venv"
+    with_services: bool = False
+    runtimes: bool = False
+    demo: bool = False
+    extra: list[tuple[str, str]] = field(default_factory=list)
+    only: list[str] = field(default_factory=list)
+    foreground: bool = False
+    external_kafka: str | None = field(default_factory=_from_env("KAFKA_BOOTSTRAP_SERVERS"))
+    external_mongo: str | None = field(default_factory=_from_env("MONGODB_URI"))
+    model_url: str = ""  # the scripted model server, once chosen (with runtimes)
+
+
+def bootstrap(opts: Options) -> str:
+    return opts.external_kafka or f"127.0.0.1:{opts.kafka_port}"
+
+
+def mongodb_uri(opts: Options) -> str:
+    return opts.external_mongo or f"mongodb://127.0.0.1:{opts.mongo_port}/"
+
+
+def kafka_component(opts: Options) -> Component:
+    libs = install_kafka()
+    st = opts.state
+    kdir = st.root / "kafka"
+    data = kdir / "data"
+    kdir.mkdir(parents=True, exist_ok=True)
+    cport = opts.controller_port
+    stored = st.data.get("kafka_controller_port")
+    if cport is None:
+        if isinstance(stored, int) and port_free(stored):
+            cport = stored
+        elif opts.kafka_port + 1 != opts.mongo_port and port_free(opts.kafka_port + 1):
+            cport = opts.kafka_port + 1
+        else:
+            cport = free_port()
+    if (data / "meta.properties").exists() and stored != cport:
+        log(f"kafka: controller port changed ({stored} -> {cport}); wiping {data} and reformatting")
+        shutil.rmtree(data)
+    props = kdir / "server.properties"
+    props.write_text(KAFKA_PROPERTIES.format(port=opts.kafka_port, cport=cport, data=data))
+    log4j = kdir / "log4j2.properties"
+    log4j.write_text(KAFKA_LOG4J2)
+    java = java_bin()
+    jvm = ["-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+           "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log4j}",
+           f"-Dkafka.logs.dir={st.logs}", "-cp", f"{libs}/*"]
+    if not (data / "meta.properties").exists():
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        st.logs.mkdir(parents=True, exist_ok=True)
+        fmt = [java, *jvm, "kafka.tools.StorageTool", "format", "--standalone",
+               "-t", cluster_id, "-c", str(props)]
+        what = "kafka: formatting KRaft storage (standalone controller)"
+        try:
+            run_logged(fmt, what=what)
+        except StackError as exc:
+            # a loaded machine can fail a format; formatting an empty data directory again is
+            # harmless
+            log(f"{exc}; wiping {data} and trying once more")
+            shutil.rmtree(data, ignore_errors=True)
+            time.sleep(2)
+            run_logged(fmt, what=what)
+        st.data["kafka_cluster_id"] = cluster_id
+    st.data["kafka_controller_port"] = cport
+    st.save()
+    return Component(
+        name="kafka", kind="infra",
+        cmd=[java, *jvm, "kafka.Kafka", str(props)], env={},
+        ready=probes.kafka_ready("127.0.0.1", opts.kafka_port), ready_timeout=120,
+        describe=f"Kafka {kafka_version()} (KRaft) on 127.0.0.1:{opts.kafka_port}"
+                 f" (controller {cport})",
+    )
+
+
+def ferretdb_component(opts: Options) -> Component:
+    binary = install_ferretdb()
+    data = opts.state.root / "ferretdb" / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    return Component(
+        name="ferretdb", kind="infra",
+        cmd=[str(binary), "-listen", f"127.0.0.1:{opts.mongo_port}", "-sqlite-dir", str(data),
+             "-log-level", "warn"],
+        env={}, ready=probes.mongo_ready("127.0.0.1", opts.mongo_port), ready_timeout=60,
+        describe=f"FerretDB {ferretdb_version()} (SQLite) on 127.0.0.1:{opts.mongo_port}",
+    )
+
+
+def auth_off() -> bool:
+    return os.environ.get("SESSION_CORE_AUTH_DISABLED", "true").lower() in ("1", "true", "yes")
+
+
+def local_api_key(opts: Options) -> str | None:
+    """With auth on and no SESSION_CORE_API_KEYS of yours, the stack makes one local key for
+    tenant "default" (kept in <state-dir>/api-key, mode 0600) and gives the services only its
+    hashed entry (docs/security.md). None when auth is off or you set the keys yourself."""
+    if auth_off() or os.environ.get("SESSION_CORE_API_KEYS"):
+        return None
+    f = opts.state.root / "api-key"
+    if not f.exists():
+        opts.state.root.mkdir(parents=True, exist_ok=True)
+        f.write_text("sck_local_" + uuid.uuid4().hex + "\n")
+        f.chmod(0o600)
+    return f.read_text().strip()
+
+
+def service_env(opts: Options) -> dict[str, str]:
+    env = {
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap(opts),
+        "MONGODB_URI": mongodb_uri(opts),
+        "SESSION_CORE_HTTP_PORT": str(opts.http_port),
+        "SESSION_CORE_HTTP_HOST": os.environ.get("SESSION_CORE_HTTP_HOST", "127.0.0.1"),
+        "SESSION_CORE_AUTH_DISABLED": "true" if auth_off() else "false",
+        "PYTHONUNBUFFERED": "1",
+    }
+    key = local_api_key(opts) if opts.with_services else None
+    if key is not None:
+        # the same entry format as `session-core hash-key default <key>`
+        env["SESSION_CORE_API_KEYS"] = "default:" + hashlib.sha256(key.encode()).hexdigest()
+        env["SESSION_CORE_API_KEY"] = key  # for the demo and the CLI this stack starts
+    if opts.model_url:  # the Runtimes, the services and the demo script the model through it
+        env["SESSION_CORE_MODEL_SERVER"] = opts.model_url
+    if opts.foreground:
+        env.setdefault("SESSION_CORE_LOG_FORMAT", os.environ.get("SESSION_CORE_LOG_FORMAT",
+                                                                 "console"))
+    return env
+
+
+def service_components(opts: Options) -> list[Component]:
+    out: list[Component] = []
+    if opts.with_services and opts.runtimes and not opts.model_url:
+        opts.model_url = f"http://127.0.0.1:{free_port()}"
+    env = service_env(opts)
+    if opts.with_services:
+        exe = opts.venv / "bin" / "session-core"
+        if not exe.exists():
+            raise StackError(f"{exe} not found: run `make venv` (and check that services/cli.py "
+                             "exists)")
+        for name in SERVICES:
+            if name == "admission":
+                url = f"http://127.0.0.1:{opts.http_port}"
+                out.append(Component(name, [str(exe), name], env, probes.http_ready(url), 90,
+                                     "service", REPO, url, f"admission HTTP API on {url}"))
+            else:
+                # each non-HTTP service gets its health server on a free port (/readyz)
+                hp = free_port()
+                url = f"http://127.0.0.1:{hp}"
+                out.append(Component(name, [str(exe), name],
+                                     {**env, "SESSION_CORE_HEALTH_PORT": str(hp)},
+                                     probes.http_ready(url), 90, "service", REPO, url,
+                                     f"session-core {name} (health {url}/readyz)"))
+        if opts.runtimes:
+            out += runtime_components(opts, exe, env)
+    for name, command in opts.extra:
+        out.append(Component(name, ["/bin/sh", "-c", command], env, lambda: True, 30,
+                             "service", REPO, "", command, min_alive=2.0))
+    return out
+
+
+def harness_versions() -> None:
+    """Print ``codex --version`` / ``claude --version`` (make run shows what it runs)."""
+    for name in REAL_HARNESSES.values():
+        exe = harness_bin(name)
+        if not exe.exists():
+            log(f"harness {name}: not installed ({exe}); run `python3 -m deploy.local.stack "
+                "install`")
+            continue
+        log(f"harness {name} --version: {harness_version(name)}")
+
+
+def runtime_components(opts: Options, exe: Path, env: dict[str, str]) -> list[Component]:
+    """The scripted model server (a process), a real Runtime per real harness (``--engine
+    real``, placements none and openai_hosted) and a simulated reference Runtime per harness
+    (placement self_hosted, where the fault switches work; MiniMax Code — no real harness —
+    everywhere)."""
+    out: list[Component] = []
+    model_url = opts.model_url
+    model_port = model_url.rsplit(":", 1)[1]
+    py = opts.venv / "bin" / "python"
+    out.append(Component("modelserver", [str(py), "-m", "services.modelserver", "--port",
+                                         model_port], env,
+                         lambda: http_ok(model_url + "/_requests"), 30, "service", REPO, model_url,
+                         f"scripted model server {model_url} (Responses + Messages API)"))
+    harness_versions()
+    real = {h for h, b in REAL_HARNESSES.items() if harness_bin(b).exists()
+            and (REPO / "services" / "runtime" / "live" / f"{h}.py").exists()}
+    for harness, binary in REAL_HARNESSES.items():
+        if harness not in real:  # not installed, or its live driver is not in this tree yet
+            continue
+        base = model_url + ("/v1" if harness == "codex" else "")
+        cmd = [str(exe), "runtime", "--harness", harness, "--engine", "real",
+               "--model-base-url", base, "--placements", "none,openai_hosted"]
+        out.append(Component(f"runtime-{harness}-real", cmd, env, lambda: True, 30, "service",
+                             REPO, "", f"real Runtime ({harness}: {harness_bin(binary)})",
+                             min_alive=2.0))
+    for harness in RUNTIME_HARNESSES:
+        placements = "self_hosted" if harness in real else "none,openai_hosted,self_hosted"
+        cmd = [str(exe), "runtime", "--harness", harness, "--placements", placements]
+        out.append(Component(f"runtime-{harness}", cmd, env, lambda: True, 30, "service", REPO,
+                             "", f"reference Runtime ({harness}, simulated: {placements})",
+                             min_alive=2.0))
+    return out
+
+
+def run_demo(opts: Options) -> None:
+    """``session-core demo`` against the running system (make run's scripted tour)."""
+    env = {**os.environ, **service_env(opts),
+           "SESSION_CORE_API": f"http://127.0.0.1:{opts.http_port}"}
+    log("running the demo (session-core demo) — service logs follow it")
+    rc = subprocess.call([str(opts.venv / "bin" / "session-core"), "demo"], env=env,
+                         cwd=REPO, stdin=subprocess.DEVNULL)
+    if rc != 0:
+        log(f"the demo ended with exit code {rc}; the system keeps running")
+
+
+def parse_extra(values: Sequence[str]) -> list[tuple[str, str]]:
+    items: list[str] = []
+    if os.environ.get(EXTRA_ENV):
+        items += [x for x in os.environ[EXTRA_ENV].split(";") if x.strip()]
+    items += list(values)
+    out = []
+    for item in items:
+        name, sep, command = item.partition("=")
+        name = name.strip()
+        if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not command.strip():
+            raise StackError(f"bad extra service {item!r}: expected NAME=COMMAND")
+        out.append((name, command.strip()))
+    return out
+
+
+def infra_plan(opts: Options) -> list[tuple[str, Callable[[], Component]]]:
+    """Infrastructure factories in start order (stop order is the reverse)."""
+    plan: list[tuple[str, Callable[[], Component]]] = []
+    if not opts.external_kafka:
+        plan.append(("kafka", lambda: kafka_component(opts)))
+    if not opts.external_mongo:
+        plan.append(("ferretdb", lambda: ferretdb_component(opts)))
+    return plan
+
+
+def ready_check(name: str, opts: Options, proc: Proc | None = None) -> Callable[[], bool]:
+    """Readiness of a running process (``status``, ``already running``)."""
+    if proc is not None and proc.url:
+        if name == "modelserver":  # no /readyz: it answers its request log
+            return lambda: http_ok(proc.url + "/_requests")
+        return probes.http_ready(proc.url)
+    if name == "kafka":
+        return probes.kafka_ready("127.0.0.1", opts.kafka_port)
+    if name == "ferretdb":
+        return probes.mongo_ready("127.0.0.1", opts.mongo_port)
+    if name == "admission":
+        return probes.http_ready(f"http://127.0.0.1:{opts.http_port}")
+    return lambda: True

@@ -1,0 +1,181 @@
+"""Downloads and builds into the cache (``$SESSION_CORE_CACHE``, default ``~/.cache/session-core``):
+the Kafka jars (Maven), the FerretDB binary (Go), the pinned harnesses (npm) and the project's
+venv. Each is keyed by a hash of its build file, so a rerun is a no-op. Standard library only."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .base import (
+    FERRET_SRC,
+    HARNESS_PKG,
+    KAFKA_POM,
+    REPO,
+    StackError,
+    digest,
+    ferretdb_binary,
+    ferretdb_sources,
+    ferretdb_version,
+    harness_bin,
+    harness_home,
+    kafka_home,
+    kafka_version,
+    log,
+    venv_path,
+    write,
+)
+
+
+def run_logged(cmd: Sequence[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
+               what: str) -> None:
+    log(f"{what}: {shlex.join(cmd)}")
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if proc.returncode != 0:
+        write(proc.stdout[-8000:])
+        raise StackError(f"{what} failed (exit {proc.returncode})")
+    log(f"{what}: done in {time.monotonic() - t0:.1f}s")
+
+
+def need_tool(name: str, hint: str) -> str:
+    path = shutil.which(name)
+    if not path:
+        raise StackError(f"'{name}' not found on PATH: {hint}")
+    return path
+
+
+def java_bin() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    return need_tool("java", "Kafka 4 needs Java 17+")
+
+
+def install_kafka() -> Path:
+    home = kafka_home()
+    libs = home / "libs"
+    marker = home / ".installed"
+    want = digest([KAFKA_POM])
+    cached = marker.exists() and marker.read_text().strip() == want
+    if cached and any(libs.glob("kafka_2.13-*.jar")):
+        log(f"kafka {kafka_version()}: cached at {libs}")
+        return libs
+    mvn = need_tool("mvn", "install Maven (apt-get install maven)")
+    java_bin()
+    tmp = home / "libs.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    run_logged([mvn, "-B", "-q", "-f", str(KAFKA_POM), "dependency:copy-dependencies",
+                "-DincludeScope=runtime", f"-DoutputDirectory={tmp}"],
+               what=f"kafka {kafka_version()}: fetching jars from Maven Central")
+    shutil.rmtree(libs, ignore_errors=True)
+    tmp.rename(libs)
+    marker.write_text(want + "\n")
+    log(f"kafka {kafka_version()}: {len(list(libs.glob('*.jar')))} jars in {libs}")
+    return libs
+
+
+def install_ferretdb() -> Path:
+    binary = ferretdb_binary()
+    stamp = binary.with_name(binary.name + ".src")
+    want = digest(ferretdb_sources())
+    if binary.exists() and stamp.exists() and stamp.read_text().strip() == want:
+        log(f"ferretdb {ferretdb_version()}: cached at {binary}")
+        return binary
+    go = need_tool("go", "install Go 1.24+")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    flags = env.get("GOFLAGS", "").split()
+    flags = [f for f in flags if not f.startswith("-mod=")] + ["-mod=mod"]
+    env["GOFLAGS"] = " ".join(flags)
+    env.setdefault("GOTOOLCHAIN", "local")
+    env.setdefault("CGO_ENABLED", "0")  # modernc.org/sqlite is pure Go
+    tmp = binary.with_name(binary.name + ".tmp")
+    run_logged([go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(tmp), "."],
+               cwd=FERRET_SRC, env=env,
+               what=f"ferretdb {ferretdb_version()}: building from the Go module proxy"
+                    " (the first build takes minutes)")
+    tmp.rename(binary)
+    stamp.write_text(want + "\n")
+    return binary
+
+
+def harness_version(name: str) -> str:
+    out = subprocess.run([str(harness_bin(name)), "--version"], stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=60, check=False)
+    return (out.stdout or out.stderr).strip()
+
+
+def install_harnesses() -> Path:
+    """``npm install`` of the pinned Codex and Claude Code packages into the cache (each pulls its
+    platform binary through an optional dependency); prints both versions."""
+    home = harness_home()
+    marker = home / ".installed"
+    if not (marker.exists() and harness_bin("codex").exists() and harness_bin("claude").exists()):
+        npm = need_tool("npm", "install Node.js 20+ with npm")
+        tmp = home.with_name(home.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        shutil.copy(HARNESS_PKG, tmp / "package.json")
+        env = dict(os.environ, DISABLE_AUTOUPDATER="1", npm_config_fund="false",
+                   npm_config_audit="false", npm_config_update_notifier="false")
+        run_logged([npm, "install", "--no-save", "--include=optional"], cwd=tmp, env=env,
+                   what="harnesses: npm install @openai/codex @anthropic-ai/claude-code")
+        shutil.rmtree(home, ignore_errors=True)
+        tmp.rename(home)
+        marker.write_text("ok\n")
+    for name in ("codex", "claude"):
+        log(f"harness {name}: {harness_version(name)} ({harness_bin(name)})")
+    return home
+
+
+def install_all() -> None:
+    t0 = time.monotonic()
+    install_kafka()
+    install_ferretdb()
+    install_harnesses()
+    log(f"install: everything in place ({time.monotonic() - t0:.1f}s)")
+
+
+def install_venv(python: str | None = None) -> None:
+    """The project's venv outside the repo, keyed by pyproject.toml; ``.venv`` links to it."""
+    venv = venv_path()
+    py = venv / "bin" / "python"
+    stamp = venv / ".session-core-installed"
+    link = REPO / ".venv"
+    repo = str(REPO)
+    if not (py.exists() and stamp.exists()):
+        shutil.rmtree(venv, ignore_errors=True)
+        base = python or shutil.which("python3.11") or sys.executable
+        t0 = time.monotonic()
+        run_logged([base, "-m", "venv", str(venv)], what=f"venv: creating {venv}")
+        run_logged([str(py), "-m", "pip", "install", "-q", "--upgrade", "pip"],
+                   what="venv: upgrading pip")
+        run_logged([str(py), "-m", "pip", "install", "-q", "-e", ".[dev]"], cwd=REPO,
+                   what="venv: pip install -e '.[dev]'")
+        stamp.write_text(repo + "\n")
+        log(f"venv: ready in {time.monotonic() - t0:.1f}s")
+    elif stamp.read_text().strip() != repo:
+        # same dependencies, another checkout (e.g. CI's clean clone): re-point the editable install
+        run_logged([str(py), "-m", "pip", "install", "-q", "--no-deps", "-e", "."], cwd=REPO,
+                   what=f"venv: re-pointing the editable install at {repo}")
+        stamp.write_text(repo + "\n")
+    else:
+        log(f"venv: cached at {venv}")
+    if link.is_symlink() or not link.exists():
+        if link.is_symlink() and Path(os.readlink(link)) == venv:
+            return
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(venv)
+        log(f"venv: {link} -> {venv}")
+    else:
+        log(f"venv: {link} exists and is not a symlink; leaving it alone")

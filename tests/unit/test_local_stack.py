@@ -1,0 +1,59 @@
+"""The local stack's process life cycle (deploy.local.stack), with plain commands instead of
+Kafka and FerretDB: started in a process group of their own, ready, stopped with their children,
+nothing left behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deploy.local.stack import Stack, StackError
+
+
+def _stack(tmp_path: Path, command: str) -> Stack:
+    return Stack.on_free_ports(tmp_path / "state", extra=[("job", command)], echo=False)
+
+
+def _group_gone(pgid: int) -> bool:
+    """No live member (zombies, which a container's init may leave unreaped, do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return False
+    return True
+
+
+@pytest.mark.parametrize("kill", [False, True])
+def test_a_command_and_its_children_start_and_stop_together(tmp_path: Path, kill: bool) -> None:
+    stack = _stack(tmp_path, "sleep 300 & sleep 300")
+    (proc,) = stack.up(only=["job"])
+    assert [(p.name, alive, ready) for p, alive, ready in stack.status()] == [("job", True, True)]
+    assert not _group_gone(proc.pgid)
+    stack.down(kill=kill)
+    assert _group_gone(proc.pgid)
+    assert stack.status() == []
+    out = "".join(stack.output)
+    assert f"job: {'SIGKILL' if kill else 'SIGTERM'} to process group {proc.pgid}" in out
+    assert "job: stopped" in out
+
+
+def test_a_command_that_exits_during_start_up_fails_the_start_with_its_log(
+        tmp_path: Path) -> None:
+    stack = _stack(tmp_path, "echo about to fail; exit 3")
+    with pytest.raises(StackError, match="job exited during start-up") as err:
+        stack.up(only=["job"])
+    assert "about to fail" in str(err.value)
+    assert stack.status() == []
+
+
+def test_the_environment_names_the_stack_unless_infrastructure_is_given(tmp_path: Path) -> None:
+    stack = Stack(tmp_path, kafka_port=19092, mongo_port=37017)
+    assert stack.env() == {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:19092",
+                           "MONGODB_URI": "mongodb://127.0.0.1:37017/"}
+    given = Stack(tmp_path, external_kafka="kafka:9092", external_mongo="mongodb://db/")
+    assert given.env() == {"KAFKA_BOOTSTRAP_SERVERS": "kafka:9092",
+                           "MONGODB_URI": "mongodb://db/"}
