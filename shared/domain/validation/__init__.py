@@ -64,15 +64,9 @@ def validate_create(
         if isinstance(read, ApiError):
             return read
         admitted, walk = read
-        err = content.check_images(walk, limits)
-        if err is not None:
-            return err
-        found = profile.for_session(admitted.harness, admitted.placement, profiles)
-        if isinstance(found, ApiError):
-            return found
-        return profile.check_messages(
-            found, admitted.placement, admitted.input, walk.first_image_part,
-            walk.whitespace_candidates,
+        return content.check_images(walk, limits) or profile.check_messages(
+            profiles, admitted.harness, admitted.placement, admitted.input,
+            walk.first_image_part, walk.whitespace_candidates,
         ) or admitted
     except RecursionError:
         return invalid("request is nested too deeply", None)
@@ -93,16 +87,13 @@ def validate_event(
         if isinstance(read, ApiError):
             return read
         admitted, walk = read
-        err = content.check_images(walk, limits)
-        if err is not None:
-            return err
-        found = profile.for_session(harness, placement, profiles)
-        if isinstance(found, ApiError):
-            return found
         if isinstance(admitted, AdmittedToolResult):
-            return profile.check_result(found, admitted.success, admitted.output) or admitted
-        return profile.check_messages(
-            found, placement, admitted.input, walk.first_image_part, walk.whitespace_candidates
+            return content.check_images(walk, limits) or profile.check_result(
+                profiles, harness, placement, admitted.success, admitted.output
+            ) or admitted
+        return content.check_images(walk, limits) or profile.check_messages(
+            profiles, harness, placement, admitted.input,
+            walk.first_image_part, walk.whitespace_candidates,
         ) or admitted
     except RecursionError:
         return invalid("request is nested too deeply", None)

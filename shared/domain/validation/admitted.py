@@ -41,8 +41,19 @@ class Envelope:
 NO_ENVELOPE: Final = Envelope(None, None, None)
 
 
+class _Counted:
+    """What every admitted body says about its images (``record()["has_images"]``)."""
+
+    __slots__ = ()
+    image_count: int
+
+    @property
+    def has_images(self) -> bool:
+        return self.image_count > 0
+
+
 @dataclass(frozen=True, slots=True)
-class AdmittedCreate:
+class AdmittedCreate(_Counted):
     harness: str
     placement: str
     input: list[dict[str, Any]]  # the messages exactly as sent (a string input: one text message)
@@ -51,10 +62,6 @@ class AdmittedCreate:
     client_request_id: str | None
     envelope: Envelope
     image_count: int
-
-    @property
-    def has_images(self) -> bool:
-        return self.image_count > 0
 
     def record(self) -> dict[str, Any]:
         return {
@@ -70,16 +77,12 @@ class AdmittedCreate:
 
 
 @dataclass(frozen=True, slots=True)
-class AdmittedMessageEvent:
+class AdmittedMessageEvent(_Counted):
     input: list[dict[str, Any]]
     client_event_id: str | None
     envelope: Envelope
     image_count: int
     type: Literal["agent.session.input.message"] = MESSAGE_EVENT
-
-    @property
-    def has_images(self) -> bool:
-        return self.image_count > 0
 
     def record(self) -> dict[str, Any]:
         return {
@@ -92,7 +95,7 @@ class AdmittedMessageEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class AdmittedToolResult:
+class AdmittedToolResult(_Counted):
     call_id: str
     success: bool
     output: str | list[dict[str, Any]] | None
@@ -102,10 +105,6 @@ class AdmittedToolResult:
     envelope: Envelope
     image_count: int
     type: Literal["agent.session.input.tool_result"] = TOOL_RESULT_EVENT
-
-    @property
-    def has_images(self) -> bool:
-        return self.image_count > 0
 
     def submission(self) -> dict[str, Any]:
         """The result exactly as submitted: ``success`` and only the present ``output``/``error``

@@ -26,6 +26,18 @@ PART_TYPES = ("input_text", "input_image")
 _MESSAGE_KEY_SET = frozenset(MESSAGE_KEYS)
 _TEXT_PART_KEY_SET = frozenset(TEXT_PART_KEYS)
 _IMAGE_SUFFIX = ".image_url"
+# part type → (its keys, its value's key, the error when that is missing, when it is no string)
+_PART_RULES = {
+    "input_text": (
+        TEXT_PART_KEYS, "text", "input_text part needs a text string", "text must be a string"
+    ),
+    "input_image": (
+        IMAGE_PART_KEYS,
+        "image_url",
+        "input_image part needs an image_url",
+        "image_url must be a data URI string",
+    ),
+}
 
 
 class ContentWalk:
@@ -58,31 +70,24 @@ def check_part(raw: object, param: str, walk: ContentWalk) -> dict[str, Any] | A
     ptype = raw.get("type")
     if "type" not in raw:
         return invalid("content part type is required (input_text or input_image)", f"{param}.type")
-    if ptype == "input_text":
-        err = _unknown_field(raw, TEXT_PART_KEYS, param)
+    rule = _PART_RULES.get(ptype) if isinstance(ptype, str) else None
+    if rule is not None:
+        keys, name, missing, wrong = rule
+        err = _unknown_field(raw, keys, param)
         if err is not None:
             return err
-        text = raw.get("text")
-        if "text" not in raw:
-            return invalid("input_text part needs a text string", f"{param}.text")
-        if not isinstance(text, str):
-            return invalid(f"text must be a string, got {type_name(text)}", f"{param}.text")
-        err = check_string(text, f"{param}.text")
-        if err is not None:
-            return err
-        return dict(raw)
-    if ptype == "input_image":
-        err = _unknown_field(raw, IMAGE_PART_KEYS, param)
-        if err is not None:
-            return err
-        url = raw.get("image_url")
-        if "image_url" not in raw:
-            return invalid("input_image part needs an image_url", f"{param}.image_url")
-        if not isinstance(url, str):
-            return invalid(
-                f"image_url must be a data URI string, got {type_name(url)}", f"{param}.image_url"
-            )
-        walk.images.append((param + _IMAGE_SUFFIX, url))
+        fparam = f"{param}.{name}"
+        if name not in raw:
+            return invalid(missing, fparam)
+        value = raw[name]
+        if not isinstance(value, str):
+            return invalid(f"{wrong}, got {type_name(value)}", fparam)
+        if ptype == "input_text":
+            err = check_string(value, fparam)
+            if err is not None:
+                return err
+        else:
+            walk.images.append((fparam, value))
         return dict(raw)
     shown = ptype if isinstance(ptype, str) else type_name(ptype)
     return invalid(

@@ -242,14 +242,7 @@ def read_create(
     if isinstance(rest, ApiError):
         return rest
     admitted = AdmittedCreate(
-        harness=harness,
-        placement=placement,
-        input=messages,
-        input_was_string=isinstance(raw_input, str),
-        stream=stream,
-        client_request_id=rest[0],
-        envelope=rest[1],
-        image_count=len(walk.images),
+        harness, placement, messages, isinstance(raw_input, str), stream, *rest, len(walk.images)
     )
     return admitted, walk
 
@@ -263,18 +256,15 @@ def read_event(
         return invalid(f"event type is required: {' or '.join(EVENT_TYPES)}", "type")
     etype = body["type"]
     if etype == MESSAGE_EVENT and isinstance(etype, str):
-        return _message_event(body, limits)
+        return _unknown_top_level(body, MESSAGE_EVENT_FIELDS) or _message_event(body, limits)
     if etype == TOOL_RESULT_EVENT and isinstance(etype, str):
-        return _tool_result(body, limits)
+        return _unknown_top_level(body, TOOL_RESULT_FIELDS) or _tool_result(body, limits)
     return invalid(f"event type must be {' or '.join(EVENT_TYPES)}", "type")
 
 
 def _message_event(
     body: dict[str, Any], limits: Limits
 ) -> tuple[AdmittedMessageEvent, ContentWalk] | ApiError:
-    err = _unknown_top_level(body, MESSAGE_EVENT_FIELDS)
-    if err is not None:
-        return err
     if "input" not in body:
         return invalid("input is required", "input")
     raw_input = body["input"]
@@ -291,15 +281,12 @@ def _message_event(
     rest = _id_and_envelope(body, "client_event_id", limits)
     if isinstance(rest, ApiError):
         return rest
-    return AdmittedMessageEvent(messages, rest[0], rest[1], len(walk.images)), walk
+    return AdmittedMessageEvent(messages, *rest, len(walk.images)), walk
 
 
 def _tool_result(
     body: dict[str, Any], limits: Limits
 ) -> tuple[AdmittedToolResult, ContentWalk] | ApiError:
-    err = _unknown_top_level(body, TOOL_RESULT_FIELDS)
-    if err is not None:
-        return err
     call_id = _id_field(body, "call_id", limits, required=True)
     if isinstance(call_id, ApiError):
         return call_id
@@ -335,13 +322,6 @@ def _tool_result(
     if isinstance(rest, ApiError):
         return rest
     admitted = AdmittedToolResult(
-        call_id=call_id,
-        success=success,
-        output=output,
-        error=error,
-        fields_present=fields_present,
-        client_event_id=rest[0],
-        envelope=rest[1],
-        image_count=len(walk.images),
+        call_id, success, output, error, fields_present, *rest, len(walk.images)
     )
     return admitted, walk

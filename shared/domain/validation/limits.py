@@ -27,11 +27,15 @@ class Limits:
 
     @classmethod
     def from_settings(cls, s: Settings) -> Limits:
-        return cls(
-            max_body_bytes=s.max_body_bytes,
-            max_image_bytes=s.max_image_bytes,
-            max_image_pixels=s.max_image_pixels,
-            max_images_per_request=s.max_images_per_request,
-            max_parts_per_message=s.max_parts_per_message,
-            max_messages_per_request=s.max_messages_per_request,
-        )
+        return cls(**{name: getattr(s, name) for name in _SETTINGS})
+
+
+# the limits an operator sets (shared.settings); the others are fixed by the contract
+_SETTINGS = (
+    "max_body_bytes",
+    "max_image_bytes",
+    "max_image_pixels",
+    "max_images_per_request",
+    "max_parts_per_message",
+    "max_messages_per_request",
+)

@@ -17,7 +17,7 @@ from shared.domain.harness import HarnessProfile
 from shared.domain.whitespace import has_non_whitespace
 
 
-def for_session(
+def _for_session(
     harness: str, placement: str, profiles: Mapping[str, HarnessProfile]
 ) -> HarnessProfile | ApiError:
     profile = profiles.get(harness)
@@ -29,7 +29,8 @@ def for_session(
 
 
 def check_messages(
-    profile: HarnessProfile,
+    profiles: Mapping[str, HarnessProfile],
+    harness: str,
     placement: str,
     messages: list[dict[str, Any]],
     first_image_part: Mapping[int, str],
@@ -37,6 +38,9 @@ def check_messages(
 ) -> ApiError | None:
     """``first_image_part``: message index → path of its first image part; the other messages
     (``whitespace_candidates``) have at least one non-empty text part."""
+    profile = _for_session(harness, placement, profiles)
+    if isinstance(profile, ApiError):
+        return profile
     bound = profile.max_user_messages_per_batch
     if bound is not None and len(messages) > bound:
         return unsupported(
@@ -70,8 +74,15 @@ def check_messages(
 
 
 def check_result(
-    profile: HarnessProfile, success: bool, output: str | list[dict[str, Any]] | None
+    profiles: Mapping[str, HarnessProfile],
+    harness: str,
+    placement: str,
+    success: bool,
+    output: str | list[dict[str, Any]] | None,
 ) -> ApiError | None:
+    profile = _for_session(harness, placement, profiles)
+    if isinstance(profile, ApiError):
+        return profile
     rules = profile.function_results
     if not rules.public_functions:
         return unsupported(f"{profile.title} has no public functions", "type")
