@@ -114,9 +114,10 @@ def _tags(raw: object, limits: Limits) -> list[str] | ApiError:
             return invalid(f"a tag must be a string, got {type_name(t)}", f"tags[{i}]")
         if len(t) > limits.max_tag_length:
             return invalid(f"a tag is longer than {limits.max_tag_length} characters", f"tags[{i}]")
-        err = check_string(t, f"tags[{i}]")
-        if err is not None:
-            return err
+        if not t.isascii():
+            err = check_string(t, f"tags[{i}]")
+            if err is not None:
+                return err
     return list(raw)
 
 
