@@ -47,6 +47,7 @@ COMMON_EVENT_FIELDS = ("client_event_id", "metadata", "tags", "external_actor")
 MESSAGE_EVENT_FIELDS = ("type", "input", *COMMON_EVENT_FIELDS)
 TOOL_RESULT_FIELDS = ("type", "call_id", "success", "output", "error", *COMMON_EVENT_FIELDS)
 EXTERNAL_ACTOR_FIELDS = ("source", "actor_id", "actor_name", "metadata")
+_ACTOR_PARAMS = {name: f"external_actor.{name}" for name in EXTERNAL_ACTOR_FIELDS}
 
 
 def check_body_size(nbytes: int, limits: Limits) -> ApiError | None:
@@ -132,7 +133,7 @@ def _external_actor(raw: object, limits: Limits) -> dict[str, Any] | ApiError:
             return invalid(f"unknown field {k!r}", f"{p}.{k}" if isinstance(k, str) else p)
     out: dict[str, Any] = {}
     for name in EXTERNAL_ACTOR_FIELDS:
-        fp = f"{p}.{name}"
+        fp = _ACTOR_PARAMS[name]
         if name not in raw:
             if name in ("source", "actor_id"):
                 return invalid(f"{fp} is required", fp)
