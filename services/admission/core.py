@@ -16,8 +16,8 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from services.admission.tails import ItemTail, ReplyTail
 from shared import itemstore, records
-from shared.domain import admission as rules
 from shared.domain import errors
+from shared.domain import validation as rules
 from shared.domain.errors import ApiError
 from shared.domain.sessions import fingerprint
 from shared.domain.tenancy import DEFAULT_TENANT, create_idempotency_key

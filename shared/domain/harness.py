@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, cast
 
 Placement = Literal["none", "openai_hosted", "self_hosted"]
 PLACEMENTS: tuple[Placement, ...] = ("none", "openai_hosted", "self_hosted")
@@ -83,7 +83,7 @@ class HarnessProfile:
     max_user_messages_per_turn: int | None
 
     def images_allowed(self, placement: str) -> bool:
-        return any(p == placement and ok for p, ok in self.message_images.items())
+        return self.message_images.get(cast(Placement, placement), False)
 
     @property
     def max_user_messages_per_batch(self) -> int | None:
@@ -91,68 +91,60 @@ class HarnessProfile:
         return self.max_user_messages_per_turn
 
 
-def _per_placement(none: bool, openai_hosted: bool, self_hosted: bool) -> Mapping[Placement, bool]:
-    return MappingProxyType(
-        {"none": none, "openai_hosted": openai_hosted, "self_hosted": self_hosted}
-    )
-
-
 _ALL_PLACEMENTS: frozenset[Placement] = frozenset(PLACEMENTS)
 _INLINE_PNG_JPEG: frozenset[ImageFormat] = frozenset({"png", "jpeg"})
 
-CODEX = HarnessProfile(
-    name="codex",
-    title="Codex",
-    placements=_ALL_PLACEMENTS,
-    message_images=_per_placement(none=True, openai_hosted=True, self_hosted=True),
-    whitespace_only="admit",
-    function_results=FunctionResults(
-        public_functions=True,
-        text_output=True,
-        images_in_success=True,
-        images_in_failure=True,
-        image_formats=_INLINE_PNG_JPEG,
-    ),
-    text_only=False,
-    bridge_protocols=None,
-    max_user_messages_per_turn=None,
-)
+# The spec's tables, one row per harness (see the module docstring).
 
-CLAUDE_CODE = HarnessProfile(
-    name="claude_code",
-    title="Claude Code",
-    placements=_ALL_PLACEMENTS,
-    message_images=_per_placement(none=True, openai_hosted=True, self_hosted=True),
-    whitespace_only="reject",
-    function_results=FunctionResults(
-        public_functions=True,
-        text_output=True,
-        images_in_success=True,
-        images_in_failure=False,
-        image_formats=_INLINE_PNG_JPEG,
-    ),
-    text_only=False,
-    bridge_protocols=frozenset({3}),
-    max_user_messages_per_turn=64,
-)
+_TITLES: Mapping[HarnessName, str] = {
+    "codex": "Codex", "claude_code": "Claude Code", "minimax_code": "MiniMax Code",
+}
 
-MINIMAX_CODE = HarnessProfile(
-    name="minimax_code",
-    title="MiniMax Code",
-    placements=_ALL_PLACEMENTS,
-    message_images=_per_placement(none=False, openai_hosted=False, self_hosted=False),
-    whitespace_only="reject",
-    function_results=FunctionResults(
-        public_functions=False,
-        text_output=False,
-        images_in_success=False,
-        images_in_failure=False,
-        image_formats=frozenset(),
-    ),
-    text_only=True,
-    bridge_protocols=None,
-    max_user_messages_per_turn=None,
-)
+# "Message images", accepted on   none   openai_hosted  self_hosted
+_MESSAGE_IMAGES: Mapping[HarnessName, tuple[bool, bool, bool]] = {
+    "codex":                     (True,  True,          True),
+    "claude_code":               (True,  True,          True),
+    "minimax_code":              (False, False,         False),
+}
+
+# "No image and no non-whitespace text"
+_WHITESPACE_ONLY: Mapping[HarnessName, Literal["admit", "reject"]] = {
+    "codex": "admit", "claude_code": "reject", "minimax_code": "reject",
+}
+
+# "Function results"    public     text    images in  images in  inline
+#                       functions  output  success    failure    formats
+_FUNCTION_RESULTS: Mapping[HarnessName, FunctionResults] = {
+    "codex":        FunctionResults(True,  True,  True,  True,  _INLINE_PNG_JPEG),
+    "claude_code":  FunctionResults(True,  True,  True,  False, _INLINE_PNG_JPEG),
+    "minimax_code": FunctionResults(False, False, False, False, frozenset()),
+}
+
+# Core's own facts (module docstring, "Decisions"):
+#                 text only  bridge protocols  user messages per native Turn
+_ADAPTER: Mapping[HarnessName, tuple[bool, frozenset[int] | None, int | None]] = {
+    "codex":        (False,     None,             None),
+    "claude_code":  (False,     frozenset({3}),   64),
+    "minimax_code": (True,      None,             None),
+}
+
+
+def _profile(name: HarnessName) -> HarnessProfile:
+    text_only, bridge_protocols, max_user_messages_per_turn = _ADAPTER[name]
+    return HarnessProfile(
+        name=name,
+        title=_TITLES[name],
+        placements=_ALL_PLACEMENTS,
+        message_images=MappingProxyType(dict(zip(PLACEMENTS, _MESSAGE_IMAGES[name], strict=True))),
+        whitespace_only=_WHITESPACE_ONLY[name],
+        function_results=_FUNCTION_RESULTS[name],
+        text_only=text_only,
+        bridge_protocols=bridge_protocols,
+        max_user_messages_per_turn=max_user_messages_per_turn,
+    )
+
+
+CODEX, CLAUDE_CODE, MINIMAX_CODE = (_profile(name) for name in HARNESSES)
 
 PROFILES: Mapping[str, HarnessProfile] = MappingProxyType(
     {p.name: p for p in (CODEX, CLAUDE_CODE, MINIMAX_CODE)}

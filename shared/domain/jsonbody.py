@@ -3,7 +3,7 @@ object keys (which value would be "as sent"?), no unpaired surrogates (they cann
 UTF-8), no NaN/Infinity nor a number that overflows to it (``1e999``), and a body nested so
 deeply that the parser runs out of recursion (10 000 levels) is a 400 like any malformed body,
 never a crash. How deep a *valid* body may nest is the content model's rule
-(``content.MAX_JSON_DEPTH``). Errors are values (400 invalid_request)."""
+(``validation.values.MAX_JSON_DEPTH``). Errors are values (400 invalid_request)."""
 
 from __future__ import annotations
 

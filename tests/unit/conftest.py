@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from shared.domain.admission import Limits
 from shared.domain.errors import ApiError
+from shared.domain.validation import Limits
 
 
 @cache

@@ -17,8 +17,8 @@ import pytest
 from shared.domain.adapters import adapter_for, claude, is_terminal
 from shared.domain.adapters.claude import ClaudeTurn
 from shared.domain.adapters.errors import UnsupportedContent
-from shared.domain.admission import Limits, validate_create
 from shared.domain.errors import ApiError
+from shared.domain.validation import Limits, validate_create
 from shared.domain.whitespace import WHITESPACE
 
 PNG = "data:image/png;base64,iVBORw0KGgo="

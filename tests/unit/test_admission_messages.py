@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from shared.domain.admission import (
+from shared.domain.errors import ApiError
+from shared.domain.validation import (
     AdmittedCreate,
     AdmittedMessageEvent,
     Limits,
@@ -16,7 +17,6 @@ from shared.domain.admission import (
     validate_create,
     validate_event,
 )
-from shared.domain.errors import ApiError
 from shared.settings import Settings
 from tests.unit.conftest import (
     PNG_URI,

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from shared.domain.admission import Limits, validate_create, validate_event
 from shared.domain.content import (
     CreateSessionBody,
     EventBody,
@@ -18,6 +17,7 @@ from shared.domain.content import (
     ToolResultEventBody,
 )
 from shared.domain.errors import ApiError
+from shared.domain.validation import Limits, validate_create, validate_event
 from tests.unit.conftest import JPEG_URI, PNG_URI, image, message_event, msg, text, tool_result
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(EventBody)

@@ -9,7 +9,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.domain.admission import (
+from shared.domain.errors import STATUS, ApiError
+from shared.domain.validation import (
     AdmittedCreate,
     AdmittedMessageEvent,
     AdmittedToolResult,
@@ -17,7 +18,6 @@ from shared.domain.admission import (
     validate_create,
     validate_event,
 )
-from shared.domain.errors import STATUS, ApiError
 from shared.domain.whitespace import WHITESPACE
 from tests.unit.conftest import JPEG_URI, PNG_URI
 

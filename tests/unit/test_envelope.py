@@ -10,7 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.domain.admission import (
+from shared.domain.errors import ApiError
+from shared.domain.sessions import SessionState, decide_create, decide_message, decide_tool_result
+from shared.domain.validation import (
     AdmittedCreate,
     AdmittedMessageEvent,
     AdmittedToolResult,
@@ -18,8 +20,6 @@ from shared.domain.admission import (
     validate_create,
     validate_event,
 )
-from shared.domain.errors import ApiError
-from shared.domain.sessions import SessionState, decide_create, decide_message, decide_tool_result
 from shared.storecodec import item_doc, item_from_doc, pack, unpack
 from tests.unit.conftest import assert_error
 

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from shared.domain.admission import (
+from shared.domain.errors import ApiError
+from shared.domain.harness import CLAUDE_CODE, PROFILES
+from shared.domain.validation import (
     AdmittedCreate,
     AdmittedMessageEvent,
     AdmittedToolResult,
@@ -21,8 +23,6 @@ from shared.domain.admission import (
     validate_create,
     validate_event,
 )
-from shared.domain.errors import ApiError
-from shared.domain.harness import CLAUDE_CODE, PROFILES
 from tests.unit.conftest import (
     JPEG_URI,
     PNG_URI,

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from PIL import Image, ImageFile
 
 from shared.domain import images
-from shared.domain.admission import Limits, validate_create
 from shared.domain.errors import ApiError
 from shared.domain.images import ImageInfo, check_image_url, decode_canonical_base64
+from shared.domain.validation import Limits, validate_create
 from tests.unit.conftest import (
     JPEG_URI,
     PNG_URI,

@@ -1,0 +1,41 @@
+"""The sizes admission enforces, read by every step of the pass (envelope, content, profile)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shared.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_image_bytes: int = 5 * 1024 * 1024
+    max_image_pixels: int = 40_000_000
+    max_images_per_request: int = 20
+    max_parts_per_message: int = 1_000
+    max_messages_per_request: int = 100
+    max_id_length: int = 255  # client_request_id, client_event_id, call_id
+    # metadata, tags and external_actor (docs/admission.md "Metadata, tags, external actor")
+    max_metadata_bytes: int = 16 * 1024  # compact JSON, UTF-8 (each metadata object)
+    max_metadata_keys: int = 64  # top-level keys of each metadata object
+    max_tags: int = 20
+    max_tag_length: int = 64  # characters
+    max_actor_field_length: int = 255  # source, actor_id, actor_name (characters)
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> Limits:
+        return cls(**{name: getattr(s, name) for name in _SETTINGS})
+
+
+# the limits an operator sets (shared.settings); the others are fixed by the contract
+_SETTINGS = (
+    "max_body_bytes",
+    "max_image_bytes",
+    "max_image_pixels",
+    "max_images_per_request",
+    "max_parts_per_message",
+    "max_messages_per_request",
+)
