@@ -210,8 +210,9 @@ class DispatcherService:
     def _live(self, runtime_id: str | None) -> RuntimeInfo | None:
         if runtime_id is None:
             return None
-        rt = self.registry.runtimes.get(runtime_id)
-        if rt is None or not is_alive(rt, _now(), self.heartbeat_timeout):
+        now = _now()
+        rt = self.registry.seen(now).get(runtime_id)
+        if rt is None or not is_alive(rt, now, self.heartbeat_timeout):
             return None
         return rt
 
@@ -236,10 +237,11 @@ class DispatcherService:
             return False
         rt = self._live(b.get("runtime_id"))
         if rt is None:
+            now = _now()
             rt = choose(
-                self.registry.runtimes.values(), await self._load(),
+                self.registry.seen(now).values(), await self._load(),
                 harness=b["harness"], placement=b["placement"],
-                needs_message_images=b["needs_images"], now=_now(),
+                needs_message_images=b["needs_images"], now=now,
                 heartbeat_timeout=self.heartbeat_timeout, session_id=sid,
             )
             if rt is None:
