@@ -95,11 +95,16 @@ class RegistryTail(Tail):
             self.clock.caught_up(min(answered))
 
     def seen(self, now: datetime) -> Mapping[str, RuntimeInfo]:
-        """The Runtimes as liveness should judge them: a heartbeat counts from no earlier than
-        the clock's floor."""
-        floor = self.clock.floor(now.timestamp())
-        if floor is None:
-            return self.runtimes
-        at = datetime.fromtimestamp(floor, UTC)
-        return {rid: rt if rt.heartbeat_at >= at else dataclasses.replace(rt, heartbeat_at=at)
-                for rid, rt in self.runtimes.items()}
+        return as_seen(self.runtimes, self.clock, now)
+
+
+def as_seen(runtimes: Mapping[str, RuntimeInfo], clock: ReadingClock,
+            now: datetime) -> Mapping[str, RuntimeInfo]:
+    """The Runtimes as liveness should judge them: a heartbeat counts from no earlier than the
+    clock's floor."""
+    floor = clock.floor(now.timestamp())
+    if floor is None:
+        return runtimes
+    at = datetime.fromtimestamp(floor, UTC)
+    return {rid: rt if rt.heartbeat_at >= at else dataclasses.replace(rt, heartbeat_at=at)
+            for rid, rt in runtimes.items()}

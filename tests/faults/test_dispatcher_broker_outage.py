@@ -75,7 +75,7 @@ async def until(probe: Callable[[], Awaitable[Any]], pred: Callable[[Any], bool]
 
 
 async def binding(system: System, sid: str) -> Json:
-    doc = await system.dispatcher.db.bindings.find_one({"_id": sid})
+    doc = await system.dispatcher.repo.binding(sid)
     assert doc is not None
     return doc
 
