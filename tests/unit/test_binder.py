@@ -31,6 +31,7 @@ from hypothesis.stateful import (
 )
 
 from services.dispatcher.binder import Binder
+from services.dispatcher.registry import ReadingClock
 from shared.domain import delivery as wire
 from shared.domain.binding import CLAUDE_BRIDGE_PROTOCOLS, RuntimeInfo
 from tests.support.fakes.dispatcher import (
@@ -189,6 +190,20 @@ async def test_a_redelivered_waiting_record_is_queued_once(world: World) -> None
     world.register("rt_a")
     await world.binder.sweep()
     assert [m["delivery_id"] for m in world.delivered()] == [wire.delivery_id(rec["event_id"])]
+
+
+def test_the_reading_clock_grants_a_timeout_only_after_a_stretch_without_reading() -> None:
+    clock = ReadingClock(fresh_s=1.0)
+    assert clock.floor(100.0) == 100.0  # nothing read yet: nothing ages
+    clock.caught_up(100.0)
+    assert clock.floor(100.5) is None  # the first read is not a resumption
+    clock.caught_up(100.8)
+    assert clock.floor(101.5) is None
+    assert clock.floor(102.0) == 102.0  # 1.2 s without a caught-up poll: not reading
+    clock.caught_up(130.0)
+    assert clock.floor(130.2) == 130.0  # heartbeats count from the resumption
+    clock.caught_up(129.0)  # an older poll answer changes nothing
+    assert clock.caught_up_at == 130.0
 
 
 # ---- the state machine --------------------------------------------------------------------
