@@ -89,8 +89,9 @@ class World:
         self.repo = FakeRepository()
         self.registry = FakeRegistry(self.clock)
         self.out = FakeOutbox()
-        self.binder = Binder(self.repo, self.registry, self.out, heartbeat_timeout_s=HEARTBEAT_S,
-                             binding_wait_timeout_s=WAIT_S, clock=self.clock)
+        self.binder, self.replica = (
+            Binder(self.repo, self.registry, self.out, heartbeat_timeout_s=HEARTBEAT_S,
+                   binding_wait_timeout_s=WAIT_S, clock=self.clock) for _ in range(2))
 
     def register(self, runtime_id: str, **kw: Any) -> RuntimeInfo:
         rt = runtime(runtime_id, self.clock.at(), **kw)
@@ -180,6 +181,22 @@ async def test_a_runtime_dead_before_the_dispatcher_started_is_gone_at_once(
     fresh.runtimes = dict(world.registry.runtimes)
     world.binder.registry = fresh
     assert world.binder.live("rt_old") is None
+
+
+async def test_two_replicas_binding_one_session_at_once_agree_on_its_runtime(
+        world: World) -> None:
+    """Each replica spreads Sessions by its own count of them, so two replicas may choose
+    different Runtimes for one waiting Session at the same moment; only one may win, and the
+    other hands the Session's input to the winner."""
+    rec = stored("s1", "t1", "start")
+    await world.binder.accept(rec)  # no Runtime yet: it waits
+    world.register("rt_a")
+    world.register("rt_b")
+    world.binder.load = {"rt_a": 0, "rt_b": 5}
+    world.replica.load = {"rt_a": 5, "rt_b": 0}
+    await asyncio.gather(world.binder.sweep(), world.replica.sweep())
+    assert {rid for rid, _m in world.out.deliveries} == {world.repo.bindings["s1"]["runtime_id"]}
+    assert len({m["delivery_id"] for m in world.delivered()}) == 1
 
 
 async def test_a_redelivered_waiting_record_is_queued_once(world: World) -> None:
@@ -333,6 +350,27 @@ class BinderMachine(RuleBasedStateMachine):
         assert s.turn is not None
         self._accept(stored(s.sid, s.turn, kind, harness=s.harness, placement=s.placement,
                             images=images, ids=self.ids))
+
+    @rule(s=sessions, images=st.booleans(), sweeper_first=st.booleans())
+    def two_replicas_at_once(self, s: Session, images: bool, sweeper_first: bool) -> None:
+        """A message handled by its partition's owner while the other replica sweeps (the
+        sweeper's lease and a partition are held by different replicas): both may bind the
+        Session in the same moment."""
+        if not s.running:
+            s.turn, s.running = f"t_{next(self.ids)}", True
+            kind = "start"
+        else:
+            kind = "steer"
+        assert s.turn is not None
+        rec = stored(s.sid, s.turn, kind, harness=s.harness, placement=s.placement,
+                     images=images, ids=self.ids)
+        self.accepted[rec["event_id"]] = rec
+        both = [self.w.binder.accept(rec), self.w.replica.sweep()]
+
+        async def together() -> None:
+            await asyncio.gather(*(both[::-1] if sweeper_first else both))
+        self.run(together())
+        self._after()
 
     @rule(s=sessions, images=st.booleans())
     def function_result(self, s: Session, images: bool) -> None:

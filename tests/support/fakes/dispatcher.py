@@ -6,6 +6,7 @@ edits what it read does not edit the store)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,24 +37,32 @@ class FakeClock:
 
 
 class FakeRepository:
+    """Every call first yields to the event loop, as a round trip to the store does, so two
+    replicas' coroutines run together interleave between calls (each call itself is atomic,
+    as one store command is)."""
+
     def __init__(self) -> None:
         self.bindings: dict[str, Doc] = {}
         self.pending_docs: dict[str, Doc] = {}
 
     async def binding(self, session_id: str) -> Doc | None:
+        await asyncio.sleep(0)
         b = self.bindings.get(session_id)
         return copy.deepcopy(b) if b is not None else None
 
     async def create_binding(self, doc: Doc) -> Doc:
+        await asyncio.sleep(0)
         self.bindings.setdefault(doc["_id"], copy.deepcopy(doc))
         return copy.deepcopy(self.bindings[doc["_id"]])
 
     async def update_binding(self, session_id: str, fields: Mapping[str, Any]) -> None:
+        await asyncio.sleep(0)
         if session_id in self.bindings:
             self.bindings[session_id].update(copy.deepcopy(dict(fields)))
 
     async def swap_runtime(self, session_id: str, read: str | None,
                            fields: Mapping[str, Any]) -> bool:
+        await asyncio.sleep(0)
         b = self.bindings.get(session_id)
         if b is None or b.get("runtime_id") != read:
             return False
@@ -61,10 +70,12 @@ class FakeRepository:
         return True
 
     async def bound_to(self, runtime_id: str) -> list[Doc]:
+        await asyncio.sleep(0)
         return [copy.deepcopy(b) for b in self.bindings.values()
                 if b.get("runtime_id") == runtime_id]
 
     async def load(self) -> dict[str, int]:
+        await asyncio.sleep(0)
         load: dict[str, int] = {}
         for b in self.bindings.values():
             if b.get("runtime_id") is not None:
@@ -72,22 +83,27 @@ class FakeRepository:
         return load
 
     async def pending_count(self, session_id: str) -> int:
+        await asyncio.sleep(0)
         return sum(1 for p in self.pending_docs.values() if p["session_id"] == session_id)
 
     async def queue(self, session_id: str, event_id: str, record: Doc, n: int,
                     queued_at: float) -> None:
+        await asyncio.sleep(0)
         self.pending_docs.setdefault(f"{session_id}:{event_id}", {
             "_id": f"{session_id}:{event_id}", "session_id": session_id, "n": n,
             "queued_at": queued_at, "record": copy.deepcopy(record)})
 
     async def pending(self, session_id: str) -> list[Doc]:
+        await asyncio.sleep(0)
         return sorted((copy.deepcopy(p) for p in self.pending_docs.values()
                        if p["session_id"] == session_id), key=lambda p: p["n"])
 
     async def unqueue(self, pending_id: str) -> None:
+        await asyncio.sleep(0)
         self.pending_docs.pop(pending_id, None)
 
     async def waiting_sessions(self) -> set[str]:
+        await asyncio.sleep(0)
         return {p["session_id"] for p in self.pending_docs.values()}
 
 
