@@ -378,6 +378,21 @@ class BinderMachine(RuleBasedStateMachine):
             self._accept(stored(s.sid, s.turn, "function_result", harness=s.harness,
                                 placement=s.placement, images=images, ids=self.ids))
 
+    @rule(s=sessions, code=st.sampled_from([wire.REFUSAL_TURN_ENDED, "harness_error"]))
+    def runtime_refuses(self, s: Session, code: str) -> None:
+        """The Runtime refuses the Session's last delivery: a steer after the harness ended the
+        Turn is handed over again by storage (a fact); any other refusal fails the Turn."""
+        mine = [m for _rid, m in self.w.out.deliveries if m["session_id"] == s.sid]
+        if not mine:
+            return
+        m = mine[-1]
+        self.run(self.w.binder.observe({
+            "schema": "runtime.observation/1", "session_id": s.sid, "turn_id": m["turn_id"],
+            "runtime_id": m["runtime_id"], "native": None,
+            "refusal": {"delivery_id": m["delivery_id"], "kind": m["kind"], "code": code,
+                        "reason": f"refused ({code})"}}))
+        self._after()
+
     @rule(s=sessions)
     def turn_ends(self, s: Session) -> None:
         if s.running and s.turn is not None:
@@ -415,6 +430,6 @@ class BinderMachine(RuleBasedStateMachine):
 
 
 BinderMachine.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=40, deadline=None,
+    max_examples=300, stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestBinderMachine = BinderMachine.TestCase
