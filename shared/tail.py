@@ -48,6 +48,7 @@ class Tail:
                 for records in batches.values():
                     for r in records:
                         await self._one(r)
+                await self.polled()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -66,6 +67,9 @@ class Tail:
 
     def dispatch(self, value: dict[str, Any]) -> None:  # overridden
         raise NotImplementedError
+
+    async def polled(self) -> None:
+        """Called after every poll, records or not (a tail that tracks its own lag)."""
 
     async def stop(self) -> None:
         if self.task:

@@ -272,14 +272,14 @@ class Admission:
         doc = unpack(await self.db.sessions.find_one({"_id": session_id}))
         if doc is None:
             return Answer.error(errors.not_found("no such Session", "session_id"))
-        binding = await self.db.bindings.find_one({"_id": session_id})
         body = {
             "id": doc["_id"],
             "harness": doc["harness"],
             "placement": doc["placement"],
             "status": doc.get("status"),
             "binding": doc.get("binding"),
-            "runtime_id": (binding or {}).get("runtime_id"),
+            # the dispatcher's binding facts, as storage applied them to the Session
+            "runtime_id": (doc.get("binding") or {}).get("runtime_id"),
             "turn": {"id": doc.get("turn_id"), "running": doc.get("turn_running", False)},
             "last_sequence": doc.get("last_sequence", 0),
             "created_at": doc.get("created_at"),

@@ -141,12 +141,6 @@ async def test_kill_storage_with_steers_racing_turn_ends(
                        pace_s=float(os.environ.get("CHAOS_STEER_PACE_S", "0.75")))
 
 
-# Quarantined (xfail, non-strict), an open bug of issue 17 (docs/chaos.md, "Open: Runtimes
-# declared gone during a broker outage"): while the broker is away the Runtimes' heartbeats
-# cannot arrive, and once it is back the dispatcher counts them as missed, declares the Runtimes
-# gone and fails their running Turns (2 Turns failed, 1 call uncertain in the run at 7666d1d).
-@pytest.mark.xfail(strict=False, reason="open: a broker outage makes the dispatcher declare "
-                   "live Runtimes gone and fail their Turns (docs/chaos.md)")
 async def test_kill_broker(chaos_core: Core, chaos_stack: Stack, api: httpx.AsyncClient,
                            record: Callable[[Row], None]) -> None:
     answers = await run_scenario(chaos_core, api, record, "kill -9 Kafka broker",

@@ -350,7 +350,7 @@ async def test_image_turn_on_a_text_only_binding_rebinds_before_the_turn_starts(
     assert v["binding"]["runtime_id"] == seeing.runtime_id
     assert not [i for i in await items(system, sid) if failed_turn()(i)]
     # The Session now needs message images: a text-only Turn stays on the seeing Runtime.
-    doc = await system.dispatcher.db.bindings.find_one({"_id": sid})
+    doc = await system.dispatcher.repo.binding(sid)
     assert doc is not None and doc["needs_images"] is True
 
 
@@ -538,9 +538,9 @@ async def test_redelivered_record_waiting_for_a_runtime_is_queued_once(
                  "placement": "self_hosted", "has_images": False,
                  "messages": [msg(text("waiting"))]}
     async with disp.lock:
-        await disp.accept(rec)
-        await disp.accept(rec)  # the redelivery
-    docs = [d async for d in disp.db.pending_deliveries.find({"session_id": sid})]
+        await disp.binder.accept(rec)
+        await disp.binder.accept(rec)  # the redelivery
+    docs = await disp.repo.pending(sid)
     assert len(docs) == 1 and docs[0]["record"] == rec
 
 
@@ -550,7 +550,7 @@ async def test_one_binding_per_session_when_two_replicas_bind_at_once(system: Sy
     winner instead (else both would deliver the Session's input: two native Turns)."""
     disp = system.dispatcher
     sid = "session_" + uuid.uuid4().hex
-    await disp.db.bindings.insert_one({"_id": sid, "harness": "codex", "placement": "none",
+    await disp.repo.create_binding({"_id": sid, "harness": "codex", "placement": "none",
                                        "needs_images": False, "runtime_id": None,
                                        "status": "waiting_for_runtime"})
 
@@ -560,13 +560,13 @@ async def test_one_binding_per_session_when_two_replicas_bind_at_once(system: Sy
                            function_result_images=True, status="ready",
                            heartbeat_at=datetime.now(UTC))
 
-    assert await disp.claim(sid, None, runtime("rt_first")) is True
-    assert await disp.claim(sid, None, runtime("rt_second")) is False  # it read "unbound"
-    doc = await disp.db.bindings.find_one({"_id": sid})
+    assert await disp.binder.claim(sid, None, runtime("rt_first")) is True
+    assert await disp.binder.claim(sid, None, runtime("rt_second")) is False  # it read "unbound"
+    doc = await disp.repo.binding(sid)
     assert doc is not None and doc["runtime_id"] == "rt_first"
     # a rebind from the Runtime it read (gone) still works
-    assert await disp.claim(sid, "rt_first", runtime("rt_second")) is True
-    doc = await disp.db.bindings.find_one({"_id": sid})
+    assert await disp.binder.claim(sid, "rt_first", runtime("rt_second")) is True
+    doc = await disp.repo.binding(sid)
     assert doc is not None and doc["runtime_id"] == "rt_second"
 
 
