@@ -147,7 +147,9 @@ def kafka_component(opts: Options) -> Component:
            "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log4j}",
            f"-Dkafka.logs.dir={st.logs}", "-cp", f"{libs}/*"]
     if not (data / "meta.properties").exists():
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # Kafka's own ids are url-safe base64 too; one that starts with "-" is read by the
+        # format tool as an option (a failed start 1 run in 64), so "-" is never first.
+        cluster_id = "A" + base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")[1:]
         st.logs.mkdir(parents=True, exist_ok=True)
         fmt = [java, *jvm, "kafka.tools.StorageTool", "format", "--standalone",
                "-t", cluster_id, "-c", str(props)]
