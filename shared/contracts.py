@@ -85,7 +85,9 @@ class _ItemBase(BaseModel):
     session_id: SessionId
     sequence: Annotated[int, Field(ge=1)]
     created_at: Timestamp
-    tenant: str | None = Field(default=None, description="the Session's tenant (topic only)")
+    tenant: str | None = Field(
+        default=None, description="the tenant that created the Session: on the topic, to route "
+        "by (absent in HTTP bodies, and on records published before it was added)")
 
 
 class _Envelope(BaseModel):

@@ -54,5 +54,8 @@ class ItemTail(Tail):
                 self.listeners.pop(session_id, None)
 
     def dispatch(self, value: dict[str, Any]) -> None:
-        for q in list(self.listeners.get(str(value.get("session_id")), ())):
-            q.put_nowait(value)
+        listeners = list(self.listeners.get(str(value.get("session_id")), ()))
+        if listeners:
+            item = records.public_item(value)
+            for q in listeners:
+                q.put_nowait(item)

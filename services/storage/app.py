@@ -40,6 +40,7 @@ from shared.kafka import (
 )
 from shared.logging import get_logger
 from shared.metrics import STORAGE_BATCH_RECORDS, STORAGE_BATCH_SECONDS, Stopwatch
+from shared.records import item_record
 from shared.service import decode_batch, raw_decoder
 from shared.settings import Settings
 from shared.store import database, ensure_indexes, make_client, ping
@@ -212,14 +213,13 @@ class StorageService:
                     await self.dlq.record(source[id(inp)], Poison(
                         UNPROCESSABLE, f"processing failed: {exc!r}"[:300]))
                     continue
-                out.items += one.items
-                out.stored += one.stored
-                out.replies += one.replies
+                out.merge(one)
         # Durable now: publish Items (by id, in sequence order) and inputs to deliver, then the
         # answers. Each wave is sent without awaiting every record (the idempotent producer keeps
         # the send order per partition, so per Session), then awaited as a whole before the next
         # wave and before the offsets are committed.
-        wave = [self._send(self.topics.session_items, {"schema": records.ITEM, **item},
+        wave = [self._send(self.topics.session_items,
+                           item_record(item, out.tenants[item["session_id"]]),
                            item["session_id"]) for item in out.items]
         wave += [self._send(self.topics.session_stored, {"schema": records.STORED, **stored},
                             stored["session_id"]) for stored in out.stored]

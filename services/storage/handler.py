@@ -38,6 +38,16 @@ class Outputs:
     items: list[Json] = field(default_factory=list)  # to session.items, in order
     stored: list[Json] = field(default_factory=list)  # to session.stored
     replies: list[Json] = field(default_factory=list)  # to the admission reply topic
+    # session_id → its tenant, for every Session with Items here: the Item records on the topic
+    # name it (a multi-tenant consumer routes by it); the HTTP answers, one tenant's own view,
+    # do not
+    tenants: dict[str, str] = field(default_factory=dict)
+
+    def merge(self, other: Outputs) -> None:
+        self.items += other.items
+        self.stored += other.stored
+        self.replies += other.replies
+        self.tenants.update(other.tenants)
 
 
 def record_to_inputs(rec: Json) -> list[Json]:
@@ -234,6 +244,9 @@ class StorageHandler:
                 out.stored.append(d.stored)
             if d.reply is not None:
                 out.replies.append(d.reply)
+        for item in out.items:
+            state = states.get(item["session_id"])
+            out.tenants[item["session_id"]] = state.tenant if state else DEFAULT_TENANT
         return out
 
     async def _refused_steers(self, inputs: list[Json], states: dict[str, SessionState]
