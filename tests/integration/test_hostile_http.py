@@ -236,7 +236,8 @@ class Harness:
                         t.validated += 1
                         try:
                             validate(r)
-                        except Exception as exc:  # a schemathesis check failed
+                        # schemathesis raises its failures as a BaseExceptionGroup
+                        except (Exception, BaseExceptionGroup) as exc:
                             t.nonconforming.append(
                                 f"{method} {path} → {status}: {str(exc)[:600]}")
         except (httpx.InvalidURL, httpx.LocalProtocolError, UnicodeEncodeError, ValueError):
