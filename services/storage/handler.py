@@ -23,10 +23,18 @@ from shared.domain.sessions import (
     decide_steer_refused,
     decide_tool_result,
 )
-from shared.domain.tenancy import DEFAULT_TENANT, create_idempotency_key
+from shared.domain.tenancy import DEFAULT_TENANT
 from shared.logging import bound, get_logger
 from shared.store import PK_LOOKUPS_MAX, find_by_ids
-from shared.storecodec import item_from_doc, item_key
+from shared.storecodec import item_from_doc
+from shared.storekeys import (
+    call_key,
+    create_key,
+    event_key,
+    fact_source,
+    item_key,
+    request_source,
+)
 
 log = get_logger(__name__)
 Json = dict[str, Any]
@@ -101,12 +109,12 @@ def _end_reason(state: str, end_reason: Any) -> str | None:
 
 def source_key(rec: Json) -> str:
     if rec["schema"] == records.ADMITTED:
-        return f"req:{rec['request_id']}"
-    return f"fact:{rec['fact_id']}"
+        return request_source(rec["request_id"])
+    return fact_source(rec["fact_id"])
 
 
 def _create_key(r: Json) -> str:
-    return create_idempotency_key(r.get("tenant") or DEFAULT_TENANT, r["client_request_id"])
+    return create_key(r.get("tenant") or DEFAULT_TENANT, r["client_request_id"])
 
 
 def _reply(request_id: str, err: errors.ApiError) -> Json:
@@ -182,9 +190,9 @@ class StorageHandler:
             if r.get("client_request_id"):
                 idem_keys.append(_create_key(r))
             if r.get("client_event_id"):
-                idem_keys.append(f"event:{r['session_id']}:{r['client_event_id']}")
+                idem_keys.append(event_key(r["session_id"], r["client_event_id"]))
             if r.get("event_type") == records.EV_TOOL_RESULT:
-                call_keys.append(f"{r['session_id']}/{r['call_id']}")
+                call_keys.append(call_key(r["session_id"], r["call_id"]))
         idem = await self.repo.idempotency(idem_keys)
         calls = await self.repo.calls(call_keys)
         refused = await self._refused_steers(inputs, states)
@@ -313,12 +321,12 @@ class StorageHandler:
             out.replies.append(_reply(rid, errors.not_found("no such Session", "session_id")))
             return None
         ceid = r.get("client_event_id")
-        if ceid and f"event:{sid}:{ceid}" in idem:
-            self._duplicate(idem[f"event:{sid}:{ceid}"], r, out, 202)
+        if ceid and event_key(sid, ceid) in idem:
+            self._duplicate(idem[event_key(sid, ceid)], r, out, 202)
             return None
         if r["event_type"] == records.EV_MESSAGE:
             return decide_message(state, r, now)
-        call = calls.get(f"{sid}/{r['call_id']}")
+        call = calls.get(call_key(sid, r["call_id"]))
         if call is None:
             out.replies.append(
                 _reply(rid, errors.not_found("the Session never issued this call", "call_id"))

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from shared.domain.delivery import next_delivery_id
-from shared.domain.tenancy import DEFAULT_TENANT, create_idempotency_key
+from shared.domain.tenancy import DEFAULT_TENANT
+from shared.storekeys import (
+    call_key,
+    create_key,
+    event_key,
+    fact_source,
+    item_key,
+    request_source,
+)
 
 Delivery = Literal["started", "steered", "resumed", "duplicate"]
 Json = dict[str, Any]
@@ -192,7 +200,7 @@ def _idempotency(key: str, record: Json, status: int, body: Json) -> Json:
 
 def decide_create(record: Json, now: str) -> Decision:
     sid = record["session_id"]
-    key = f"req:{record['request_id']}"
+    key = request_source(record["request_id"])
     ids = IdSource(key)
     state = SessionState(
         session_id=sid,
@@ -224,13 +232,13 @@ def decide_create(record: Json, now: str) -> Decision:
     d.stored = _stored_messages(state, record, turn_id, "start", msgs)
     if record.get("client_request_id"):
         d.idempotency.append(
-            _idempotency(create_idempotency_key(state.tenant, record["client_request_id"]),
+            _idempotency(create_key(state.tenant, record["client_request_id"]),
                          record, 201, body))
     return d
 
 
 def decide_message(state: SessionState, record: Json, now: str) -> Decision:
-    key = f"req:{record['request_id']}"
+    key = request_source(record["request_id"])
     ids = IdSource(key)
     b = _Builder(state, ids, now)
     if state.turn_running and state.turn_id:
@@ -251,7 +259,7 @@ def decide_message(state: SessionState, record: Json, now: str) -> Decision:
     d.stored = _stored_messages(state, record, turn_id, kind, msgs)
     if record.get("client_event_id"):
         d.idempotency.append(_idempotency(
-            f"event:{state.session_id}:{record['client_event_id']}", record, 202, body))
+            event_key(state.session_id, record["client_event_id"]), record, 202, body))
     return d
 
 
@@ -264,7 +272,7 @@ def decide_steer_refused(state: SessionState, fact: Json, messages: list[Json], 
     Turn running, the Runtime's word ends it first (its own end observation, when it comes, is
     then for an inactive Turn). ``messages`` are the event's stored message Items (storage
     reads them back: nothing is kept per steer on the hot path)."""
-    key = f"fact:{fact['fact_id']}"
+    key = fact_source(fact["fact_id"])
     ids = IdSource(key)
     b = _Builder(state, ids, now)
     d = Decision(source_key=key, session_id=state.session_id)
@@ -301,13 +309,13 @@ def decide_steer_refused(state: SessionState, fact: Json, messages: list[Json], 
         "has_images": any(_has_images(m["content"]) for m in messages),
         "item_ids": [m["id"] for m in messages],
         # the journal keeps no content: a replay reads the messages back by these keys
-        "message_keys": [f"{state.session_id}/{m['sequence']}" for m in messages],
+        "message_keys": [item_key(state.session_id, m["sequence"]) for m in messages],
     }
     return d
 
 
 def decide_tool_result(state: SessionState, record: Json, now: str) -> Decision:
-    key = f"req:{record['request_id']}"
+    key = request_source(record["request_id"])
     ids = IdSource(key)
     b = _Builder(state, ids, now)
     sub = record["submission"]
@@ -330,7 +338,7 @@ def decide_tool_result(state: SessionState, record: Json, now: str) -> Decision:
     d.reply = {"request_id": record["request_id"], "status": 202, "body": body}
     d.call_updates.append(
         {
-            "_id": f"{state.session_id}/{call_id}",
+            "_id": call_key(state.session_id, call_id),
             "set": {
                 "submission": copy.deepcopy(sub),
                 "fields_present": list(record["fields_present"]),
@@ -338,7 +346,7 @@ def decide_tool_result(state: SessionState, record: Json, now: str) -> Decision:
                 "submitted_at": now,
                 "event_id": record["event_id"],
                 "output_item_id": item["id"],
-                "output_item_key": f"{state.session_id}/{item['sequence']}",
+                "output_item_key": item_key(state.session_id, item["sequence"]),
                 "answer": body,
                 "application": {"state": "pending", "reason": None, "at": now},
             },
@@ -359,13 +367,13 @@ def decide_tool_result(state: SessionState, record: Json, now: str) -> Decision:
     }
     if record.get("client_event_id"):
         d.idempotency.append(_idempotency(
-            f"event:{state.session_id}:{record['client_event_id']}", record, 202, body))
+            event_key(state.session_id, record["client_event_id"]), record, 202, body))
     return d
 
 
 def decide_fact(state: SessionState, fact: Json, now: str) -> Decision:
     """Facts from the dispatcher, the receipt tracker and runtime observations."""
-    key = f"fact:{fact['fact_id']}"
+    key = fact_source(fact["fact_id"])
     ids = IdSource(key)
     b = _Builder(state, ids, now)
     kind = fact["kind"]
@@ -387,7 +395,7 @@ def decide_fact(state: SessionState, fact: Json, now: str) -> Decision:
         new = replace(b.state, open_calls=open_calls)
         d.call_updates.append(
             {
-                "_id": f"{state.session_id}/{call_id}",
+                "_id": call_key(state.session_id, call_id),
                 "set_on_insert": {
                     "session_id": state.session_id,
                     "call_id": call_id,
@@ -421,7 +429,7 @@ def decide_fact(state: SessionState, fact: Json, now: str) -> Decision:
         new = b.state
         d.call_updates.append(
             {
-                "_id": f"{state.session_id}/{call_id}",
+                "_id": call_key(state.session_id, call_id),
                 "set": {"application": {"state": fact["state"], "reason": fact.get("reason"),
                                         "at": now}},
             }
