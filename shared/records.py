@@ -35,6 +35,12 @@ def item_record(item: dict[str, Any], tenant: str) -> dict[str, Any]:
     return {"schema": ITEM, "tenant": tenant, **item}
 
 
+def stored_record(stored: dict[str, Any]) -> dict[str, Any]:
+    """A decided input as published on ``session.stored`` (its body:
+    ``shared.domain.sessions.stored_input``, or replayed from the journal)."""
+    return {"schema": STORED, **stored}
+
+
 def public_item(record: dict[str, Any]) -> dict[str, Any]:
     """The Item as the HTTP API shows it (one tenant's own view): the topic envelope removed."""
     return {k: v for k, v in record.items() if k not in ITEM_TOPIC_ONLY}

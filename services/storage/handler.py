@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.storage.repository import StorageRepository
-from shared import itemstore, records
+from shared import itemstore, records, typedrecords
 from shared.domain import errors
 from shared.domain.observations import CallOpened, TurnEnded, classify_all
 from shared.domain.sessions import (
@@ -58,18 +58,40 @@ class Outputs:
         self.tenants.update(other.tenants)
 
 
+# What storage reads from each of its topics' schemas.
+RECORD_TYPES: dict[str, typedrecords.RecordType[Any]] = {
+    records.ADMITTED: typedrecords.ADMITTED,
+    records.FACT: typedrecords.FACT,
+    records.OBSERVATION: typedrecords.OBSERVATION,
+}
+
+
+def inputs_of(rec: typedrecords.Decoded[Any]) -> list[Json]:
+    """The storage inputs a decoded record stands for: admitted input and facts as they came
+    (their content exactly as decoded), the facts an observation shows (none: not ours)."""
+    if isinstance(rec.model, typedrecords.AdmittedCreate | typedrecords.AdmittedEvent
+                  | typedrecords.Fact):
+        return [rec.value]
+    if isinstance(rec.model, typedrecords.Observation):
+        return _observed_facts(rec.model, rec.value)
+    return []
+
+
 def record_to_inputs(rec: Json) -> list[Json]:
-    """Turn a decoded record into the storage inputs it stands for (none: not ours)."""
-    schema = rec.get("schema")
-    if schema in (records.ADMITTED, records.FACT):
-        return [rec]
+    """``inputs_of`` a record given as a decoded JSON object (validated as if read from its
+    topic: a ``ValidationError`` when it is not a record storage reads)."""
+    kind = RECORD_TYPES.get(str(rec.get("schema")))
+    if kind is None:
+        return []
+    return inputs_of(typedrecords.Decoded(kind.adapter.validate_python(rec), rec))
+
+
+def _observed_facts(obs: typedrecords.Observation, rec: Json) -> list[Json]:
     out: list[Json] = []
-    if schema != records.OBSERVATION:
-        return out
-    sid = rec.get("session_id")
+    sid = obs.session_id
     native = rec.get("native")
     obs_id = rec.get("observation_id") or (native or {}).get("uuid")
-    for c in classify_all(rec.get("harness", ""), native):
+    for c in classify_all(obs.harness or "", native):
         if isinstance(c, CallOpened):
             out.append({
                 "schema": records.FACT,

@@ -171,20 +171,31 @@ def _has_images(parts: list[Json]) -> bool:
     return any(p.get("type") == "input_image" for p in parts)
 
 
-def _stored_messages(state: SessionState, record: Json, turn_id: str, kind: str,
-                     msgs: list[Json]) -> Json:
-    """The input the dispatcher must deliver (``session.stored``)."""
+def stored_input(state: SessionState, *, turn_id: str | None, kind: str, event_id: str,
+                 item_ids: list[str], **fields: Any) -> Json:
+    """The input the dispatcher must deliver (the body of a ``session.stored`` record; storage
+    adds the envelope when it publishes, ``shared.records.stored_record``): where it goes, what
+    it is, the Items it was stored as, and the ``fields`` of its ``kind``."""
     return {
         "session_id": state.session_id,
         "harness": state.harness,
         "placement": state.placement,
         "turn_id": turn_id,
         "kind": kind,
-        "event_id": record["event_id"],
-        "messages": [{"role": "user", "content": m["content"]} for m in msgs],
-        "has_images": any(_has_images(m["content"]) for m in msgs),
-        "item_ids": [m["id"] for m in msgs],
+        "event_id": event_id,
+        **fields,
+        "item_ids": item_ids,
     }
+
+
+def _stored_messages(state: SessionState, turn_id: str, kind: str, event_id: str,
+                     msgs: list[Json], **fields: Any) -> Json:
+    """Messages to start a Turn with or steer into one; ``msgs`` are their message Items."""
+    return stored_input(
+        state, turn_id=turn_id, kind=kind, event_id=event_id, item_ids=[m["id"] for m in msgs],
+        **fields,
+        messages=[{"role": "user", "content": m["content"]} for m in msgs],
+        has_images=any(_has_images(m["content"]) for m in msgs))
 
 
 def _idempotency(key: str, record: Json, status: int, body: Json) -> Json:
@@ -229,7 +240,7 @@ def decide_create(record: Json, now: str) -> Decision:
     # it, so the repeated answer is byte-identical to the first.
     body["items"] = b.items
     d.reply = {"request_id": record["request_id"], "status": 201, "body": body}
-    d.stored = _stored_messages(state, record, turn_id, "start", msgs)
+    d.stored = _stored_messages(state, turn_id, "start", record["event_id"], msgs)
     if record.get("client_request_id"):
         d.idempotency.append(
             _idempotency(create_key(state.tenant, record["client_request_id"]),
@@ -256,7 +267,7 @@ def decide_message(state: SessionState, record: Json, now: str) -> Decision:
     d = Decision(source_key=key, session_id=state.session_id, state=new, items=b.items)
     body = {"event_id": record["event_id"], "delivery": delivery, "items": b.items}
     d.reply = {"request_id": record["request_id"], "status": 202, "body": body}
-    d.stored = _stored_messages(state, record, turn_id, kind, msgs)
+    d.stored = _stored_messages(state, turn_id, kind, record["event_id"], msgs)
     if record.get("client_event_id"):
         d.idempotency.append(_idempotency(
             event_key(state.session_id, record["client_event_id"]), record, 202, body))
@@ -297,20 +308,11 @@ def decide_steer_refused(state: SessionState, fact: Json, messages: list[Json], 
     assert turn_id is not None
     d.items = b.items
     d.state = replace(b.state, version=state.version + 1, turn_id=turn_id, turn_running=True)
-    d.stored = {
-        "session_id": state.session_id,
-        "harness": state.harness,
-        "placement": state.placement,
-        "turn_id": turn_id,
-        "kind": kind,
-        "event_id": event_id,
-        "delivery_id": next_delivery_id(str(fact["delivery_id"])),
-        "messages": [{"role": "user", "content": copy.deepcopy(m["content"])} for m in messages],
-        "has_images": any(_has_images(m["content"]) for m in messages),
-        "item_ids": [m["id"] for m in messages],
+    d.stored = _stored_messages(
+        state, turn_id, kind, event_id, copy.deepcopy(messages),
+        delivery_id=next_delivery_id(str(fact["delivery_id"])),
         # the journal keeps no content: a replay reads the messages back by these keys
-        "message_keys": [item_key(state.session_id, m["sequence"]) for m in messages],
-    }
+        message_keys=[item_key(state.session_id, m["sequence"]) for m in messages])
     return d
 
 
@@ -352,19 +354,10 @@ def decide_tool_result(state: SessionState, record: Json, now: str) -> Decision:
             },
         }
     )
-    d.stored = {
-        "session_id": state.session_id,
-        "harness": state.harness,
-        "placement": state.placement,
-        "turn_id": state.turn_id,
-        "kind": "function_result",
-        "event_id": record["event_id"],
-        "call_id": call_id,
-        "name": name,
-        "submission": copy.deepcopy(sub),
-        "fields_present": list(record["fields_present"]),
-        "item_ids": [item["id"]],
-    }
+    d.stored = stored_input(
+        state, turn_id=state.turn_id, kind="function_result", event_id=record["event_id"],
+        item_ids=[item["id"]], call_id=call_id, name=name, submission=copy.deepcopy(sub),
+        fields_present=list(record["fields_present"]))
     if record.get("client_event_id"):
         d.idempotency.append(_idempotency(
             event_key(state.session_id, record["client_event_id"]), record, 202, body))
