@@ -30,6 +30,7 @@ from shared.domain.content import (
     Tags,
     ToolResultEventBody,
 )
+from shared.domain.errors import ErrorType
 
 _EXACT = ConfigDict(extra="forbid")
 # records whose producers are Runtimes (outside this repo) may carry more than Core reads
@@ -85,7 +86,9 @@ class _ItemBase(BaseModel):
     session_id: SessionId
     sequence: Annotated[int, Field(ge=1)]
     created_at: Timestamp
-    tenant: str | None = Field(default=None, description="the Session's tenant (topic only)")
+    tenant: str | None = Field(
+        default=None, description="the tenant that created the Session: on the topic, to route "
+        "by (absent in HTTP bodies, and on records published before it was added)")
 
 
 class _Envelope(BaseModel):
@@ -136,6 +139,113 @@ class TurnItem(_ItemBase):
 
 Item = Annotated[MessageItem | FunctionCallItem | FunctionCallOutputItem
                  | FunctionCallApplicationItem | TurnItem, Field(discriminator="type")]
+
+
+# --------------------------------------------------------------------------- HTTP answers
+# The bodies of CONTRACT §1, from which services/admission/openapi.py builds every response of
+# docs/openapi.json (schemathesis checks the served answers against them).
+Harness = Literal["codex", "claude_code", "minimax_code"]
+Placement = Literal["none", "openai_hosted", "self_hosted"]
+SessionStatus = Literal["waiting_for_runtime", "bound"]
+Delivery = Literal["started", "steered", "resumed", "duplicate"]
+CallState = Literal["open", "pending", "applied", "uncertain", "failed"]
+
+
+class ErrorDetail(BaseModel):
+    model_config = _EXACT
+    type: ErrorType
+    message: str
+    param: str | None
+
+
+class Error(BaseModel):
+    """Every 4xx/5xx answer (CONTRACT §1 Errors)."""
+
+    model_config = _EXACT
+    error: ErrorDetail
+
+
+class SessionCreated(BaseModel):
+    """``POST /v1/sessions``: the Session and the Items its first input produced."""
+
+    model_config = _EXACT
+    id: SessionId
+    harness: Harness
+    placement: Placement
+    status: SessionStatus
+    metadata: Metadata | None = Field(default=None, description="present when sent")
+    items: list[Item]
+
+
+class EventAccepted(BaseModel):
+    """``POST /v1/sessions/{id}/events``: how the event was delivered, and its Items."""
+
+    model_config = _EXACT
+    event_id: str
+    delivery: Delivery
+    items: list[Item]
+
+
+class SessionTurn(BaseModel):
+    model_config = _EXACT
+    id: str | None
+    running: bool
+
+
+class Session(BaseModel):
+    """``GET /v1/sessions/{id}``."""
+
+    model_config = _EXACT
+    id: SessionId
+    harness: Harness
+    placement: Placement
+    status: SessionStatus
+    binding: dict[str, Any] | None = Field(
+        description="the last binding decision: runtime_id, reason, at")
+    runtime_id: str | None
+    turn: SessionTurn
+    last_sequence: Annotated[int, Field(ge=0)]
+    created_at: Timestamp | None
+    metadata: Metadata | None
+
+
+class ItemPage(BaseModel):
+    """``GET /v1/sessions/{id}/items`` without ``stream``."""
+
+    model_config = _EXACT
+    items: list[Item]
+    has_more: bool
+    next_after: Annotated[int, Field(ge=0)]
+
+
+class Application(BaseModel):
+    model_config = _OPEN
+    state: Literal["pending", "applied", "uncertain", "failed"]
+    reason: str | None
+    at: Timestamp
+
+
+class ToolResult(BaseModel):
+    """``GET /v1/sessions/{id}/tool_results/{call_id}``."""
+
+    model_config = _EXACT
+    session_id: SessionId
+    call_id: str
+    name: str | None
+    arguments: Any
+    submitted: bool
+    submission: dict[str, Any] | None = Field(
+        description="the result exactly as submitted: call_id, success, and only the output / "
+                    "error fields that were sent")
+    fields_present: list[str] | None
+    submitted_at: Timestamp | None
+    application: Application | None
+    state: CallState
+
+
+class Health(BaseModel):
+    model_config = _OPEN
+    status: str
 
 
 # --------------------------------------------------------------------------- runtime.*

@@ -9,6 +9,8 @@ import copy
 import hashlib
 from typing import Any
 
+from shared.storekeys import chunk_key
+
 Json = dict[str, Any]
 
 
@@ -30,7 +32,7 @@ def externalize(item: Json, inline_max: int, chunk_bytes: int) -> tuple[Json, li
             sha = hashlib.sha256(raw).hexdigest()
             n = 0
             for start in range(0, len(raw), chunk_bytes):
-                chunks.append({"_id": f"{sha}:{n}", "sha": sha, "n": n,
+                chunks.append({"_id": chunk_key(sha, n), "sha": sha, "n": n,
                                "data": raw[start:start + chunk_bytes]})
                 n += 1
             # The key keeps its place in the part (key order round-trips); only its value

@@ -8,17 +8,18 @@ from typing import Any
 
 from shared import imagerefs
 from shared.store import Doc, find_by_ids
-from shared.storecodec import item_from_doc, item_key
+from shared.storecodec import item_from_doc
+from shared.storekeys import chunk_key, item_key
 
 
 async def rehydrate(db: Any, items: list[Doc]) -> list[Doc]:
     refs = {r["sha256"]: r for it in items for r in imagerefs.refs(it)}
     if not refs:
         return items
-    keys = [f"{sha}:{n}" for sha, r in refs.items() for n in range(r["chunks"])]
+    keys = [chunk_key(sha, n) for sha, r in refs.items() for n in range(r["chunks"])]
     found = await find_by_ids(db.image_chunks, keys)
     joined = {
-        sha: b"".join(bytes(found[f"{sha}:{n}"]["data"]) for n in range(r["chunks"]))
+        sha: b"".join(bytes(found[chunk_key(sha, n)]["data"]) for n in range(r["chunks"]))
         for sha, r in refs.items()
     }
     return [imagerefs.rehydrate(it, joined) for it in items]

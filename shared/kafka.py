@@ -29,7 +29,7 @@ from faststream.security import (
 )
 from prometheus_client import REGISTRY, Counter
 
-from shared.domain.recordcheck import Poison
+from shared.domain.poison import Poison
 from shared.logging import get_logger
 from shared.settings import Settings
 from shared.topics import Existing, TopicPlan, Topics, declared_topics, plan_topics

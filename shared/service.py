@@ -11,9 +11,11 @@ from typing import Any
 
 from aiokafka.structs import ConsumerRecord
 
-from shared.domain.recordcheck import Poison, accept
+from shared.domain.poison import UNEXPECTED_SCHEMA, Poison
+from shared.domain.recordcheck import accept
 from shared.kafka import DeadLetters
 from shared.logging import get_logger
+from shared.typedrecords import Decoded, RecordType
 
 log = get_logger(__name__)
 
@@ -40,6 +42,26 @@ async def decode_batch(
             await dlq.record(r, value)
             continue
         out.append((r, value))
+    return out
+
+
+async def decode_records(
+    dlq: DeadLetters, raws: tuple[ConsumerRecord[bytes, bytes], ...] | Any,
+    types: Mapping[str, RecordType[Any]],
+) -> list[tuple[ConsumerRecord[bytes, bytes], Decoded[Any]]]:
+    """The records of a batch decoded with their topic's model (``shared.typedrecords``); every
+    other one goes to its topic's DLQ with the reason, and the batch goes on without it."""
+    if not isinstance(raws, tuple):
+        raws = (raws,)
+    out = []
+    for r in raws:
+        kind = types.get(r.topic)
+        got = (kind.decode(r.value or b"") if kind is not None
+               else Poison(UNEXPECTED_SCHEMA, f"this consumer reads nothing from {r.topic}"))
+        if isinstance(got, Poison):
+            await dlq.record(r, got)
+            continue
+        out.append((r, got))
     return out
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from shared.storekeys import item_key
+
 FREEFORM = ("submission", "arguments", "answer", "body", "metadata")
 
 
@@ -31,12 +33,6 @@ def unpack(doc: dict[str, Any] | None) -> dict[str, Any] | None:
         if f"{k}_json" in out:
             out[k] = json.loads(out.pop(f"{k}_json"))
     return out
-
-
-def item_key(session_id: str, sequence: int) -> str:
-    """An Item document's ``_id``: sequences have no gaps, so any page of a Session's Items is
-    a list of known primary keys (the only lookup FerretDB v1 indexes)."""
-    return f"{session_id}/{sequence}"
 
 
 def item_doc(item: dict[str, Any], source_key: str) -> dict[str, Any]:

@@ -9,10 +9,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from shared.domain.recordcheck import UNPROCESSABLE, Poison, accept
+from shared.domain.poison import UNPROCESSABLE, Poison
+from shared.domain.recordcheck import accept
 from shared.kafka import DeadLetters, assigned_consumer
 from shared.logging import get_logger
 from shared.settings import Settings
+from shared.typedrecords import RecordType
 
 log = get_logger(__name__)
 
@@ -20,13 +22,15 @@ log = get_logger(__name__)
 class Tail:
     """One topic read by this process alone (no consumer group), every record handed to
     ``dispatch``. ``at_end``: only what is published after ``start`` (answers, Items); else the
-    whole topic first (the compacted registry). Records that are not one of ``schemas``, or
-    that ``dispatch`` refuses with ``ValueError``/``KeyError``/``TypeError``, go to the DLQ."""
+    whole topic first (the compacted registry). Records that are not what the tail reads — one
+    of ``schemas``, or valid for a ``RecordType`` (``shared.typedrecords``) — or that
+    ``dispatch`` refuses with ``ValueError``/``KeyError``/``TypeError``, go to the DLQ.
+    ``dispatch`` gets the record exactly as decoded."""
 
     at_end = True
 
-    def __init__(self, settings: Settings, topic: str, schemas: frozenset[str],
-                 dlq: DeadLetters) -> None:
+    def __init__(self, settings: Settings, topic: str,
+                 schemas: frozenset[str] | RecordType[Any], dlq: DeadLetters) -> None:
         self.settings = settings
         self.topic = topic
         self.schemas = schemas
@@ -56,7 +60,7 @@ class Tail:
                 await asyncio.sleep(0.5)
 
     async def _one(self, r: Any) -> None:
-        value = accept(r.value or b"", self.schemas)
+        value = self._decode(r.value or b"")
         if isinstance(value, Poison):
             await self.dlq.record(r, value)
             return
@@ -64,6 +68,12 @@ class Tail:
             self.dispatch(value)
         except (KeyError, TypeError, ValueError) as exc:
             await self.dlq.record(r, Poison(UNPROCESSABLE, repr(exc)[:300]))
+
+    def _decode(self, raw: bytes) -> dict[str, Any] | Poison:
+        if isinstance(self.schemas, RecordType):
+            got = self.schemas.decode(raw)
+            return got if isinstance(got, Poison) else got.value
+        return accept(raw, self.schemas)
 
     def dispatch(self, value: dict[str, Any]) -> None:  # overridden
         raise NotImplementedError

@@ -18,7 +18,7 @@ from services.admission.tails import ItemTail, ReplyTail
 from shared import records
 from shared.domain import errors
 from shared.domain.jsonbody import parse_json
-from shared.domain.recordcheck import INVALID_FIELDS, UNDECODABLE, Poison
+from shared.domain.poison import INVALID_FIELDS, UNDECODABLE, Poison
 from shared.domain.tenancy import DEFAULT_TENANT, TENANT_RE, is_tenant
 from shared.kafka import (
     DeadLetters,

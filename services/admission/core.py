@@ -20,7 +20,7 @@ from shared.domain import errors
 from shared.domain import validation as rules
 from shared.domain.errors import ApiError
 from shared.domain.sessions import fingerprint
-from shared.domain.tenancy import DEFAULT_TENANT, create_idempotency_key
+from shared.domain.tenancy import DEFAULT_TENANT
 from shared.domain.waiting import TurnWatch
 from shared.ids import is_id, new_id
 from shared.kafka import now_rfc3339, publish
@@ -28,6 +28,7 @@ from shared.logging import bound, get_logger
 from shared.settings import Settings
 from shared.store import Doc
 from shared.storecodec import unpack
+from shared.storekeys import call_key, create_key, event_key
 from shared.topics import Topics
 from shared.watch import Watch
 
@@ -99,7 +100,7 @@ class Admission:
         crid = rec.get("client_request_id")
         if crid:
             prior = unpack(await self.db.idempotency.find_one(
-                {"_id": create_idempotency_key(tenant, crid)}))
+                {"_id": create_key(tenant, crid)}))
             if prior is not None:
                 return await self._repeat(prior, fp, 201, "client_request_id", None)
         session_id = new_id("session")
@@ -136,7 +137,7 @@ class Admission:
         ceid = rec.get("client_event_id")
         if ceid:
             prior = unpack(
-                await self.db.idempotency.find_one({"_id": f"event:{session_id}:{ceid}"})
+                await self.db.idempotency.find_one({"_id": event_key(session_id, ceid)})
             )
             if prior is not None:
                 return await self._repeat(prior, fp, 202, "client_event_id", session_id)
@@ -154,7 +155,8 @@ class Admission:
         if rec["event_type"] == records.EV_TOOL_RESULT:
             sub_fp = fingerprint(rec["submission"])
             record["submission_fingerprint"] = sub_fp
-            call = unpack(await self.db.calls.find_one({"_id": f"{session_id}/{rec['call_id']}"}))
+            call = unpack(await self.db.calls.find_one(
+                {"_id": call_key(session_id, rec["call_id"])}))
             if call is None:
                 return Answer.error(
                     errors.not_found("the Session never issued this call", "call_id")
@@ -325,7 +327,7 @@ class Admission:
         owned = await self._owned(session_id, tenant)
         if isinstance(owned, ApiError):
             return Answer.error(owned)
-        call = unpack(await self.db.calls.find_one({"_id": f"{session_id}/{call_id}"}))
+        call = unpack(await self.db.calls.find_one({"_id": call_key(session_id, call_id)}))
         if call is None:
             return Answer.error(errors.not_found("no such call in this Session", "call_id"))
         app = call.get("application") or None

@@ -203,7 +203,6 @@ def build_http_app(
                     except TimeoutError:
                         yield b": keep-alive\n\n"
                         continue
-                    it = {k: v for k, v in it.items() if k != "schema"}
                     if fresh(it):
                         yield _sse("item", it)
             finally:
@@ -336,7 +335,7 @@ def build_http_app(
                         if seq <= last:
                             continue
                     last = seq
-                    yield _sse("item", {k: v for k, v in it.items() if k != "schema"})
+                    yield _sse("item", it)
             finally:
                 adm.items.unlisten(session_id, q)
 

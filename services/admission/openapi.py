@@ -1,6 +1,7 @@
 """The OpenAPI document of CONTRACT §1. The handlers read raw bodies (strict JSON parsing, the
 domain validator), so FastAPI cannot infer their shapes: request bodies come from the pydantic
-models of ``shared.domain.content`` and responses from the schemas below.
+models of ``shared.domain.content``, answers from those of ``shared.contracts`` (the models the
+record schemas come from), and each operation is described below.
 
 ``python -m services.admission.openapi > docs/openapi.json`` writes the checked-in copy;
 ``tests/unit/test_openapi.py`` checks that the served document equals it."""
@@ -13,8 +14,10 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from pydantic import TypeAdapter
 from pydantic.json_schema import models_json_schema
 
+from shared import contracts
 from shared.domain.content import (
     CreateSessionBody,
     MessageEventBody,
@@ -29,114 +32,24 @@ def _ref(name: str) -> Json:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _nullable(schema: Json) -> Json:
-    return {"anyOf": [schema, {"type": "null"}]}
-
-
 _ID = {"type": "string", "pattern": "^[a-z]+_[0-9a-f]{32}$"}
-_CONTENT = {"type": "array", "items": {"oneOf": [_ref("InputText"), _ref("InputImage")]}}
 
-RESPONSE_SCHEMAS: dict[str, Json] = {
-    "Error": {
-        "type": "object", "required": ["error"],
-        "properties": {"error": {
-            "type": "object", "required": ["type", "message", "param"],
-            "properties": {
-                "type": {"type": "string", "enum": [
-                    "invalid_request", "unsupported_or_invalid_configuration", "not_found",
-                    "conflict", "request_too_large", "rate_limited", "unauthorized", "timeout",
-                    "internal_error", "unavailable"]},
-                "message": {"type": "string"},
-                "param": _nullable({"type": "string"}),
-            }}},
-    },
-    "Item": {
-        "type": "object",
-        "description": "A public Item (CONTRACT §2). `message`: role and content exactly as "
-                       "sent; `function_call`: call_id, name, arguments; "
-                       "`function_call_output`: call_id, success, output, error (both always "
-                       "present, null when absent from the submission); "
-                       "`function_call_application`: call_id, state, reason; `turn`: turn_id, "
-                       "state, reason.",
-        "required": ["id", "session_id", "sequence", "type", "created_at"],
-        "properties": {
-            "id": _ID, "session_id": _ID, "sequence": {"type": "integer", "minimum": 1},
-            "type": {"type": "string", "enum": ["message", "function_call",
-                                                "function_call_output",
-                                                "function_call_application", "turn"]},
-            "created_at": {"type": "string", "format": "date-time"},
-            "role": {"type": "string", "enum": ["user"]},
-            "content": _CONTENT,
-            "call_id": {"type": "string"},
-            "name": {"type": "string"},
-            "arguments": {},
-            "success": {"type": "boolean"},
-            "output": _nullable({"oneOf": [{"type": "string"}, _CONTENT]}),
-            "error": _nullable({"type": "string"}),
-            "state": {"type": "string"},
-            "reason": _nullable({"type": "string"}),
-            "turn_id": _nullable(_ID),
-            "event_id": _ID,
-            "metadata": {"type": "object", "description": "the input's metadata, exactly as "
-                         "sent (on the Items the input produced: its messages or its "
-                         "function_call_output)"},
-            "tags": {"type": "array", "items": {"type": "string"}},
-            "external_actor": {"type": "object"},
-        },
-    },
-    "SessionCreated": {
-        "type": "object", "required": ["id", "harness", "placement", "status", "items"],
-        "properties": {
-            "id": _ID, "harness": {"type": "string"}, "placement": {"type": "string"},
-            "status": {"type": "string"}, "metadata": {"type": "object"},
-            "items": {"type": "array", "items": _ref("Item")},
-        },
-    },
-    "EventAccepted": {
-        "type": "object", "required": ["event_id", "delivery", "items"],
-        "properties": {
-            "event_id": _ID,
-            "delivery": {"type": "string",
-                         "enum": ["started", "steered", "resumed", "duplicate"]},
-            "items": {"type": "array", "items": _ref("Item")},
-        },
-    },
-    "Session": {
-        "type": "object", "required": ["id", "harness", "placement", "status"],
-        "properties": {
-            "id": _ID, "harness": {"type": "string"}, "placement": {"type": "string"},
-            "status": {"type": "string"}, "binding": _nullable({"type": "object"}),
-            "runtime_id": _nullable({"type": "string"}),
-            "turn": {"type": "object"}, "last_sequence": {"type": "integer"},
-            "created_at": {"type": "string"}, "metadata": _nullable({"type": "object"}),
-        },
-    },
-    "ItemPage": {
-        "type": "object", "required": ["items", "has_more", "next_after"],
-        "properties": {
-            "items": {"type": "array", "items": _ref("Item")},
-            "has_more": {"type": "boolean"}, "next_after": {"type": "integer"},
-        },
-    },
-    "ToolResult": {
-        "type": "object", "required": ["session_id", "call_id", "submitted", "submission",
-                                       "state"],
-        "properties": {
-            "session_id": _ID, "call_id": {"type": "string"},
-            "name": _nullable({"type": "string"}), "arguments": {},
-            "submitted": {"type": "boolean"},
-            "submission": _nullable({"type": "object", "description":
-                                     "the result exactly as submitted: call_id, success, and "
-                                     "only the output / error fields that were sent"}),
-            "fields_present": _nullable({"type": "array", "items": {"type": "string"}}),
-            "submitted_at": _nullable({"type": "string"}),
-            "application": _nullable({"type": "object"}),
-            "state": {"type": "string",
-                      "enum": ["open", "pending", "applied", "uncertain", "failed"]},
-        },
-    },
-    "Health": {"type": "object", "properties": {"status": {"type": "string"}}},
-}
+# The answers' bodies (shared.contracts), rendered as they are served (serialization mode).
+RESPONSE_MODELS = (contracts.Error, contracts.SessionCreated, contracts.EventAccepted,
+                   contracts.Session, contracts.ItemPage, contracts.ToolResult,
+                   contracts.Health)
+REQUEST_MODELS = (CreateSessionBody, MessageEventBody, ToolResultEventBody)
+# Fields an Item carries on the topic only (shared.records.ITEM_TOPIC_ONLY): an HTTP answer
+# that held one would not conform.
+_TOPIC_ONLY = ("schema", "tenant")
+_SSE_ITEM = ("`event: item`, `id: <sequence>`, `data: <Item>` (an Item as in "
+             "`#/components/schemas/Item`)")
+
+
+def _sse(description: str) -> Json:
+    return {"schema": {"type": "string", "description": description},
+            "example": 'id: 3\nevent: item\ndata: {"id": "item_…", "sequence": 3, '
+                       '"type": "turn", …}\n\n'}
 
 
 def _json(schema: Json, description: str) -> Json:
@@ -181,20 +94,29 @@ _WAIT = [
 
 OPERATIONS: dict[tuple[str, str], Json] = {
     ("/v1/sessions", "post"): {
+        "operationId": "createSession",
+        "tags": ["sessions"],
         "summary": "Create a Session with its first input",
         "parameters": _WAIT,
         "requestBody": _body(_ref("CreateSessionBody")),
-        "responses": {"201": {**_json(_ref("SessionCreated"), "the Session and its Items"),
-                              "content": {"application/json": {"schema":
-                                                               _ref("SessionCreated")},
-                                          "text/event-stream": {"schema": {"type": "string"}}}},
+        "responses": {"201": {"description": "the Session and its Items; with `\"stream\": "
+                                             "true` in the body, Server-Sent Events instead",
+                              "content": {
+                                  "application/json": {"schema": _ref("SessionCreated")},
+                                  "text/event-stream": _sse(
+                                      "first `event: session` (`data`: the SessionCreated "
+                                      "body without `items`), then every Item of the Session "
+                                      f"in sequence order as {_SSE_ITEM}")}},
                       "200": _json(_ref("SessionCreated"), "wait=true: the first Turn ended"),
                       "202": _json(_ref("SessionCreated"),
                                    "wait=true: the budget ran out (Items so far)"),
                       **_errors(400, 401, 409, 413, 429, 503, 504)},
     },
     ("/v1/sessions/{session_id}/events", "post"): {
-        "summary": "Add one event (a message or a function result)",
+        "operationId": "addEvent",
+        "tags": ["events"],
+        "summary": "Add one event: a message, or a function result (submitting a result is "
+                   "this operation with `type: agent.session.input.tool_result`)",
         "parameters": [
             _SESSION_ID,
             *_WAIT,
@@ -206,19 +128,23 @@ OPERATIONS: dict[tuple[str, str], Json] = {
                       **_errors(400, 401, 404, 409, 413, 429, 503, 504)},
     },
     ("/v1/sessions/{session_id}", "get"): {
+        "operationId": "getSession",
+        "tags": ["sessions"],
         "summary": "The Session: harness, placement, binding, status",
         "parameters": [_SESSION_ID],
         "responses": {"200": _json(_ref("Session"), "the Session"),
                       **_errors(400, 401, 404, 429, 503)},
     },
     ("/v1/sessions/{session_id}/items", "get"): {
+        "operationId": "listItems",
+        "tags": ["items"],
         "summary": "Public Items in sequence order; with stream=true, follow them as SSE",
         "description": (
             "Without `stream`: a page of stored Items (recovery read). With `stream=true`: the "
             "stored Items after `after`, then each Item as it is published, as Server-Sent "
-            "Events (`event: item`, `id: <sequence>`, `data: <Item>`), in sequence order with "
-            "no gap and no repeat; a reconnecting client sends `Last-Event-ID` (the last "
-            "sequence it saw), which takes precedence over `after`."),
+            f"Events ({_SSE_ITEM}), in sequence order with no gap and no repeat; a "
+            "reconnecting client sends `Last-Event-ID` (the last sequence it saw), which takes "
+            "precedence over `after`."),
         "parameters": [
             _SESSION_ID,
             {"name": "after", "in": "query", "required": False,
@@ -232,35 +158,71 @@ OPERATIONS: dict[tuple[str, str], Json] = {
         ],
         "responses": {"200": {"description": "a page of Items, or (stream=true) an SSE stream",
                               "content": {"application/json": {"schema": _ref("ItemPage")},
-                                          "text/event-stream": {"schema": {"type": "string"}}}},
+                                          "text/event-stream": _sse(
+                                              f"every Item after the position as {_SSE_ITEM}; "
+                                              "`: keep-alive` comments while idle")}},
                       **_errors(400, 401, 404, 429, 503)},
     },
     ("/v1/sessions/{session_id}/tool_results/{call_id}", "get"): {
+        "operationId": "getToolResult",
+        "tags": ["function calls"],
         "summary": "A function call, its stored submission and its application state",
         "parameters": [_SESSION_ID, {"name": "call_id", "in": "path", "required": True,
                                      "schema": {"type": "string"}}],
         "responses": {"200": _json(_ref("ToolResult"), "the call"),
                       **_errors(400, 401, 404, 429, 503)},
     },
-    ("/healthz", "get"): {"summary": "Liveness", "security": [],
+    ("/healthz", "get"): {"operationId": "getLiveness", "tags": ["operations"],
+                          "summary": "Liveness", "security": [],
                           "responses": {"200": _json(_ref("Health"), "alive")}},
-    ("/readyz", "get"): {"summary": "Readiness: Kafka and the store reachable", "security": [],
+    ("/readyz", "get"): {"operationId": "getReadiness", "tags": ["operations"],
+                         "summary": "Readiness: Kafka and the store reachable", "security": [],
                          "responses": {"200": _json(_ref("Health"), "ready"),
                                        "503": _json(_ref("Health"), "not ready")}},
-    ("/metrics", "get"): {"summary": "Prometheus metrics", "security": [],
+    ("/metrics", "get"): {"operationId": "getMetrics", "tags": ["operations"],
+                          "summary": "Prometheus metrics", "security": [],
                           "responses": {"200": {"description": "metrics",
                                                 "content": {"text/plain": {"schema":
                                                                            {"type": "string"}}}}}},
 }
+TAGS = [
+    {"name": "sessions", "description": "create a Session, read its state"},
+    {"name": "events", "description": "messages and function results into a Session"},
+    {"name": "items", "description": "a Session's public Items: pages, or followed as SSE"},
+    {"name": "function calls", "description": "a call's submission and application state"},
+    {"name": "operations", "description": "liveness, readiness, metrics"},
+]
 
 
-def request_schemas() -> dict[str, Json]:
+def component_schemas() -> dict[str, Json]:
+    """Request bodies as validated, answers as served, from the same pydantic models; the Item
+    union is one named schema (``Item``, discriminated by ``type``)."""
     _, top = models_json_schema(
-        [(m, "validation") for m in (CreateSessionBody, MessageEventBody, ToolResultEventBody)],
+        [(m, "validation") for m in REQUEST_MODELS]
+        + [(m, "serialization") for m in RESPONSE_MODELS],
         ref_template=REF,
     )
     defs: dict[str, Json] = top["$defs"]
-    return defs
+    union = TypeAdapter(contracts.Item).json_schema(ref_template=REF, mode="serialization")
+    union.pop("$defs", None)
+    defs = {name: _named(schema, union) for name, schema in defs.items()}
+    for name in ("MessageItem", "FunctionCallItem", "FunctionCallOutputItem",
+                 "FunctionCallApplicationItem", "TurnItem"):
+        for field in _TOPIC_ONLY:
+            defs[name]["properties"].pop(field, None)
+    defs["Item"] = {**union, "description": "A public Item (CONTRACT §2), by `type`."}
+    return dict(sorted(defs.items()))
+
+
+def _named(value: Any, union: Json) -> Any:
+    """``value`` with every inline copy of the Item union replaced by a reference to it."""
+    if value == union:
+        return _ref("Item")
+    if isinstance(value, dict):
+        return {k: _named(v, union) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_named(v, union) for v in value]
+    return value
 
 
 def build_document(app: FastAPI) -> Json:
@@ -271,10 +233,11 @@ def build_document(app: FastAPI) -> Json:
         target.pop("parameters", None)
         target.update(op)
     doc["components"] = {
-        "schemas": {**request_schemas(), **RESPONSE_SCHEMAS},
+        "schemas": component_schemas(),
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
     }
     doc["security"] = [{"bearer": []}]
+    doc["tags"] = TAGS
     return doc
 
 

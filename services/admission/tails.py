@@ -9,7 +9,7 @@ import asyncio
 from collections import defaultdict
 from typing import Any
 
-from shared import records
+from shared import records, typedrecords
 from shared.kafka import DeadLetters
 from shared.settings import Settings
 from shared.tail import Tail
@@ -17,7 +17,7 @@ from shared.tail import Tail
 
 class ReplyTail(Tail):
     def __init__(self, settings: Settings, topic: str, dlq: DeadLetters) -> None:
-        super().__init__(settings, topic, frozenset({records.STORAGE_REPLY}), dlq)
+        super().__init__(settings, topic, typedrecords.STORAGE_REPLY, dlq)
         self.waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
 
     def expect(self, request_id: str) -> asyncio.Future[dict[str, Any]]:
@@ -38,7 +38,7 @@ class ItemTail(Tail):
     """Fans Items out to local listeners by session_id (SSE streams, waits)."""
 
     def __init__(self, settings: Settings, topic: str, dlq: DeadLetters) -> None:
-        super().__init__(settings, topic, frozenset({records.ITEM}), dlq)
+        super().__init__(settings, topic, typedrecords.ITEM, dlq)
         self.listeners: dict[str, set[asyncio.Queue[dict[str, Any]]]] = defaultdict(set)
 
     def listen(self, session_id: str) -> asyncio.Queue[dict[str, Any]]:
@@ -54,5 +54,8 @@ class ItemTail(Tail):
                 self.listeners.pop(session_id, None)
 
     def dispatch(self, value: dict[str, Any]) -> None:
-        for q in list(self.listeners.get(str(value.get("session_id")), ())):
-            q.put_nowait(value)
+        listeners = list(self.listeners.get(str(value.get("session_id")), ()))
+        if listeners:
+            item = records.public_item(value)
+            for q in listeners:
+                q.put_nowait(item)

@@ -20,15 +20,16 @@ from faststream.kafka.annotations import KafkaMessage
 from pymongo.errors import AutoReconnect, ConnectionFailure, ServerSelectionTimeoutError
 
 from services.storage.handler import (
+    RECORD_TYPES,
     Outputs,
     StorageHandler,
+    inputs_of,
     load_reply_items,
-    record_to_inputs,
     source_key,
 )
 from services.storage.repository import StaleDecision, StorageRepository
 from shared import records
-from shared.domain.recordcheck import UNPROCESSABLE, Poison
+from shared.domain.poison import UNPROCESSABLE, Poison
 from shared.kafka import (
     DeadLetters,
     broker_send,
@@ -40,7 +41,8 @@ from shared.kafka import (
 )
 from shared.logging import get_logger
 from shared.metrics import STORAGE_BATCH_RECORDS, STORAGE_BATCH_SECONDS, Stopwatch
-from shared.service import decode_batch, raw_decoder
+from shared.records import item_record
+from shared.service import decode_records, raw_decoder
 from shared.settings import Settings
 from shared.store import database, ensure_indexes, make_client, ping
 from shared.topics import Topics, topics_for
@@ -97,10 +99,10 @@ class StorageService:
         )
         self.handler = StorageHandler(self.repo, now_rfc3339)
         self.dlq = DeadLetters(broker_send(self.broker), self.topics)
-        self.schemas = {
-            self.topics.session_admitted: frozenset({records.ADMITTED}),
-            self.topics.core_facts: frozenset({records.FACT}),
-            self.topics.runtime_observations: frozenset({records.OBSERVATION}),
+        self.types = {
+            self.topics.session_admitted: RECORD_TYPES[records.ADMITTED],
+            self.topics.core_facts: RECORD_TYPES[records.FACT],
+            self.topics.runtime_observations: RECORD_TYPES[records.OBSERVATION],
         }
         self.batch_lock = asyncio.Lock()  # held while a batch is decided and written
         self.processed: dict[TopicPartition, int] = {}  # next offset after written records
@@ -168,16 +170,13 @@ class StorageService:
             if tp in self.fresh:  # the first record since it was assigned: the committed one
                 self.fresh.discard(tp)
                 self.verify_until[tp] = r.offset + self.settings.storage_batch_max
-        decoded = await decode_batch(self.dlq, raws, self.schemas)
+        decoded = await decode_records(self.dlq, raws, self.types)
         inputs = []
         verify: set[str] = set()
         source: dict[int, Any] = {}  # id(input) → the record it came from
         for raw, rec in decoded:
             try:
-                found = record_to_inputs(rec)
-                for inp in found:
-                    if not isinstance(inp.get("session_id"), str):
-                        raise ValueError("record has no session_id")
+                found = inputs_of(rec)
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
                 await self.dlq.record(raw, Poison(UNPROCESSABLE, repr(exc)[:300]))
                 continue
@@ -212,16 +211,15 @@ class StorageService:
                     await self.dlq.record(source[id(inp)], Poison(
                         UNPROCESSABLE, f"processing failed: {exc!r}"[:300]))
                     continue
-                out.items += one.items
-                out.stored += one.stored
-                out.replies += one.replies
+                out.merge(one)
         # Durable now: publish Items (by id, in sequence order) and inputs to deliver, then the
         # answers. Each wave is sent without awaiting every record (the idempotent producer keeps
         # the send order per partition, so per Session), then awaited as a whole before the next
         # wave and before the offsets are committed.
-        wave = [self._send(self.topics.session_items, {"schema": records.ITEM, **item},
+        wave = [self._send(self.topics.session_items,
+                           item_record(item, out.tenants[item["session_id"]]),
                            item["session_id"]) for item in out.items]
-        wave += [self._send(self.topics.session_stored, {"schema": records.STORED, **stored},
+        wave += [self._send(self.topics.session_stored, records.stored_record(stored),
                             stored["session_id"]) for stored in out.stored]
         await asyncio.gather(*[await f for f in wave])
         answers = []

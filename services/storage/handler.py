@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.storage.repository import StorageRepository
-from shared import itemstore, records
+from shared import itemstore, records, typedrecords
 from shared.domain import errors
 from shared.domain.observations import CallOpened, TurnEnded, classify_all
 from shared.domain.sessions import (
@@ -23,10 +23,18 @@ from shared.domain.sessions import (
     decide_steer_refused,
     decide_tool_result,
 )
-from shared.domain.tenancy import DEFAULT_TENANT, create_idempotency_key
+from shared.domain.tenancy import DEFAULT_TENANT
 from shared.logging import bound, get_logger
 from shared.store import PK_LOOKUPS_MAX, find_by_ids
-from shared.storecodec import item_from_doc, item_key
+from shared.storecodec import item_from_doc
+from shared.storekeys import (
+    call_key,
+    create_key,
+    event_key,
+    fact_source,
+    item_key,
+    request_source,
+)
 
 log = get_logger(__name__)
 Json = dict[str, Any]
@@ -38,20 +46,52 @@ class Outputs:
     items: list[Json] = field(default_factory=list)  # to session.items, in order
     stored: list[Json] = field(default_factory=list)  # to session.stored
     replies: list[Json] = field(default_factory=list)  # to the admission reply topic
+    # session_id → its tenant, for every Session with Items here: the Item records on the topic
+    # name it (a multi-tenant consumer routes by it); the HTTP answers, one tenant's own view,
+    # do not
+    tenants: dict[str, str] = field(default_factory=dict)
+
+    def merge(self, other: Outputs) -> None:
+        self.items += other.items
+        self.stored += other.stored
+        self.replies += other.replies
+        self.tenants.update(other.tenants)
+
+
+# What storage reads from each of its topics' schemas.
+RECORD_TYPES: dict[str, typedrecords.RecordType[Any]] = {
+    records.ADMITTED: typedrecords.ADMITTED,
+    records.FACT: typedrecords.FACT,
+    records.OBSERVATION: typedrecords.OBSERVATION,
+}
+
+
+def inputs_of(rec: typedrecords.Decoded[Any]) -> list[Json]:
+    """The storage inputs a decoded record stands for: admitted input and facts as they came
+    (their content exactly as decoded), the facts an observation shows (none: not ours)."""
+    if isinstance(rec.model, typedrecords.AdmittedCreate | typedrecords.AdmittedEvent
+                  | typedrecords.Fact):
+        return [rec.value]
+    if isinstance(rec.model, typedrecords.Observation):
+        return _observed_facts(rec.model, rec.value)
+    return []
 
 
 def record_to_inputs(rec: Json) -> list[Json]:
-    """Turn a decoded record into the storage inputs it stands for (none: not ours)."""
-    schema = rec.get("schema")
-    if schema in (records.ADMITTED, records.FACT):
-        return [rec]
+    """``inputs_of`` a record given as a decoded JSON object (validated as if read from its
+    topic: a ``ValidationError`` when it is not a record storage reads)."""
+    kind = RECORD_TYPES.get(str(rec.get("schema")))
+    if kind is None:
+        return []
+    return inputs_of(typedrecords.Decoded(kind.adapter.validate_python(rec), rec))
+
+
+def _observed_facts(obs: typedrecords.Observation, rec: Json) -> list[Json]:
     out: list[Json] = []
-    if schema != records.OBSERVATION:
-        return out
-    sid = rec.get("session_id")
+    sid = obs.session_id
     native = rec.get("native")
     obs_id = rec.get("observation_id") or (native or {}).get("uuid")
-    for c in classify_all(rec.get("harness", ""), native):
+    for c in classify_all(obs.harness or "", native):
         if isinstance(c, CallOpened):
             out.append({
                 "schema": records.FACT,
@@ -91,12 +131,12 @@ def _end_reason(state: str, end_reason: Any) -> str | None:
 
 def source_key(rec: Json) -> str:
     if rec["schema"] == records.ADMITTED:
-        return f"req:{rec['request_id']}"
-    return f"fact:{rec['fact_id']}"
+        return request_source(rec["request_id"])
+    return fact_source(rec["fact_id"])
 
 
 def _create_key(r: Json) -> str:
-    return create_idempotency_key(r.get("tenant") or DEFAULT_TENANT, r["client_request_id"])
+    return create_key(r.get("tenant") or DEFAULT_TENANT, r["client_request_id"])
 
 
 def _reply(request_id: str, err: errors.ApiError) -> Json:
@@ -172,9 +212,9 @@ class StorageHandler:
             if r.get("client_request_id"):
                 idem_keys.append(_create_key(r))
             if r.get("client_event_id"):
-                idem_keys.append(f"event:{r['session_id']}:{r['client_event_id']}")
+                idem_keys.append(event_key(r["session_id"], r["client_event_id"]))
             if r.get("event_type") == records.EV_TOOL_RESULT:
-                call_keys.append(f"{r['session_id']}/{r['call_id']}")
+                call_keys.append(call_key(r["session_id"], r["call_id"]))
         idem = await self.repo.idempotency(idem_keys)
         calls = await self.repo.calls(call_keys)
         refused = await self._refused_steers(inputs, states)
@@ -234,6 +274,9 @@ class StorageHandler:
                 out.stored.append(d.stored)
             if d.reply is not None:
                 out.replies.append(d.reply)
+        for item in out.items:
+            state = states.get(item["session_id"])
+            out.tenants[item["session_id"]] = state.tenant if state else DEFAULT_TENANT
         return out
 
     async def _refused_steers(self, inputs: list[Json], states: dict[str, SessionState]
@@ -300,12 +343,12 @@ class StorageHandler:
             out.replies.append(_reply(rid, errors.not_found("no such Session", "session_id")))
             return None
         ceid = r.get("client_event_id")
-        if ceid and f"event:{sid}:{ceid}" in idem:
-            self._duplicate(idem[f"event:{sid}:{ceid}"], r, out, 202)
+        if ceid and event_key(sid, ceid) in idem:
+            self._duplicate(idem[event_key(sid, ceid)], r, out, 202)
             return None
         if r["event_type"] == records.EV_MESSAGE:
             return decide_message(state, r, now)
-        call = calls.get(f"{sid}/{r['call_id']}")
+        call = calls.get(call_key(sid, r["call_id"]))
         if call is None:
             out.replies.append(
                 _reply(rid, errors.not_found("the Session never issued this call", "call_id"))

@@ -16,7 +16,8 @@ from shared import imagerefs as images
 from shared import itemstore
 from shared.domain.sessions import Decision, SessionState
 from shared.store import Doc, find_by_ids
-from shared.storecodec import dumps, item_doc, item_key, pack, unpack
+from shared.storecodec import dumps, item_doc, pack, unpack
+from shared.storekeys import item_key
 
 DUPLICATE_KEY = 11000
 # Session updates per ``update`` command. FerretDB v1.24 keeps every statement's query cursor of
@@ -267,5 +268,5 @@ def _strip_stored(stored: Doc | None) -> Doc | None:
 
 def _strip_idem(doc: Doc) -> Doc:
     body = {k: v for k, v in doc["body"].items() if k != "items"}
-    item_keys = [f"{it['session_id']}/{it['sequence']}" for it in doc["body"].get("items", [])]
+    item_keys = [item_key(it["session_id"], it["sequence"]) for it in doc["body"].get("items", [])]
     return {**doc, "body": body, "item_keys": item_keys}

@@ -8,19 +8,19 @@ Pure: no Kafka, no store. ``check`` returns ``None`` for an acceptable record, e
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from shared import records
 
-# Metric label values (low cardinality); the detail says more.
-UNDECODABLE = "undecodable"  # not UTF-8 JSON, or not an object
-NO_SCHEMA = "missing_schema"  # no string ``schema`` field
-UNEXPECTED_SCHEMA = "unexpected_schema"  # a schema this topic does not carry
-INVALID_FIELDS = "invalid_fields"  # a required field missing or of the wrong type
-UNPROCESSABLE = "unprocessable"  # well-formed, but the consumer could not process it
+# the codes and Poison live in shared.domain.poison; re-exported for this module's users
+from shared.domain.poison import INVALID_FIELDS as INVALID_FIELDS
+from shared.domain.poison import NO_SCHEMA as NO_SCHEMA
+from shared.domain.poison import UNDECODABLE as UNDECODABLE
+from shared.domain.poison import UNEXPECTED_SCHEMA as UNEXPECTED_SCHEMA
+from shared.domain.poison import UNPROCESSABLE as UNPROCESSABLE
+from shared.domain.poison import Poison as Poison
+from shared.domain.poison import decode_json as decode_record
 
 _STR = (str,)
 _INT = (int,)
@@ -53,24 +53,6 @@ WHEN: dict[tuple[str, str, str], dict[str, tuple[type, ...]]] = {
 OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
     records.OBSERVATION: {"native": _OBJ, "refusal": _OBJ, "harness": _STR},
 }
-
-
-@dataclass(frozen=True)
-class Poison:
-    code: str
-    detail: str
-
-
-def decode_record(raw: bytes) -> Any | Poison:
-    """UTF-8 JSON or a Poison; no NaN/Infinity (they are not JSON)."""
-    try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        return Poison(UNDECODABLE, f"not UTF-8 JSON: {exc}"[:300])
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _type_ok(value: Any, types: tuple[type, ...]) -> bool:

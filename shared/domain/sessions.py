@@ -15,7 +15,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from shared.domain.delivery import next_delivery_id
-from shared.domain.tenancy import DEFAULT_TENANT, create_idempotency_key
+from shared.domain.tenancy import DEFAULT_TENANT
+from shared.storekeys import (
+    call_key,
+    create_key,
+    event_key,
+    fact_source,
+    item_key,
+    request_source,
+)
 
 Delivery = Literal["started", "steered", "resumed", "duplicate"]
 Json = dict[str, Any]
@@ -163,20 +171,31 @@ def _has_images(parts: list[Json]) -> bool:
     return any(p.get("type") == "input_image" for p in parts)
 
 
-def _stored_messages(state: SessionState, record: Json, turn_id: str, kind: str,
-                     msgs: list[Json]) -> Json:
-    """The input the dispatcher must deliver (``session.stored``)."""
+def stored_input(state: SessionState, *, turn_id: str | None, kind: str, event_id: str,
+                 item_ids: list[str], **fields: Any) -> Json:
+    """The input the dispatcher must deliver (the body of a ``session.stored`` record; storage
+    adds the envelope when it publishes, ``shared.records.stored_record``): where it goes, what
+    it is, the Items it was stored as, and the ``fields`` of its ``kind``."""
     return {
         "session_id": state.session_id,
         "harness": state.harness,
         "placement": state.placement,
         "turn_id": turn_id,
         "kind": kind,
-        "event_id": record["event_id"],
-        "messages": [{"role": "user", "content": m["content"]} for m in msgs],
-        "has_images": any(_has_images(m["content"]) for m in msgs),
-        "item_ids": [m["id"] for m in msgs],
+        "event_id": event_id,
+        **fields,
+        "item_ids": item_ids,
     }
+
+
+def _stored_messages(state: SessionState, turn_id: str, kind: str, event_id: str,
+                     msgs: list[Json], **fields: Any) -> Json:
+    """Messages to start a Turn with or steer into one; ``msgs`` are their message Items."""
+    return stored_input(
+        state, turn_id=turn_id, kind=kind, event_id=event_id, item_ids=[m["id"] for m in msgs],
+        **fields,
+        messages=[{"role": "user", "content": m["content"]} for m in msgs],
+        has_images=any(_has_images(m["content"]) for m in msgs))
 
 
 def _idempotency(key: str, record: Json, status: int, body: Json) -> Json:
@@ -192,7 +211,7 @@ def _idempotency(key: str, record: Json, status: int, body: Json) -> Json:
 
 def decide_create(record: Json, now: str) -> Decision:
     sid = record["session_id"]
-    key = f"req:{record['request_id']}"
+    key = request_source(record["request_id"])
     ids = IdSource(key)
     state = SessionState(
         session_id=sid,
@@ -221,16 +240,16 @@ def decide_create(record: Json, now: str) -> Decision:
     # it, so the repeated answer is byte-identical to the first.
     body["items"] = b.items
     d.reply = {"request_id": record["request_id"], "status": 201, "body": body}
-    d.stored = _stored_messages(state, record, turn_id, "start", msgs)
+    d.stored = _stored_messages(state, turn_id, "start", record["event_id"], msgs)
     if record.get("client_request_id"):
         d.idempotency.append(
-            _idempotency(create_idempotency_key(state.tenant, record["client_request_id"]),
+            _idempotency(create_key(state.tenant, record["client_request_id"]),
                          record, 201, body))
     return d
 
 
 def decide_message(state: SessionState, record: Json, now: str) -> Decision:
-    key = f"req:{record['request_id']}"
+    key = request_source(record["request_id"])
     ids = IdSource(key)
     b = _Builder(state, ids, now)
     if state.turn_running and state.turn_id:
@@ -248,10 +267,10 @@ def decide_message(state: SessionState, record: Json, now: str) -> Decision:
     d = Decision(source_key=key, session_id=state.session_id, state=new, items=b.items)
     body = {"event_id": record["event_id"], "delivery": delivery, "items": b.items}
     d.reply = {"request_id": record["request_id"], "status": 202, "body": body}
-    d.stored = _stored_messages(state, record, turn_id, kind, msgs)
+    d.stored = _stored_messages(state, turn_id, kind, record["event_id"], msgs)
     if record.get("client_event_id"):
         d.idempotency.append(_idempotency(
-            f"event:{state.session_id}:{record['client_event_id']}", record, 202, body))
+            event_key(state.session_id, record["client_event_id"]), record, 202, body))
     return d
 
 
@@ -264,7 +283,7 @@ def decide_steer_refused(state: SessionState, fact: Json, messages: list[Json], 
     Turn running, the Runtime's word ends it first (its own end observation, when it comes, is
     then for an inactive Turn). ``messages`` are the event's stored message Items (storage
     reads them back: nothing is kept per steer on the hot path)."""
-    key = f"fact:{fact['fact_id']}"
+    key = fact_source(fact["fact_id"])
     ids = IdSource(key)
     b = _Builder(state, ids, now)
     d = Decision(source_key=key, session_id=state.session_id)
@@ -289,25 +308,16 @@ def decide_steer_refused(state: SessionState, fact: Json, messages: list[Json], 
     assert turn_id is not None
     d.items = b.items
     d.state = replace(b.state, version=state.version + 1, turn_id=turn_id, turn_running=True)
-    d.stored = {
-        "session_id": state.session_id,
-        "harness": state.harness,
-        "placement": state.placement,
-        "turn_id": turn_id,
-        "kind": kind,
-        "event_id": event_id,
-        "delivery_id": next_delivery_id(str(fact["delivery_id"])),
-        "messages": [{"role": "user", "content": copy.deepcopy(m["content"])} for m in messages],
-        "has_images": any(_has_images(m["content"]) for m in messages),
-        "item_ids": [m["id"] for m in messages],
+    d.stored = _stored_messages(
+        state, turn_id, kind, event_id, copy.deepcopy(messages),
+        delivery_id=next_delivery_id(str(fact["delivery_id"])),
         # the journal keeps no content: a replay reads the messages back by these keys
-        "message_keys": [f"{state.session_id}/{m['sequence']}" for m in messages],
-    }
+        message_keys=[item_key(state.session_id, m["sequence"]) for m in messages])
     return d
 
 
 def decide_tool_result(state: SessionState, record: Json, now: str) -> Decision:
-    key = f"req:{record['request_id']}"
+    key = request_source(record["request_id"])
     ids = IdSource(key)
     b = _Builder(state, ids, now)
     sub = record["submission"]
@@ -330,7 +340,7 @@ def decide_tool_result(state: SessionState, record: Json, now: str) -> Decision:
     d.reply = {"request_id": record["request_id"], "status": 202, "body": body}
     d.call_updates.append(
         {
-            "_id": f"{state.session_id}/{call_id}",
+            "_id": call_key(state.session_id, call_id),
             "set": {
                 "submission": copy.deepcopy(sub),
                 "fields_present": list(record["fields_present"]),
@@ -338,34 +348,25 @@ def decide_tool_result(state: SessionState, record: Json, now: str) -> Decision:
                 "submitted_at": now,
                 "event_id": record["event_id"],
                 "output_item_id": item["id"],
-                "output_item_key": f"{state.session_id}/{item['sequence']}",
+                "output_item_key": item_key(state.session_id, item["sequence"]),
                 "answer": body,
                 "application": {"state": "pending", "reason": None, "at": now},
             },
         }
     )
-    d.stored = {
-        "session_id": state.session_id,
-        "harness": state.harness,
-        "placement": state.placement,
-        "turn_id": state.turn_id,
-        "kind": "function_result",
-        "event_id": record["event_id"],
-        "call_id": call_id,
-        "name": name,
-        "submission": copy.deepcopy(sub),
-        "fields_present": list(record["fields_present"]),
-        "item_ids": [item["id"]],
-    }
+    d.stored = stored_input(
+        state, turn_id=state.turn_id, kind="function_result", event_id=record["event_id"],
+        item_ids=[item["id"]], call_id=call_id, name=name, submission=copy.deepcopy(sub),
+        fields_present=list(record["fields_present"]))
     if record.get("client_event_id"):
         d.idempotency.append(_idempotency(
-            f"event:{state.session_id}:{record['client_event_id']}", record, 202, body))
+            event_key(state.session_id, record["client_event_id"]), record, 202, body))
     return d
 
 
 def decide_fact(state: SessionState, fact: Json, now: str) -> Decision:
     """Facts from the dispatcher, the receipt tracker and runtime observations."""
-    key = f"fact:{fact['fact_id']}"
+    key = fact_source(fact["fact_id"])
     ids = IdSource(key)
     b = _Builder(state, ids, now)
     kind = fact["kind"]
@@ -387,7 +388,7 @@ def decide_fact(state: SessionState, fact: Json, now: str) -> Decision:
         new = replace(b.state, open_calls=open_calls)
         d.call_updates.append(
             {
-                "_id": f"{state.session_id}/{call_id}",
+                "_id": call_key(state.session_id, call_id),
                 "set_on_insert": {
                     "session_id": state.session_id,
                     "call_id": call_id,
@@ -421,7 +422,7 @@ def decide_fact(state: SessionState, fact: Json, now: str) -> Decision:
         new = b.state
         d.call_updates.append(
             {
-                "_id": f"{state.session_id}/{call_id}",
+                "_id": call_key(state.session_id, call_id),
                 "set": {"application": {"state": fact["state"], "reason": fact.get("reason"),
                                         "at": now}},
             }

@@ -91,8 +91,3 @@ def bearer(authorization: str) -> str | None:
         return None
     return key
 
-
-def create_idempotency_key(tenant: str, client_request_id: str) -> str:
-    """Session-creation idempotency is per tenant: two tenants using the same
-    ``client_request_id`` get two Sessions. Tenant names hold no ``:``."""
-    return f"create:{tenant}:{client_request_id}"

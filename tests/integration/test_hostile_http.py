@@ -189,6 +189,8 @@ class Tally:
     server_errors: list[str] = field(default_factory=list)
     writes_on_4xx: list[str] = field(default_factory=list)
     not_sent: int = 0  # cases the HTTP client itself refused to send (e.g. bad header bytes)
+    nonconforming: list[str] = field(default_factory=list)  # answers unlike the OpenAPI document
+    validated: int = 0  # answers checked against the document
 
 
 class Harness:
@@ -213,7 +215,10 @@ class Harness:
 
     def send(self, group: str, method: str, path: str, *, content: bytes | None = None,
              headers: dict[str, str] | None = None, params: Any = None,
-             describe: str = "") -> int | None:
+             describe: str = "",
+             validate: Callable[[httpx.Response], None] | None = None) -> int | None:
+        """``validate``: checks a (non-streamed) answer against the served OpenAPI document;
+        it raises when the answer does not conform."""
         t = self.tally.setdefault(group, Tally())
         before = self._snap()
         hdrs = {"content-type": "application/json", **AUTH, **(headers or {})}
@@ -224,8 +229,17 @@ class Harness:
             with self.client.stream(method, path, content=content, headers=hdrs,
                                     params=params) as r:
                 status = r.status_code
-                if "text/event-stream" not in r.headers.get("content-type", ""):
+                streamed = "text/event-stream" in r.headers.get("content-type", "")
+                if not streamed:
                     r.read()
+                    if validate is not None:
+                        t.validated += 1
+                        try:
+                            validate(r)
+                        # schemathesis raises its failures as a BaseExceptionGroup
+                        except (Exception, BaseExceptionGroup) as exc:
+                            t.nonconforming.append(
+                                f"{method} {path} → {status}: {str(exc)[:600]}")
         except (httpx.InvalidURL, httpx.LocalProtocolError, UnicodeEncodeError, ValueError):
             t.not_sent += 1
             return None
@@ -407,6 +421,7 @@ def _report(name: str, tally: dict[str, Tally]) -> None:
     for group, t in tally.items():
         print(f"[hostile] {name}/{group}: cases={t.cases} not_sent={t.not_sent} "
               f"5xx={len(t.server_errors)} writes_on_4xx={len(t.writes_on_4xx)} "
+              f"validated={t.validated} nonconforming={len(t.nonconforming)} "
               f"statuses={dict(sorted(t.statuses.items()))}")
 
 
@@ -475,6 +490,7 @@ async def _run(core: System, work: Callable[[Harness, str, int], None], name: st
     for t in harness.tally.values():
         assert t.server_errors == [], t.server_errors[:5]
         assert t.writes_on_4xx == [], t.writes_on_4xx[:5]
+        assert t.nonconforming == [], t.nonconforming[:5]
     assert listener.accepted == 0
     assert audit.outbound() == [], audit.outbound()[:10]
     assert audit.foreign_lookups() == [], audit.foreign_lookups()[:10]
@@ -585,8 +601,17 @@ async def test_explicit_hostile_cases(core: System) -> None:
 
 def run_cases(h: Harness, strategy: st.SearchStrategy[Any], group: str, n: int) -> None:
     """Send every schemathesis case the strategy draws (our client: SSE answers are not read to
-    their end, and the audit sees every connection). A fixed seed: hypothesis's derandomized
-    seed would hash the strategy's repr, which holds this run's Session id."""
+    their end, and the audit sees every connection), and check every answer against the
+    document: its status is declared, its content type too, its body matches the declared
+    schema. A fixed seed: hypothesis's derandomized seed would hash the strategy's repr, which
+    holds this run's Session id."""
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    checks = [status_code_conformance, content_type_conformance, response_schema_conformance]
 
     @seed(n)
     @FUZZ
@@ -598,7 +623,8 @@ def run_cases(h: Harness, strategy: st.SearchStrategy[Any], group: str, n: int) 
         headers = {k: str(v) for k, v in (case.headers or {}).items()
                    if k.lower() not in ("authorization", "content-length")}
         h.send(group, case.method, case.formatted_path, content=content, headers=headers,
-               params=dict(case.query or {}), describe=f"{(content or b'')[:200]!r}")
+               params=dict(case.query or {}), describe=f"{(content or b'')[:200]!r}",
+               validate=lambda r: case.validate_response(r, checks=checks))
 
     one()
 
@@ -622,7 +648,8 @@ async def test_schemathesis_against_the_served_openapi(core: System) -> None:
                 n += 1
                 run_cases(h, strategy, f"{mode.value}{'/real_session' if fixed else ''}", n)
 
-    await _run(core, work, "schemathesis")
+    tally = await _run(core, work, "schemathesis")
+    assert sum(t.validated for t in tally.values()) > 0  # the answers were checked
 
 
 async def test_hypothesis_bodies(core: System) -> None:

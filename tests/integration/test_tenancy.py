@@ -6,6 +6,7 @@ at its in-flight cap gets 429 with Retry-After while another tenant is served.""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -320,3 +321,24 @@ async def test_with_auth_disabled_everyone_is_the_default_tenant(settings: Setti
     finally:
         await kafka.stop()
         await system.stop()
+
+
+async def test_items_on_the_topic_carry_the_tenant_of_the_creating_request(t: Tenants) -> None:
+    """A multi-tenant consumer routes ``session.items`` by ``tenant``: every Item of a Session
+    — its messages, its Turn, a later function call decided from a fact — names the tenant of
+    the request that created the Session, whether it came over HTTP or over ``session.input``;
+    the HTTP answers (one tenant's own view) stay without it."""
+    r = await t.a.post("/v1/sessions", json=_create("acme routes"))
+    assert r.status_code == 201, r.text
+    assert all("tenant" not in i for i in r.json()["items"])
+    acme = r.json()["id"]
+    await open_call(t.system, acme, "toolu_route_1")
+    ans = await t.kafka.ask(records.OP_CREATE, {**_create("beta routes"), "tenant": "beta"})
+    assert ans["status"] == 201, ans
+    beta = ans["body"]["id"]
+    items = [json.loads(v) for v in await read_topic(t.system.settings,
+                                                     t.system.topics.session_items)]
+    routed = {sid: [(i["type"], i.get("tenant")) for i in items if i["session_id"] == sid]
+              for sid in (acme, beta)}
+    assert routed[acme] == [("message", "acme"), ("turn", "acme"), ("function_call", "acme")]
+    assert routed[beta] == [("message", "beta"), ("turn", "beta")]

@@ -41,3 +41,26 @@ def test_item_union_is_discriminated_on_type() -> None:
     assert schema["discriminator"]["propertyName"] == "type"
     assert set(schema["discriminator"]["mapping"]) == {
         "message", "function_call", "function_call_output", "function_call_application", "turn"}
+
+
+async def test_items_name_their_tenant_on_the_topic_and_not_over_http() -> None:
+    """The Item record on ``session.items`` carries the Session's tenant and validates against
+    the published schema; what admission's Item tail hands its SSE streams and waits is the
+    HTTP Item, without the topic envelope."""
+    from jsonschema import Draft202012Validator
+
+    from services.admission.tails import ItemTail
+    from shared import records
+    from shared.settings import Settings
+
+    item = {"id": "item_" + "a" * 32, "session_id": "session_" + "b" * 32, "sequence": 1,
+            "type": "turn", "created_at": "2026-11-30T10:00:00Z", "turn_id": "turn_1",
+            "state": "started", "reason": None}
+    record = records.item_record(item, "acme")
+    assert record["tenant"] == "acme" and record["schema"] == records.ITEM
+    schema = json.loads((DOCS / "schemas" / "session.items.json").read_text())
+    assert not list(Draft202012Validator(schema).iter_errors(record))
+    tail = ItemTail(Settings(), "t.session.items", dlq=None)  # type: ignore[arg-type]
+    q = tail.listen(item["session_id"])
+    tail.dispatch(record)
+    assert q.get_nowait() == item

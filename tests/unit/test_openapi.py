@@ -95,3 +95,59 @@ def test_request_bodies_are_the_content_models(served: dict[str, Any]) -> None:
         "^data:image/(png|jpeg);base64,")
     assert set(schemas["EventAccepted"]["properties"]["delivery"]["enum"]) == {
         "started", "steered", "resumed", "duplicate"}
+
+
+def test_operations_have_short_stable_ids_and_tags(served: dict[str, Any]) -> None:
+    ids = {(m, p): op["operationId"] for p, ops in served["paths"].items()
+           for m, op in ops.items()}
+    assert ids == {
+        ("post", "/v1/sessions"): "createSession",
+        ("post", "/v1/sessions/{session_id}/events"): "addEvent",
+        ("get", "/v1/sessions/{session_id}"): "getSession",
+        ("get", "/v1/sessions/{session_id}/items"): "listItems",
+        ("get", "/v1/sessions/{session_id}/tool_results/{call_id}"): "getToolResult",
+        ("get", "/healthz"): "getLiveness",
+        ("get", "/readyz"): "getReadiness",
+        ("get", "/metrics"): "getMetrics",
+    }
+    declared = {t["name"] for t in served["tags"]}
+    for ops in served["paths"].values():
+        for op in ops.values():
+            assert op["tags"] and set(op["tags"]) <= declared, op["operationId"]
+
+
+def test_answers_are_the_contract_models(served: dict[str, Any]) -> None:
+    """Each success answer is a pydantic model of shared.contracts; states are enums; Items are
+    one discriminated union without the topic-only fields."""
+    from shared import contracts
+
+    schemas = served["components"]["schemas"]
+    for model in (contracts.SessionCreated, contracts.EventAccepted, contracts.Session,
+                  contracts.ItemPage, contracts.ToolResult, contracts.Error):
+        assert set(schemas[model.__name__]["properties"]) == {
+            f.alias or name for name, f in model.model_fields.items()}, model.__name__
+    assert schemas["Session"]["properties"]["status"]["enum"] == ["waiting_for_runtime", "bound"]
+    assert set(schemas["ToolResult"]["properties"]["state"]["enum"]) == {
+        "open", "pending", "applied", "uncertain", "failed"}
+    assert schemas["TurnItem"]["properties"]["state"]["enum"] == ["started", "completed",
+                                                                  "failed"]
+    assert schemas["Item"]["discriminator"]["propertyName"] == "type"
+    assert schemas["ItemPage"]["properties"]["items"]["items"] == {
+        "$ref": "#/components/schemas/Item"}
+    for name in schemas["Item"]["discriminator"]["mapping"].values():
+        item = schemas[name.removeprefix("#/components/schemas/")]
+        assert item["additionalProperties"] is False
+        assert not {"schema", "tenant"} & set(item["properties"]), name
+    error = schemas["ErrorDetail"]["properties"]["type"]
+    assert "not_found" in error["enum"] and "rate_limited" in error["enum"]
+
+
+def test_server_sent_events_are_documented_with_their_id(served: dict[str, Any]) -> None:
+    for path, method in (("/v1/sessions", "post"), ("/v1/sessions/{session_id}/items", "get")):
+        op = served["paths"][path][method]
+        ok = op["responses"]["201" if method == "post" else "200"]["content"]
+        sse = ok["text/event-stream"]
+        assert "`id: <sequence>`" in sse["schema"]["description"], path
+        assert sse["example"].startswith("id: ")
+    params = served["paths"]["/v1/sessions/{session_id}/items"]["get"]["parameters"]
+    assert {p["name"] for p in params if p["in"] == "header"} == {"Last-Event-ID"}

@@ -12,6 +12,8 @@ from typing import Any
 
 from services.admission.core import Answer
 from services.admission.http import build_http_app
+from services.admission.tails import ItemTail
+from shared import records
 from shared.settings import Settings
 
 SID = "session_" + "b" * 32
@@ -23,25 +25,21 @@ def item(seq: int, kind: str = "message", **extra: Any) -> Json:
             "turn_id": "turn_1", **extra}
 
 
-class FakeTail:
-    """The Item tail's fan-out: a record published with no listener attached is gone."""
+class FakeTail(ItemTail):
+    """The Item tail's fan-out (the real one, fed by hand): a record published with no listener
+    attached is gone; listeners get the HTTP Item, without the topic envelope."""
 
     def __init__(self) -> None:
-        self.queues: list[asyncio.Queue[Json]] = []
+        super().__init__(Settings(), "t.session.items", dlq=None)  # type: ignore[arg-type]
         self.attached = asyncio.Event()
 
     def listen(self, session_id: str) -> asyncio.Queue[Json]:
-        q: asyncio.Queue[Json] = asyncio.Queue()
-        self.queues.append(q)
+        q = super().listen(session_id)
         self.attached.set()
         return q
 
-    def unlisten(self, session_id: str, q: asyncio.Queue[Json]) -> None:
-        self.queues.remove(q)
-
     def publish(self, it: Json) -> None:
-        for q in self.queues:
-            q.put_nowait({"schema": "session.item/1", **it})
+        self.dispatch(records.item_record(it, "acme"))
 
 
 class FakeAdmission:
@@ -140,4 +138,4 @@ async def test_item_published_before_the_listener_attaches_is_streamed_once() ->
     # Every Item once, in sequence order (asking for 6 waits out any duplicate).
     assert [(it["sequence"], it["type"]) for it in got] == [
         (1, "message"), (2, "turn"), (3, "function_call"), (4, "message"), (5, "turn")]
-    assert all("schema" not in it for it in got)
+    assert all("schema" not in it and "tenant" not in it for it in got)

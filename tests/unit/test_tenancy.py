@@ -13,12 +13,12 @@ import pytest
 from services import cli
 from services.admission.core import Answer
 from services.admission.http import build_http_app
+from shared import storekeys
 from shared.domain.sessions import SessionState, decide_create
 from shared.domain.tenancy import (
     DEFAULT_TENANT,
     ApiKeys,
     bearer,
-    create_idempotency_key,
     key_digest,
     key_entry,
 )
@@ -131,8 +131,8 @@ def test_a_session_belongs_to_the_tenant_of_its_creation() -> None:
     assert d.state.to_doc()["tenant"] == "acme"
     assert SessionState.from_doc(d.state.to_doc()).tenant == "acme"
     # idempotency of creation is per tenant
-    assert [i["_id"] for i in d.idempotency] == [create_idempotency_key("acme", "c-1")]
-    assert create_idempotency_key("acme", "c-1") != create_idempotency_key("beta", "c-1")
+    assert [i["_id"] for i in d.idempotency] == [storekeys.create_key("acme", "c-1")]
+    assert storekeys.create_key("acme", "c-1") != storekeys.create_key("beta", "c-1")
 
 
 def test_without_a_tenant_a_session_is_the_default_tenants() -> None:

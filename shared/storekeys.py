@@ -1,0 +1,45 @@
+"""Every document ``_id`` and journal key the services write or look up, built in one place.
+FerretDB v1 indexes only primary keys, so these strings are how everything is found: a key
+built two different ways is a document never found again.
+
+Ids minted by Core (``session_…``, ``item_…``, ``turn_…``) hold no ``/`` or ``:``; a
+client-minted id may hold anything, so it always comes last in a key."""
+
+from __future__ import annotations
+
+
+def item_key(session_id: str, sequence: int) -> str:
+    """An Item document (``items``): sequences have no gaps, so any page of a Session's Items
+    is a list of known primary keys."""
+    return f"{session_id}/{sequence}"
+
+
+def call_key(session_id: str, call_id: str) -> str:
+    """A function call, its submission and its application (``calls``)."""
+    return f"{session_id}/{call_id}"
+
+
+def chunk_key(sha256: str, n: int) -> str:
+    """The ``n``-th chunk of a stored image (``image_chunks``)."""
+    return f"{sha256}:{n}"
+
+
+def create_key(tenant: str, client_request_id: str) -> str:
+    """Session-creation idempotency (``idempotency``) is per tenant: two tenants using the same
+    ``client_request_id`` get two Sessions. Tenant names hold no ``:``."""
+    return f"create:{tenant}:{client_request_id}"
+
+
+def event_key(session_id: str, client_event_id: str) -> str:
+    """Event idempotency (``idempotency``), per Session."""
+    return f"event:{session_id}:{client_event_id}"
+
+
+def request_source(request_id: str) -> str:
+    """The journal key of an admitted request's decision."""
+    return f"req:{request_id}"
+
+
+def fact_source(fact_id: str) -> str:
+    """The journal key of a fact's decision."""
+    return f"fact:{fact_id}"
