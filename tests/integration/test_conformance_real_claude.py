@@ -51,3 +51,16 @@ async def test_real_claude_adapter(settings: Settings, corrupt: str | None,
         passed = {r.name for r in results if r.status == "PASS"}
         assert passed, "every case failed: the broken driver proved nothing"
         assert must_fail <= failed, [(r.name, r.status, r.detail) for r in results]
+
+
+async def test_real_claude_text_only_refuses_image_messages(settings: Settings) -> None:
+    """A Runtime on a text-only model (``--no-images``) refuses an image message terminally
+    and writes no part of it to the harness."""
+    await ensure_topics(settings, topics_for(settings))
+    rt, results = await run_kit(settings, KitOptions(
+        harness="claude_code", engine="real", message_images=False,
+        cases=("text_only_rejects_images", "message_images")))
+    print("\n--no-message-images\n" + render(rt, results))
+    assert not rt.message_images and not rt.function_result_images
+    assert [(r.name, r.status) for r in results] == [
+        ("text_only_rejects_images", "PASS"), ("message_images", "SKIP")]
