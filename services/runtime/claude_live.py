@@ -72,6 +72,7 @@ class _Turn:
     written: set[str] = field(default_factory=set)  # every native uuid written in this Turn
     running: set[str] = field(default_factory=set)  # its commands started, not yet finished
     interrupt_id: str | None = None  # the request id of our interrupt, once sent
+    end_reason: str | None = None  # why the bridge ended it itself (on its end's envelope)
     ending: bool = False  # we ended it (interrupt): the next result is its end
     timer: asyncio.TimerHandle | None = None
     ended: asyncio.Event = field(default_factory=asyncio.Event)
@@ -345,11 +346,11 @@ class ClaudeLive:
             # queued, now cancelled, or finished with an intermediate result): Claude Code
             # prints no ``result`` for it, so the Runtime ends the Turn itself, marked.
             self._observe(s, native)
-            self._observe(s, {"type": "result", "subtype": "error_during_execution",
-                              "is_error": True, "session_id": s.native_id, "synthesized": True,
-                              "errors": ["interrupted while none of its commands ran (the "
-                                         "queued ones cancelled)"]})
-            self._finish(s, turn)
+            self._end_observed(s, turn, {
+                "type": "result", "subtype": "error_during_execution", "is_error": True,
+                "session_id": s.native_id, "synthesized": True,
+                "errors": ["interrupted while none of its commands ran (the queued ones "
+                           "cancelled)"]})
             return
         released = self._released_calls(s, native) if kind == "user" else []
         if kind == "result" and turn is not None:
@@ -357,8 +358,7 @@ class ClaudeLive:
                 # A queued steer runs next as a follow-up command: the bridge's Turn goes on.
                 self._observe(s, native, native_turn_continues=True)
                 return
-            self._observe(s, native)
-            self._finish(s, turn)
+            self._end_observed(s, turn, native)
             return
         self._observe(s, native)
         for call_id in released:
@@ -367,6 +367,13 @@ class ClaudeLive:
             # released natively, and a result Core delivers later is refused.
             self._observe(s, {"type": "tool_release", "session_id": s.native_id,
                               "tool_use_id": call_id, "synthesized": True})
+
+    def _end_observed(self, s: _Session, turn: _Turn, native: Json) -> None:
+        if turn.end_reason is not None:
+            self._observe(s, native, end_reason=turn.end_reason)
+        else:
+            self._observe(s, native)
+        self._finish(s, turn)
 
     @staticmethod
     def _interrupted_idle(turn: _Turn, native: Json) -> bool:
@@ -445,8 +452,9 @@ class ClaudeLive:
             encoded = turn.bound.steer(str(d.get("delivery_id")), messages)
             if isinstance(encoded, TurnBoundExceeded):
                 # Refused before any part is written; the running native Turn ends.
-                self._refuse(d, f"{encoded.code}: {encoded.message}",
-                             code=REFUSAL_TURN_BOUND_EXCEEDED)
+                why = f"{encoded.code}: {encoded.message}"
+                self._refuse(d, why, code=REFUSAL_TURN_BOUND_EXCEEDED)
+                turn.end_reason = why
                 await self._end_native_turn(s, turn)
                 return
         else:
