@@ -1,7 +1,7 @@
 """Case 5 — the real-harness Runtime's overhead per Turn against the bare harness.
 
-Both sides run the real ``codex app-server`` against the same in-process scripted model server
-(every request answered "ok" at once), one Turn at a time:
+Both sides run the real ``codex app-server`` against the same scripted model server (its own
+process, every request answered "ok" at once), one Turn at a time:
 
 * **bare**: a minimal JSON-RPC client (``services/runtime/live/codex_rpc.py``) — ``turn/start``
   written → ``turn/completed`` read;
@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from bench.common import Infra, Result, Run, new_tag, progress
@@ -136,21 +139,41 @@ async def paired(model_url: str, infra: Infra, bare: Side, runtime: Side, turns:
     return b_all, r_all
 
 
+@contextlib.contextmanager
+def model_server_process() -> Iterator[str]:
+    """The scripted model server as its own process (``python -m services.modelserver``), as a
+    provider is in production: in a thread of this process it would compete for the GIL with
+    the Runtime's own work and charge that to the model's answer time."""
+    from services.modelserver.server import _free_port
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "services.modelserver", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # ready when it accepts a connection (bounded; it starts in ~1 s)
+            with contextlib.suppress(OSError), socket.create_connection(
+                    ("127.0.0.1", port), timeout=1):
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the scripted model server did not start")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def measure(run_: Run, infra: Infra, quick: bool, *, case: str, harness: str, bare: Side,
             runtime: Side, what: str) -> None:
     """The overhead case for one harness: the same number of Turns on the bare binary and
     through the Runtime, paired, against one scripted model server; the medians' ratio is the
     figure."""
-    from services.modelserver.server import ModelServer
-
     turns = 6 if quick else 20
-    ms = ModelServer().start()
-    try:
+    with model_server_process() as url:
         progress(f"  bare {harness} and the Runtime (--engine real) over Kafka: {turns} paired "
                  "Turns")
-        b_all, r_all = asyncio.run(paired(ms.url, infra, bare, runtime, turns))
-    finally:
-        ms.stop()
+        b_all, r_all = asyncio.run(paired(url, infra, bare, runtime, turns))
     b, r = statistics.median(b_all), statistics.median(r_all)
     pair = statistics.median(x / y for x, y in zip(r_all, b_all, strict=True))
     run_.add(Result(case, r * 1000, b * 1000, "<= 1.2", "ms",

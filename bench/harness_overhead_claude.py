@@ -1,8 +1,8 @@
 """Case 5b — the Claude Code Runtime's overhead per Turn against the bare harness.
 
 Both sides run the real ``claude`` (stream-json, the same flags and MCP bridge config) against
-the same in-process scripted model server (every request answered "ok" at once), Turns one after
-another on one process each, paired with the Runtime's (``harness_overhead.paired``):
+the same scripted model server (its own process; every request answered "ok" at once), Turns
+one after another on one process each, paired with the Runtime's (``harness_overhead.paired``):
 
 * **bare**: a native user message written on stdin → its ``result`` read from stdout;
 * **runtime**: a ``start`` delivery published on ``runtime.deliveries`` → the Runtime
