@@ -24,7 +24,7 @@ PYTEST_ARGS  ?=
 
 .PHONY: help venv install run up down status env test test-unit test-integration test-e2e \
         faults test-chaos test-hostile lint deploy-tools deploy-check image image-smoke bench \
-        bench-quick clean-state
+        bench-quick clean-state golden
 
 help: ## show this help
 	@echo "Session Core — make targets:"
@@ -67,6 +67,11 @@ test-integration: install ## integration tests only (real Kafka + store)
 
 test-e2e: install ## end-to-end tests only
 	$(PY) -m pytest tests/e2e -m "not faults and not chaos and not hostile" $(PYTEST_ARGS)
+
+golden: install ## re-record tests/data/native/{codex,claude_code} with the real binaries against the scripted model server, then run the golden unit tests on them
+	$(PY) -m tests.golden.record_codex
+	$(PY) -m tests.golden.record_claude
+	$(PY) -m pytest tests/unit/test_codex_golden.py tests/unit/test_claude_goldens.py $(PYTEST_ARGS)
 
 faults: install ## slow fault-injection tests (pytest -m faults)
 	$(PY) -m pytest -m faults $(PYTEST_ARGS)

@@ -1,7 +1,7 @@
 """Case 5 — the real-harness Runtime's overhead per Turn against the bare harness.
 
-Both sides run the real ``codex app-server`` against the same in-process scripted model server
-(every request answered "ok" at once), one thread, Turns one after another:
+Both sides run the real ``codex app-server`` against the same scripted model server (its own
+process, every request answered "ok" at once), one Turn at a time:
 
 * **bare**: a minimal JSON-RPC client (``services/runtime/live/codex_rpc.py``) — ``turn/start``
   written → ``turn/completed`` read;
@@ -10,15 +10,22 @@ Both sides run the real ``codex app-server`` against the same in-process scripte
   observation read back from ``runtime.observations``: Kafka both ways, the driver, the
   envelope.
 
-Figure: median Runtime Turn / median bare Turn (target ≤ 1.2). The first Turn of each side (the
-process start) is not counted."""
+The two sides run **paired**: both processes are up for the whole case and their Turns
+alternate (bare, runtime, runtime, bare, …), so a change in the machine's load (the shared
+machine's load moves by 2× within a minute) hits both sides alike instead of whichever phase
+ran later. Figure: median Runtime Turn / median bare Turn (target ≤ 1.2); the per-pair ratios'
+median is in the notes. The first Turn of each side (the process start) is not counted."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from bench.common import Infra, Result, Run, new_tag, progress
@@ -26,14 +33,16 @@ from bench.common import Infra, Result, Run, new_tag, progress
 DEBUG = bool(__import__("os").environ.get("BENCH_HARNESS_DEBUG"))
 TEXT = [{"type": "text", "text": "bench: say ok"}]
 
+TurnFn = Callable[[], Awaitable[float]]  # one Turn; returns its wall time in seconds
 
-async def _bare(model_url: str, turns: int) -> list[float]:
+
+@contextlib.asynccontextmanager
+async def bare_codex(model_url: str, _infra: Infra) -> AsyncIterator[TurnFn]:
     from services.runtime.live import DEFAULT_FUNCTIONS
     from services.runtime.live.codex_rpc import BareCodex
 
-    out: list[float] = []
     async with BareCodex(model_url + "/v1", list(DEFAULT_FUNCTIONS)) as c:
-        for i in range(turns + 1):
+        async def turn() -> float:
             start = len(c.printed)
             t0 = time.perf_counter()
             tid = await c.turn(TEXT)
@@ -42,36 +51,36 @@ async def _bare(model_url: str, turns: int) -> list[float]:
                           for m in c.printed[start:]):
                 async with c._arrived:
                     await c._arrived.wait()
-            if i:
-                out.append(time.perf_counter() - t0)
-    return out
+            return time.perf_counter() - t0
+
+        yield turn
 
 
-async def _runtime(infra: Infra, model_url: str, turns: int) -> list[float]:
+@contextlib.asynccontextmanager
+async def runtime_over_kafka(infra: Infra, harness: str, live: Any,
+                             is_end: Callable[[dict[str, Any]], bool]) -> AsyncIterator[TurnFn]:
+    """A Runtime (in this process) driving ``live``; a Turn is a ``start`` delivery published
+    on Kafka until the observation ``is_end`` accepts is read back from Kafka."""
     from bench.common import prepare_topics
     from services.runtime.app import RuntimeConfig, RuntimeService
     from services.runtime.conformance import Wire
-    from services.runtime.live import LiveOptions
-    from services.runtime.live.codex import CodexLive
     from shared.domain.delivery import message_delivery
     from shared.ids import new_id
 
-    tag = new_tag("harness")
+    tag = new_tag(f"harness-{harness}")
     await prepare_topics(infra, tag)  # leaders before the Runtime starts (docs/benchmarks.md)
     settings = infra.settings(tag)
-    config = RuntimeConfig(runtime_id=new_id("rt"), harness="codex")
-    live = CodexLive(LiveOptions(runtime_id=config.runtime_id, harness="codex",
-                                 model_base_url=model_url + "/v1"))
+    config = RuntimeConfig(runtime_id=live.options.runtime_id, harness=harness)
     svc = RuntimeService(settings, config, live=live)
     await svc.start()
     wire = Wire(settings)
     await wire.start()
-    out: list[float] = []
     try:
         sid = new_id("session")
         q = wire.listen(sid)
         await asyncio.wait_for(svc.ready.wait(), 60)
-        for i in range(turns + 1):
+
+        async def turn() -> float:
             turn_id = new_id("turn")
             record: dict[str, Any] = message_delivery(
                 delivery_id=new_id("dlv"), runtime_id=config.runtime_id, session_id=sid,
@@ -82,46 +91,99 @@ async def _runtime(infra: Infra, model_url: str, turns: int) -> list[float]:
             await wire.deliver(record)
             while True:
                 obs = await asyncio.wait_for(q.get(), 120)
-                native = obs.get("native") or {}
                 if DEBUG:
-                    progress(f"    {time.perf_counter() - t0:.3f} {native.get('method')}")
-                if obs.get("turn_id") == turn_id and native.get("method") == "turn/completed":
-                    break
-            if i:
-                out.append(time.perf_counter() - t0)
+                    native = obs.get("native") or {}
+                    progress(f"    {time.perf_counter() - t0:.3f} "
+                             f"{native.get('method') or native.get('type')}")
+                if obs.get("turn_id") == turn_id and is_end(obs.get("native") or {}):
+                    return time.perf_counter() - t0
+
+        yield turn
     finally:
         await wire.stop()
         await svc.stop()
-    return out
 
 
-Timer = Callable[..., Awaitable[list[float]]]
+@contextlib.asynccontextmanager
+async def runtime_codex(model_url: str, infra: Infra) -> AsyncIterator[TurnFn]:
+    from services.runtime.live import LiveOptions
+    from services.runtime.live.codex import CodexLive
+    from shared.ids import new_id
+
+    live = CodexLive(LiveOptions(runtime_id=new_id("rt"), harness="codex",
+                                 model_base_url=model_url + "/v1"))
+    async with runtime_over_kafka(infra, "codex", live,
+                                  lambda n: n.get("method") == "turn/completed") as turn:
+        yield turn
 
 
-def measure(run_: Run, infra: Infra, quick: bool, *, case: str, harness: str, bare: Timer,
-            runtime: Timer, what: str) -> None:
-    """The overhead case for one harness: the same number of Turns on the bare binary and
-    through the Runtime, against one scripted model server; the medians' ratio is the figure."""
-    from services.modelserver.server import ModelServer
+Side = Callable[[str, Infra], contextlib.AbstractAsyncContextManager[TurnFn]]
 
-    turns = 5 if quick else 20
-    ms = ModelServer().start()
+
+async def paired(model_url: str, infra: Infra, bare: Side, runtime: Side, turns: int
+                 ) -> tuple[list[float], list[float]]:
+    """``turns`` Turns on each side, alternating which side goes first in each pair; one
+    unmeasured Turn each first (process start, first model request)."""
+    b_all: list[float] = []
+    r_all: list[float] = []
+    async with bare(model_url, infra) as b_turn, runtime(model_url, infra) as r_turn:
+        await b_turn()
+        await r_turn()
+        for i in range(turns):
+            if i % 2 == 0:
+                b_all.append(await b_turn())
+                r_all.append(await r_turn())
+            else:
+                r_all.append(await r_turn())
+                b_all.append(await b_turn())
+    return b_all, r_all
+
+
+@contextlib.contextmanager
+def model_server_process() -> Iterator[str]:
+    """The scripted model server as its own process (``python -m services.modelserver``), as a
+    provider is in production: in a thread of this process it would compete for the GIL with
+    the Runtime's own work and charge that to the model's answer time."""
+    from services.modelserver.server import _free_port
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "services.modelserver", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        progress(f"  bare {harness}: {turns} Turns")
-        b_all = asyncio.run(bare(ms.url, turns))
-        progress(f"  Runtime (--engine real) over Kafka: {turns} Turns")
-        r_all = asyncio.run(runtime(infra, ms.url, turns))
+        deadline = time.monotonic() + 60
+        while True:  # ready when it accepts a connection (bounded; it starts in ~1 s)
+            with contextlib.suppress(OSError), socket.create_connection(
+                    ("127.0.0.1", port), timeout=1):
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the scripted model server did not start")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
     finally:
-        ms.stop()
+        proc.terminate()
+        proc.wait(10)
+
+
+def measure(run_: Run, infra: Infra, quick: bool, *, case: str, harness: str, bare: Side,
+            runtime: Side, what: str) -> None:
+    """The overhead case for one harness: the same number of Turns on the bare binary and
+    through the Runtime, paired, against one scripted model server; the medians' ratio is the
+    figure."""
+    turns = 6 if quick else 20
+    with model_server_process() as url:
+        progress(f"  bare {harness} and the Runtime (--engine real) over Kafka: {turns} paired "
+                 "Turns")
+        b_all, r_all = asyncio.run(paired(url, infra, bare, runtime, turns))
     b, r = statistics.median(b_all), statistics.median(r_all)
+    pair = statistics.median(x / y for x, y in zip(r_all, b_all, strict=True))
     run_.add(Result(case, r * 1000, b * 1000, "<= 1.2", "ms",
                     f"median Turn through the Runtime ({what}) vs the bare {harness} on the "
-                    f"same scripted model; {turns} Turns each; bare p50 {b * 1000:.0f} ms max "
-                    f"{max(b_all) * 1000:.0f} ms, runtime p50 {r * 1000:.0f} ms max "
-                    f"{max(r_all) * 1000:.0f} ms"))
+                    f"same scripted model; {turns} paired Turns each; bare p50 {b * 1000:.0f} "
+                    f"ms max {max(b_all) * 1000:.0f} ms, runtime p50 {r * 1000:.0f} ms max "
+                    f"{max(r_all) * 1000:.0f} ms; median per-pair ratio {pair:.2f}"))
 
 
 def run(run_: Run, infra: Infra, quick: bool = False) -> None:
     measure(run_, infra, quick, case="5_codex_runtime_turn_overhead",
-            harness="codex app-server", bare=_bare, runtime=_runtime,
+            harness="codex app-server", bare=bare_codex, runtime=runtime_codex,
             what="Kafka in and out, live driver")

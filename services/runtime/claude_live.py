@@ -48,7 +48,7 @@ from services.runtime.live import EmitFn, LiveOptions, envelope, refusal
 from shared.domain.adapters import claude
 from shared.domain.adapters.claude import ClaudeTurn
 from shared.domain.adapters.errors import AdapterError, TurnBoundExceeded
-from shared.domain.delivery import REFUSAL_TURN_ENDED
+from shared.domain.delivery import REFUSAL_TURN_BOUND_EXCEEDED, REFUSAL_TURN_ENDED
 from shared.domain.whitespace import is_whitespace_only
 from shared.logging import get_logger
 
@@ -69,8 +69,13 @@ class _Turn:
     delivery: Json  # the opening delivery (a failure is reported as its refusal)
     bound: ClaudeTurn
     unconsumed: set[str] = field(default_factory=set)  # native uuids written, not yet replayed
+    written: set[str] = field(default_factory=set)  # every native uuid written in this Turn
+    running: set[str] = field(default_factory=set)  # its commands started, not yet finished
+    interrupt_id: str | None = None  # the request id of our interrupt, once sent
+    end_reason: str | None = None  # why the bridge ended it itself (on its end's envelope)
     ending: bool = False  # we ended it (interrupt): the next result is its end
     timer: asyncio.TimerHandle | None = None
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass
@@ -88,8 +93,10 @@ class _Session:
     sub_calls: set[str] = field(default_factory=set)  # subagent tool_use ids seen
     waiters: dict[str, asyncio.Future[Json]] = field(default_factory=dict)  # bridge calls
     answers: dict[str, Json] = field(default_factory=dict)  # results before the bridge asked
-    answered: set[str] = field(default_factory=set)
+    answered: set[str] = field(default_factory=set)  # answered by Core, or released
     seen: asyncio.Event = field(default_factory=asyncio.Event)  # a record arrived
+    inbox: asyncio.Queue[Json] | None = None  # deliveries, handled in order by one worker
+    printed: asyncio.Event = field(default_factory=asyncio.Event)  # this process printed
 
 
 class ClaudeLive:
@@ -160,13 +167,27 @@ class ClaudeLive:
             home.mkdir(parents=True)
             session = _Session(sid, home)
             self._sessions[sid] = session
-        kind = d.get("kind")
-        if kind in ("start", "steer"):
-            await self._messages(session, d)
-        elif kind == "function_result":
-            await self._function_result(session, d)
-        else:
-            self._refuse(d, f"unknown delivery kind {kind!r}")
+        # Handed to the Session's worker, not awaited: a Session whose process is starting or
+        # whose superseded Turn is still ending never delays another Session's deliveries.
+        if session.inbox is None:
+            session.inbox = asyncio.Queue()
+            self._spawn_task(self._work(session, session.inbox))
+        session.inbox.put_nowait(d)
+
+    async def _work(self, s: _Session, inbox: asyncio.Queue[Json]) -> None:
+        while True:
+            d = await inbox.get()
+            try:
+                kind = d.get("kind")
+                if kind in ("start", "steer"):
+                    await self._messages(s, d)
+                elif kind == "function_result":
+                    await self._function_result(s, d)
+                else:
+                    self._refuse(d, f"unknown delivery kind {kind!r}")
+            except Exception as e:  # one bad delivery must not stop the Session's worker
+                log.exception("claude.delivery_error", session_id=s.core_session_id)
+                self._refuse(d, f"the runtime failed to hand the delivery over: {e!r}")
 
     def _spawn_task(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -195,6 +216,7 @@ class ClaudeLive:
 
     async def _spawn(self, s: _Session) -> None:
         s.native_id = str(uuid.uuid4())
+        s.printed = asyncio.Event()
         sock = s.home / f"b{uuid.uuid4().hex[:8]}.sock"
         s.bridge = await asyncio.start_unix_server(
             lambda r, w: self._bridge(s, r, w), path=str(sock))
@@ -239,6 +261,7 @@ class ClaudeLive:
             if not fut.done():
                 fut.cancel()
         s.waiters.clear()
+        s.printed.set()  # releases an interrupt grace still waiting for this process
 
     async def _write(self, s: _Session, record: Json) -> None:
         assert s.proc is not None and s.proc.stdin is not None
@@ -293,6 +316,7 @@ class ClaudeLive:
 
     def _on_record(self, s: _Session, native: Json) -> None:
         s.seen.set()
+        s.printed.set()
         kind = native.get("type")
         turn = s.turn
         if kind == "user" and native.get("isReplay") is True and turn is not None:
@@ -309,20 +333,77 @@ class ClaudeLive:
                         s.root_calls.add(str(bid))
                     else:
                         s.sub_calls.add(str(bid))
+        if kind == "command_lifecycle" and turn is not None:
+            cu = str(native.get("command_uuid"))
+            if cu in turn.written:
+                if native.get("state") == "started":
+                    turn.running.add(cu)
+                elif native.get("state") in ("completed", "cancelled"):
+                    turn.running.discard(cu)
+        if kind == "control_response" and turn is not None and self._interrupted_idle(
+                turn, native):
+            # The interrupt found none of this Turn's commands running (all of them still
+            # queued, now cancelled, or finished with an intermediate result): Claude Code
+            # prints no ``result`` for it, so the Runtime ends the Turn itself, marked.
+            self._observe(s, native)
+            self._end_observed(s, turn, {
+                "type": "result", "subtype": "error_during_execution", "is_error": True,
+                "session_id": s.native_id, "synthesized": True,
+                "errors": ["interrupted while none of its commands ran (the queued ones "
+                           "cancelled)"]})
+            return
+        released = self._released_calls(s, native) if kind == "user" else []
         if kind == "result" and turn is not None:
             if turn.unconsumed and not turn.ending:
                 # A queued steer runs next as a follow-up command: the bridge's Turn goes on.
                 self._observe(s, native, native_turn_continues=True)
                 return
-            self._observe(s, native)
-            self._finish(s, turn)
+            self._end_observed(s, turn, native)
             return
         self._observe(s, native)
+        for call_id in released:
+            # The harness printed this call's result itself (an interrupt rejects a running
+            # call: ``tool_result_meta`` ``non_execution_kind: "user-rejected"``): the call is
+            # released natively, and a result Core delivers later is refused.
+            self._observe(s, {"type": "tool_release", "session_id": s.native_id,
+                              "tool_use_id": call_id, "synthesized": True})
+
+    def _end_observed(self, s: _Session, turn: _Turn, native: Json) -> None:
+        if turn.end_reason is not None:
+            self._observe(s, native, end_reason=turn.end_reason)
+        else:
+            self._observe(s, native)
+        self._finish(s, turn)
+
+    @staticmethod
+    def _interrupted_idle(turn: _Turn, native: Json) -> bool:
+        response = native.get("response")
+        return (turn.ending and isinstance(response, dict)
+                and response.get("request_id") == turn.interrupt_id
+                and response.get("subtype") == "success" and not turn.running)
+
+    def _released_calls(self, s: _Session, native: Json) -> list[str]:
+        """Root calls that a live root ``tool_result`` answers although Core never did."""
+        if native.get("isReplay") is True or native.get("isSynthetic") is True or native.get(
+                "parent_tool_use_id") is not None:
+            return []
+        msg = native.get("message")
+        out = []
+        for block in (msg.get("content") if isinstance(msg, dict) else None) or []:
+            if not (isinstance(block, dict) and block.get("type") == "tool_result"):
+                continue
+            call_id = str(block.get("tool_use_id"))
+            if call_id in s.root_calls and call_id not in s.answered:
+                s.answered.add(call_id)
+                s.answers.pop(call_id, None)
+                out.append(call_id)
+        return out
 
     def _finish(self, s: _Session, turn: _Turn) -> None:
         if turn.timer is not None:
             turn.timer.cancel()
         turn.bound.finish("ended")
+        turn.ended.set()
         s.ended_turns.add(turn.core_turn_id)
         s.last_turn_id = turn.core_turn_id
         if s.turn is turn:
@@ -371,12 +452,14 @@ class ClaudeLive:
             encoded = turn.bound.steer(str(d.get("delivery_id")), messages)
             if isinstance(encoded, TurnBoundExceeded):
                 # Refused before any part is written; the running native Turn ends.
-                self._refuse(d, f"{encoded.code}: {encoded.message}")
+                why = f"{encoded.code}: {encoded.message}"
+                self._refuse(d, why, code=REFUSAL_TURN_BOUND_EXCEEDED)
+                turn.end_reason = why
                 await self._end_native_turn(s, turn)
                 return
         else:
             if turn is not None:  # a new start supersedes the running Turn
-                await self._end_native_turn(s, turn)
+                await self._end_native_turn(s, turn, settle=True)
             if s.proc is None or s.proc.returncode is not None:
                 if s.proc is not None:
                     await self._kill(s)
@@ -402,6 +485,7 @@ class ClaudeLive:
                                             "content": self._corrupt_blocks(
                                                 native["message"]["content"])}}
             turn.unconsumed.add(native["uuid"])
+            turn.written.add(native["uuid"])
             try:
                 await self._write(s, native)
             except (ConnectionError, AssertionError) as e:
@@ -413,17 +497,25 @@ class ClaudeLive:
             await self._fail(s, f"the native Turn ran past {self.options.turn_timeout_s:g} s "
                                 "(the harness hangs)")
 
-    async def _end_native_turn(self, s: _Session, turn: _Turn) -> None:
+    async def _end_native_turn(self, s: _Session, turn: _Turn, *, settle: bool = False
+                               ) -> None:
         """Interrupt the running native Turn; its ``result`` is forwarded when printed. A
-        harness that prints none within the grace is killed (the Turn fails)."""
+        harness that prints none within the grace is killed (the Turn fails).
+
+        ``cancel_queued`` (capability ``interrupt_cancel_queued_v1``): messages of this Turn
+        that Claude Code has queued but not yet taken are cancelled with it; without it they
+        would run later as commands of their own, after Core ended the Turn. With ``settle``
+        (a new Turn follows) this returns once the interrupted Turn ended (its ``result``, or
+        the process killed after the grace), so the next Turn's messages are neither cancelled
+        with it nor taken as part of it, and its records keep its own Turn id."""
         if s.turn is not turn or turn.ending:
             return
         turn.ending = True
         turn.bound.finish("interrupted")
+        turn.interrupt_id = f"req_{uuid.uuid4().hex[:12]}"
         try:
-            await self._write(s, {"type": "control_request",
-                                  "request_id": f"req_{uuid.uuid4().hex[:12]}",
-                                  "request": {"subtype": "interrupt"}})
+            await self._write(s, {"type": "control_request", "request_id": turn.interrupt_id,
+                                  "request": {"subtype": "interrupt", "cancel_queued": True}})
         except (ConnectionError, AssertionError):
             await self._fail(s, "the harness process is gone")
             return
@@ -433,11 +525,18 @@ class ClaudeLive:
                                 "isError": True})
 
         async def grace() -> None:
+            # The grace is for the harness's answer to the interrupt: a process still starting
+            # (seconds on a loaded machine) gets it from its first record on; one that never
+            # prints at all is the Turn timer's case (_hung).
+            await s.printed.wait()
             await asyncio.sleep(INTERRUPT_GRACE_S)
             if s.turn is turn:
                 await self._fail(s, "the harness did not end the interrupted Turn")
 
         self._spawn_task(grace())
+        if settle:
+            # the grace task above ends the Turn by INTERRUPT_GRACE_S at the latest
+            await turn.ended.wait()
 
     # ------------------------------------------------------------------ function results
 

@@ -90,6 +90,10 @@ JPEG = (
 
 RECEIPT_LIMIT_S = receipts.RECEIPT_WINDOW_S
 WAIT_S = 15.0  # how long any case waits for a record (past the 10 s window on purpose)
+# A real harness starts one process per Session (several at once under the kit, on a shared
+# machine: seconds each) before its first record: the waits for a Turn's records allow that.
+# The receipt window itself is still measured from the result's delivery (receipt_within_10s).
+REAL_WAIT_S = 60.0
 
 CASES = (
     "message_images",
@@ -137,6 +141,7 @@ class RuntimeUnderTest:
     # the real engine: the scripted model's registry (each case scripts the model's calls)
     scripts: Any = None
     engine: str = "simulated"
+    wait_s: float = WAIT_S  # how long a case waits for a Turn's records (not for a receipt)
 
 
 # The public functions the kit's cases call (the real engine exposes them as the harness's tools)
@@ -271,9 +276,10 @@ class Probe:
         await self.wire.deliver(record)
         return did, record["content"]
 
-    async def until(self, pred: Callable[[Json], bool], wait_s: float = WAIT_S) -> Json | None:
+    async def until(self, pred: Callable[[Json], bool], wait_s: float | None = None
+                    ) -> Json | None:
         """The next observation matching ``pred`` (all observations are kept in ``seen``)."""
-        deadline = time.monotonic() + wait_s
+        deadline = time.monotonic() + (self.rt.wait_s if wait_s is None else wait_s)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -286,7 +292,7 @@ class Probe:
             if pred(obs):
                 return obs
 
-    async def turn_end(self, turn_id: str, wait_s: float = WAIT_S) -> Json | None:
+    async def turn_end(self, turn_id: str, wait_s: float | None = None) -> Json | None:
         for obs in self.seen:
             if obs.get("turn_id") == turn_id and self._is_turn_end(obs):
                 return obs
@@ -294,7 +300,11 @@ class Probe:
             lambda o: o.get("turn_id") == turn_id and self._is_turn_end(o), wait_s)
 
     def _is_turn_end(self, obs: Json) -> bool:
-        return isinstance(classify(self.rt.harness, obs.get("native")), TurnEnded)
+        # A Claude Code ``result`` after which queued input of the same Turn runs as a
+        # follow-up command is marked ``native_turn_continues`` by the Runtime: not the end of
+        # Core's Turn (storage skips it the same way).
+        return isinstance(classify(self.rt.harness, obs.get("native")), TurnEnded) and not \
+            obs.get("native_turn_continues")
 
     async def open_call(self, name: str, args: Json) -> Call:
         turn_id = new_id("turn")
@@ -308,7 +318,8 @@ class Probe:
         obs = await self.until(
             lambda o: isinstance(classify(self.rt.harness, o.get("native")), CallOpened))
         if obs is None:
-            raise Failed(f"no native function call within {WAIT_S:g} s of 'call {name} …'")
+            raise Failed(f"no native function call within {self.rt.wait_s:g} s of "
+                         f"'call {name} …'")
         c = classify(self.rt.harness, obs.get("native"))
         assert isinstance(c, CallOpened)
         if c.name != name or c.arguments != args:
@@ -364,6 +375,22 @@ class Probe:
                     out.append(n)
             elif n.get("type") == "user" and not _tool_results(n):
                 out.append(n)
+        return out
+
+    def taken(self) -> set[str]:
+        """The native message uuids the harness recorded taking: echoed back (``isReplay``),
+        or queued as a command (real Claude Code prints ``command_lifecycle`` ``queued`` with
+        our uuid when it takes a message into its queue; a message still queued when the Turn
+        is interrupted is cancelled, never echoed)."""
+        out = set()
+        for o in self.seen:
+            n = o.get("native")
+            if not isinstance(n, dict):
+                continue
+            if n.get("type") == "user" and n.get("isReplay") is True and not _tool_results(n):
+                out.add(str(n.get("uuid")))
+            elif n.get("type") == "command_lifecycle" and n.get("state") == "queued":
+                out.add(str(n.get("command_uuid")))
         return out
 
     def refusals(self) -> list[Json]:
@@ -463,7 +490,7 @@ async def case_text_only_rejects_images(wire: Wire, rt: RuntimeUnderTest) -> str
     did = await p.send("start", turn_id, [msg(t("marker-text-only"), img(PNG))])
     refusal = await p.until(lambda o: o.get("native") is None and bool(o.get("refusal")))
     if refusal is None:
-        raise Failed(f"no refusal within {WAIT_S:g} s")
+        raise Failed(f"no refusal within {rt.wait_s:g} s")
     r = refusal["refusal"]
     if r.get("delivery_id") != did or r.get("terminal") is not True:
         raise Failed(f"refusal not terminal for the delivery: {r!r}")
@@ -588,8 +615,8 @@ async def case_claude_64_bound(wire: Wire, rt: RuntimeUnderTest) -> str:
         (b, end_b, 63, d_batch, {"B-63", "B-64"}),
     ):
         taken = [x for n in probe.received() for x in _texts(n)]
-        if len(taken) != last_ok:
-            problems.append(f"{len(taken)} user messages taken, want {last_ok}")
+        if len(probe.taken()) != last_ok:
+            problems.append(f"{len(probe.taken())} user messages taken, want {last_ok}")
         if refused_texts & set(taken):
             problems.append(f"part of the refused batch was submitted: "
                             f"{sorted(refused_texts & set(taken))}")
@@ -685,7 +712,7 @@ async def run_kit(
             rt = RuntimeUnderTest(config.runtime_id, config.harness, caps["message_images"],
                                   caps["function_result_images"],
                                   {"corrupt": opts.corrupt} if opts.corrupt else {},
-                                  scripts=model.scripts, engine="real")
+                                  scripts=model.scripts, engine="real", wait_s=REAL_WAIT_S)
         elif opts.runtime_id is None:
             from services.runtime.switches import Switches
 

@@ -81,7 +81,9 @@ async def case_steer(c: BareCodex, ms: ModelServer) -> None:
     ms.scripts.register("GOLD-steer", [[{"wait": 2.0}, {"text": "first answer"}],
                                        [{"text": "answer after the steer"}]])
     turn = await c.turn([{"type": "text", "text": "GOLD-steer start"}])
-    await asyncio.sleep(0.8)
+    # the input is recorded and the model request is out (the scripted model holds its answer
+    # for 2 s): the steer lands while the model streams
+    await c.wait_for("item/completed", turnId=turn)
     await c.request("turn/steer", {"threadId": c.thread_id, "expectedTurnId": turn,
                                    "input": [{"type": "text", "text": "steered in"}]})
     await c.wait_for("turn/completed", threadId=c.thread_id)
@@ -95,7 +97,6 @@ async def case_unanswered(c: BareCodex, ms: ModelServer) -> None:
     await c.wait_for("item/tool/call", turnId=turn)
     await c.request("turn/interrupt", {"threadId": c.thread_id, "turnId": turn})
     await c.wait_for("turn/completed", threadId=c.thread_id)
-    await asyncio.sleep(0.5)
 
 
 async def record(names: list[str], binary: str, version: str) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.runtime.conformance import KitOptions, run_kit
+from services.runtime.conformance import KitOptions, render, run_kit
 from services.runtime.live import default_binary
 from shared.kafka import ensure_topics
 from shared.settings import Settings
@@ -27,6 +27,7 @@ CODEX_CASES = ("message_images", "function_result_images", "text_exactness",
 async def test_the_real_codex_adapter_passes_every_applicable_case(settings: Settings) -> None:
     await ensure_topics(settings, topics_for(settings))
     rt, results = await run_kit(settings, KitOptions(harness="codex", engine="real"))
+    print("\n" + render(rt, results))
     st = _by_status(results)
     assert rt.engine == "real"
     assert not st["FAIL"], [(r.name, r.detail) for r in results if r.status == "FAIL"]
@@ -41,7 +42,19 @@ async def test_the_real_codex_adapter_passes_every_applicable_case(settings: Set
 async def test_a_broken_real_adapter_fails(settings: Settings, corrupt: str,
                                            must_fail: set[str]) -> None:
     await ensure_topics(settings, topics_for(settings))
-    _, results = await run_kit(settings, KitOptions(
+    rt, results = await run_kit(settings, KitOptions(
         harness="codex", engine="real", corrupt=corrupt,
         cases=("message_images", "function_result_images", "text_exactness")))
+    print(f"\n--corrupt {corrupt}\n" + render(rt, results))
     assert _by_status(results)["FAIL"] == must_fail
+
+
+async def test_a_text_only_real_codex_refuses_image_messages(settings: Settings) -> None:
+    """``--no-images``: an image message is refused terminally, no part of it reaches Codex."""
+    await ensure_topics(settings, topics_for(settings))
+    rt, results = await run_kit(settings, KitOptions(
+        harness="codex", engine="real", message_images=False,
+        cases=("text_only_rejects_images", "message_images")))
+    assert not rt.message_images and not rt.function_result_images
+    assert [(r.name, r.status) for r in results] == [
+        ("text_only_rejects_images", "PASS"), ("message_images", "SKIP")]
