@@ -111,7 +111,7 @@ def refusal(runtime_id: str, harness: str, delivery: Mapping[str, Any], reason: 
 
 
 def default_binary(name: str) -> str:
-    """The harness from the cached install (``deploy/local/stack.py install``), else PATH."""
+    """The harness from the cached install (``python -m deploy.local.stack install``), else PATH."""
     import shutil
     import sys
 
@@ -132,7 +132,7 @@ def default_binary(name: str) -> str:
         sys.path.remove(str(root / "deploy" / "local"))
     found = shutil.which(name)
     if not found:
-        raise FileNotFoundError(f"{name}: not installed (run `python deploy/local/stack.py "
+        raise FileNotFoundError(f"{name}: not installed (run `python -m deploy.local.stack "
                                 "install` or set SESSION_CORE_{name.upper()}_BIN)")
     return found
 
