@@ -27,6 +27,7 @@ from services.runtime.harness import Emit, SimulatedHarness
 from services.runtime.live import LiveHarness
 from services.runtime.switches import Switches
 from shared import records
+from shared.domain.harnesses.claude_code import BRIDGE_PROTOCOL
 from shared.domain.recordcheck import UNPROCESSABLE, Poison, accept
 from shared.kafka import (
     DeadLetters,
@@ -51,7 +52,7 @@ class RuntimeConfig:
     runtime_id: str
     harness: str
     placements: list[str] = field(default_factory=lambda: ["none", "self_hosted"])
-    bridge_protocol: int = 3
+    bridge_protocol: int = BRIDGE_PROTOCOL
     message_images: bool = True
     function_result_images: bool = True
     status: str = "ready"

@@ -6,7 +6,7 @@ stdin; every record it prints on stdout is forwarded as a ``runtime.observation/
 ``native`` exactly as printed.
 
 * ``start`` / ``steer``: each public message becomes one native user message with a fresh UUID
-  (``shared.domain.adapters.claude``: text blocks verbatim, ``input_image`` → a base64 image
+  (``shared.domain.harnesses.claude_code``: text blocks verbatim, ``input_image`` → a base64 image
   block). The bridge's native Turn counts at most 64 user messages, the opening prompt
   included (``ClaudeTurn``); a steering batch that would pass it is refused before any part of
   it is written, and the running native Turn is interrupted (``control_request`` ``interrupt``):
@@ -45,10 +45,10 @@ from typing import Any
 from services.runtime import claude_process
 from services.runtime.harness import ALTERED_SUFFIX, Emit
 from services.runtime.live import EmitFn, LiveOptions, envelope, refusal
-from shared.domain.adapters import claude
-from shared.domain.adapters.claude import ClaudeTurn
-from shared.domain.adapters.errors import AdapterError, TurnBoundExceeded
 from shared.domain.delivery import REFUSAL_TURN_BOUND_EXCEEDED, REFUSAL_TURN_ENDED
+from shared.domain.harnesses import claude_code as claude
+from shared.domain.harnesses.claude_code import ClaudeTurn
+from shared.domain.harnesses.errors import AdapterError, TurnBoundExceeded
 from shared.domain.whitespace import is_whitespace_only
 from shared.logging import get_logger
 

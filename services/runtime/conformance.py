@@ -49,13 +49,13 @@ from services.runtime.app import RuntimeConfig, RuntimeService, control_record
 from services.runtime.harness import HARNESSES
 from services.runtime.main import add_switch_flags, settings_from_args, switches_from_args
 from shared.domain import receipts
-from shared.domain.adapters import codex
 from shared.domain.delivery import (
     REFUSAL_TURN_BOUND_EXCEEDED,
     function_result_delivery,
     message_delivery,
     result_content,
 )
+from shared.domain.harnesses import codex
 from shared.domain.observations import CallOpened, TurnEnded, classify
 from shared.ids import new_id
 from shared.kafka import (

@@ -40,10 +40,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.runtime.switches import Switches
-from shared.domain.adapters import AdapterError, claude, codex, text_only
-from shared.domain.adapters.claude import ClaudeTurn
-from shared.domain.adapters.errors import TurnBoundExceeded
 from shared.domain.delivery import REFUSAL_TURN_BOUND_EXCEEDED, REFUSAL_TURN_ENDED
+from shared.domain.harnesses import AdapterError, codex
+from shared.domain.harnesses import claude_code as claude
+from shared.domain.harnesses import minimax_code as text_only
+from shared.domain.harnesses.claude_code import ClaudeTurn
+from shared.domain.harnesses.errors import TurnBoundExceeded
 from shared.logging import get_logger
 
 log = get_logger(__name__)

@@ -20,6 +20,7 @@ from services.runtime.harness import HARNESSES
 from services.runtime.live import DEFAULT_FUNCTIONS, LiveHarness, LiveOptions
 from services.runtime.live import build as build_live
 from services.runtime.switches import DESCRIPTIONS, NAMES, Switches, from_env, parse_assignments
+from shared.domain.harnesses.claude_code import BRIDGE_PROTOCOL
 from shared.ids import new_id
 from shared.settings import Settings, get_settings
 
@@ -68,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--placements", default=env.get("SESSION_CORE_RUNTIME_PLACEMENTS",
                                                    "none,self_hosted"),
                    help="comma-separated: none, openai_hosted, self_hosted")
-    p.add_argument("--bridge-protocol", type=int, default=3)
+    p.add_argument("--bridge-protocol", type=int, default=BRIDGE_PROTOCOL)
     p.add_argument("--message-images", action=argparse.BooleanOptionalAction, default=None,
                    help="report message image support (default: yes, except minimax_code)")
     p.add_argument("--function-result-images", action=argparse.BooleanOptionalAction,

@@ -49,6 +49,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, cast
 
+from shared.domain.harnesses import claude_code
+
 Placement = Literal["none", "openai_hosted", "self_hosted"]
 PLACEMENTS: tuple[Placement, ...] = ("none", "openai_hosted", "self_hosted")
 HarnessName = Literal["codex", "claude_code", "minimax_code"]
@@ -120,11 +122,14 @@ _FUNCTION_RESULTS: Mapping[HarnessName, FunctionResults] = {
     "minimax_code": FunctionResults(False, False, False, False, frozenset()),
 }
 
-# Core's own facts (module docstring, "Decisions"):
+# Core's own facts (module docstring, "Decisions"); Claude Code's two are defined once, in its
+# module (``shared.domain.harnesses.claude_code``): protocol 3 and the 64 bound.
+_CLAUDE_BRIDGE = frozenset({claude_code.BRIDGE_PROTOCOL})
+_CLAUDE_BOUND = claude_code.MAX_USER_MESSAGES_PER_TURN
 #                 text only  bridge protocols  user messages per native Turn
 _ADAPTER: Mapping[HarnessName, tuple[bool, frozenset[int] | None, int | None]] = {
     "codex":        (False,     None,             None),
-    "claude_code":  (False,     frozenset({3}),   64),
+    "claude_code":  (False,     _CLAUDE_BRIDGE,   _CLAUDE_BOUND),
     "minimax_code": (True,      None,             None),
 }
 

@@ -45,7 +45,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from shared.domain.adapters import claude, codex
+from shared.domain.harnesses import claude_code as claude
+from shared.domain.harnesses import codex
 
 OBSERVATION_SCHEMA = "runtime.observation/1"
 # Later: shared.domain.harness.PROFILES[harness] / Settings.receipt_window_s.

@@ -1,4 +1,4 @@
-"""Claude Code native encoding and the per-Turn bound (shared/domain/adapters/claude.py)."""
+"""Claude Code native encoding and the per-Turn bound (shared/domain/harnesses/claude_code.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from shared.domain.adapters import adapter_for, claude, is_terminal
-from shared.domain.adapters.claude import MAX_USER_MESSAGES_PER_TURN, ClaudeTurn
-from shared.domain.adapters.errors import (
+from shared.domain.harnesses import adapter_for, is_terminal
+from shared.domain.harnesses import claude_code as claude
+from shared.domain.harnesses.claude_code import MAX_USER_MESSAGES_PER_TURN, ClaudeTurn
+from shared.domain.harnesses.errors import (
     AdapterError,
     TurnBoundExceeded,
     TurnEnded,

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from shared.domain.adapters import adapter_for, claude, is_terminal
-from shared.domain.adapters.claude import ClaudeTurn
-from shared.domain.adapters.errors import UnsupportedContent
 from shared.domain.errors import ApiError
+from shared.domain.harnesses import adapter_for, is_terminal
+from shared.domain.harnesses import claude_code as claude
+from shared.domain.harnesses.claude_code import ClaudeTurn
+from shared.domain.harnesses.errors import UnsupportedContent
 from shared.domain.validation import Limits, validate_create
 from shared.domain.whitespace import WHITESPACE
 

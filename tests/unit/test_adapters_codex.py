@@ -1,4 +1,4 @@
-"""Codex native encoding (shared/domain/adapters/codex.py): byte-for-byte expectations."""
+"""Codex native encoding (shared/domain/harnesses/codex.py): byte-for-byte expectations."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from shared.domain.adapters import adapter_for, codex, is_terminal
-from shared.domain.adapters.errors import UnsupportedContent
+from shared.domain.harnesses import adapter_for, codex, is_terminal
+from shared.domain.harnesses.errors import UnsupportedContent
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
 JPG = "data:image/jpeg;base64,/9j/4AAQ"

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from shared.domain.adapters import adapter_for, is_terminal, text_only
-from shared.domain.adapters.errors import AdapterError, TurnBoundExceeded, UnsupportedContent
+from shared.domain.harnesses import adapter_for, is_terminal
+from shared.domain.harnesses import minimax_code as text_only
+from shared.domain.harnesses.errors import AdapterError, TurnBoundExceeded, UnsupportedContent
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
 

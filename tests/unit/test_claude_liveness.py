@@ -1,7 +1,7 @@
 """Which Claude Code records are live root records (primary spec, "Function results": "Replayed,
 synthetic and Subagent records do not confirm it"; issue 17 items 4 and 5).
 
-One classifier (``shared.domain.adapters.claude.is_live_root``) decides for the adapter's
+One classifier (``shared.domain.harnesses.claude_code.is_live_root``) decides for the adapter's
 ``tool_uses()``, storage's observation classifier (``shared.domain.observations``) and the
 receipt matcher (``shared.domain.receipts``). Decision (docs/runtime-boundary.md): ``isReplay``
 and ``isSynthetic`` are live only when the field is absent or exactly JSON ``false``; every other
@@ -18,7 +18,7 @@ import pytest
 
 from services.storage.handler import record_to_inputs
 from shared import records
-from shared.domain.adapters import claude
+from shared.domain.harnesses import claude_code as claude
 from shared.domain.observations import CallOpened, classify_all
 from shared.domain.receipts import Confirmed, NotAMatch, expect, match_native
 

@@ -13,7 +13,7 @@ from services.runtime.claude_live import ClaudeLive, _Session, _Turn
 from services.runtime.harness import Emit
 from services.runtime.live import LiveOptions
 from shared.domain import receipts
-from shared.domain.adapters.claude import ClaudeTurn
+from shared.domain.harnesses.claude_code import ClaudeTurn
 from shared.domain.observations import TurnEnded, classify
 
 NATIVE = "1ebcf56a-4199-4d7e-9711-c94419a04bac"

@@ -10,12 +10,12 @@ import pytest
 from services.runtime.harness import ALTERED_SUFFIX, Emit, SimulatedHarness, parse_calls
 from services.runtime.switches import Switches
 from shared.domain import receipts
-from shared.domain.adapters import codex
 from shared.domain.delivery import (
     REFUSAL_TURN_BOUND_EXCEEDED,
     function_result_delivery,
     message_delivery,
 )
+from shared.domain.harnesses import codex
 from shared.domain.observations import CallOpened, TurnEnded, classify
 
 RT = "rt_" + "a" * 32

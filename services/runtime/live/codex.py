@@ -9,7 +9,7 @@ JSON-RPC over the process's stdin/stdout, one JSON object a line (no ``jsonrpc``
   (no shell, no file access: the model can only call the Session's public functions) and the
   public functions as ``dynamicTools``. Outbound traffic other than loopback is sent to a dead
   local proxy, so the binary's own background calls (plugin sync) fail fast and stay local;
-* ``start``: the batch flattened by the Codex adapter (``shared.domain.adapters.codex``: a blank
+* ``start``: the batch flattened by the Codex adapter (``shared.domain.harnesses.codex``: a blank
   line between public messages, images as ``{type: "image", url}`` data URIs unchanged) →
   ``turn/start``; a Turn still running is interrupted first (``turn/interrupt``);
 * ``steer`` of the running Turn → ``turn/steer`` with ``expectedTurnId``; a steer Codex refuses
@@ -45,9 +45,9 @@ from typing import Any
 
 from services.runtime.harness import Emit
 from services.runtime.live import EmitFn, Json, LiveOptions, default_binary, envelope, refusal
-from shared.domain.adapters import AdapterError
-from shared.domain.adapters import codex as adapter
 from shared.domain.delivery import REFUSAL_TURN_ENDED
+from shared.domain.harnesses import AdapterError
+from shared.domain.harnesses import codex as adapter
 from shared.logging import get_logger
 
 log = get_logger(__name__)

@@ -1,4 +1,7 @@
-"""Harness adapters: each owns the native encoding its harness needs (docs/runtime-boundary.md).
+"""The harness registry: which harness → which module. Each harness's pure knowledge sits in one
+module here — ``codex``, ``claude_code``, ``minimax_code``: its constants, native encoding
+(docs/runtime-boundary.md) and observation classification (``classify_all``); its profile row is
+``shared.domain.harness.PROFILES[harness]`` (the spec's tables read best side by side).
 
 ``adapter_for(harness)`` gives a uniform view — ``encode_messages(messages)`` and
 ``encode_function_result(call_id, success, content)`` — returning native values or a terminal
@@ -11,14 +14,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shared.domain.adapters import claude, codex, text_only
-from shared.domain.adapters.errors import (
+from shared.domain.harnesses import claude_code as claude
+from shared.domain.harnesses import codex
+from shared.domain.harnesses import minimax_code as text_only
+from shared.domain.harnesses.errors import (
     AdapterError,
     TurnBoundExceeded,
     TurnEnded,
     UnsupportedContent,
     is_terminal,
 )
+from shared.domain.harnesses.facts import Fact
 
 __all__ = [
     "Adapter",
@@ -28,6 +34,7 @@ __all__ = [
     "UnsupportedContent",
     "adapter_for",
     "is_terminal",
+    "module_for",
 ]
 
 
@@ -97,3 +104,23 @@ _ADAPTERS: dict[str, Adapter] = {
 def adapter_for(harness: str) -> Adapter:
     """The adapter for ``harness``; ``KeyError`` for an unknown harness."""
     return _ADAPTERS[harness]
+
+
+class HarnessModule(Protocol):
+    """What the cross-harness code asks of a harness module."""
+
+    HARNESS: str
+
+    def classify_all(self, native: Mapping[str, Any]) -> list[Fact]: ...
+
+
+_MODULES: dict[str, HarnessModule] = {
+    codex.HARNESS: codex,
+    claude.HARNESS: claude,
+    text_only.HARNESS: text_only,
+}
+
+
+def module_for(harness: str) -> HarnessModule | None:
+    """The module holding ``harness``'s knowledge, or ``None`` for an unknown harness."""
+    return _MODULES.get(harness)

@@ -1,4 +1,4 @@
-"""A text-only harness adapter (MiniMax Code). Image parts are refused with a terminal
+"""MiniMax Code: a text-only harness. Image parts are refused with a terminal
 ``UnsupportedContent`` error — never dropped — and a terminal error is never retried.
 
 Native encoding: one native user prompt string per public message, its text parts concatenated
@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shared.domain.adapters.errors import AdapterError, UnsupportedContent, is_terminal
 from shared.domain.errors import join_path
+from shared.domain.harnesses.claude_code import result_end
+from shared.domain.harnesses.errors import AdapterError, UnsupportedContent, is_terminal
+from shared.domain.harnesses.facts import Fact
 
 HARNESS = "minimax_code"
 
-__all__ = ["HARNESS", "encode_function_result", "encode_messages", "is_terminal"]
+__all__ = ["HARNESS", "classify_all", "encode_function_result", "encode_messages", "is_terminal"]
 
 
 def encode_messages(messages: Sequence[Mapping[str, Any]]) -> list[str] | AdapterError:
@@ -43,3 +45,9 @@ def encode_function_result(
     call_id: str, success: bool, content: Sequence[Mapping[str, Any]]
 ) -> AdapterError:
     return UnsupportedContent(message=f"{HARNESS} has no public functions", param="call_id")
+
+
+def classify_all(native: Mapping[str, Any]) -> list[Fact]:
+    """MiniMax Code's bridge reports Turn ends as Claude Code does (a ``result`` record); it
+    makes no public calls."""
+    return result_end(native)

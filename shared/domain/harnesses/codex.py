@@ -1,4 +1,4 @@
-"""Codex native encoding (app-server protocol v2).
+"""Codex: native encoding (app-server protocol v2) and observation classification.
 
 Messages: a batch of public messages flattens into one native ``UserInput`` list. Every public
 part maps to exactly one native item, in order — ``input_text`` → ``{"type": "text", "text"}``,
@@ -19,8 +19,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shared.domain.adapters.errors import AdapterError, UnsupportedContent
 from shared.domain.errors import join_path
+from shared.domain.harnesses.errors import AdapterError, UnsupportedContent
+from shared.domain.harnesses.facts import CallOpened, Fact, TurnEnded
 
 HARNESS = "codex"
 MESSAGE_SEPARATOR = "\n\n"
@@ -108,3 +109,35 @@ def function_call(native: Mapping[str, Any]) -> CodexCall | None:
     if not all(isinstance(v, str) for v in (thread_id, turn_id, call_id, name)):
         return None
     return CodexCall(str(thread_id), str(turn_id), str(call_id), str(name), item.get("arguments"))
+
+
+def classify_all(native: Mapping[str, Any]) -> list[Fact]:
+    """The fact a Codex record carries: a dynamic-tool call (``item/started``) or the Turn's
+    end (``turn/completed``)."""
+    method = native.get("method")
+    params = native.get("params")
+    if not isinstance(params, dict):
+        return []
+    if method == "item/started":
+        item = params.get("item")
+        if isinstance(item, dict) and item.get("type") == "dynamicToolCall":
+            if isinstance(item.get("id"), str) and isinstance(item.get("tool"), str):
+                return [CallOpened(
+                    call_id=item["id"],
+                    name=item["tool"],
+                    arguments=item.get("arguments"),
+                    native_ids={"thread_id": params.get("threadId"),
+                                "turn_id": params.get("turnId")},
+                )]
+    if method == "turn/completed":
+        # The real app-server (0.169) prints ``params.turn`` ``{id, status: completed |
+        # interrupted | failed, error}``; the simulation's flat ``turnId`` / ``status`` is
+        # still read. Anything but ``completed`` ends the Turn failed.
+        turn = params.get("turn")
+        if isinstance(turn, dict):
+            status, turn_id = turn.get("status"), turn.get("id")
+        else:
+            status, turn_id = params.get("status"), params.get("turnId")
+        return [TurnEnded("completed" if status == "completed" else "failed",
+                          turn_id if isinstance(turn_id, str) else None)]
+    return []

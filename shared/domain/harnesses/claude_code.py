@@ -1,4 +1,5 @@
-"""Claude Code native encoding and per-Turn bookkeeping (bridge protocol 3).
+"""Claude Code: native encoding, per-Turn bookkeeping (bridge protocol 3) and observation
+classification.
 
 * Each public message becomes one native user message (``stream-json`` input) with a fresh
   UUID; ``input_text`` → ``{"type": "text", "text"}``, ``input_image`` (an inline data URI) →
@@ -21,20 +22,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shared.domain.adapters.errors import (
+from shared.domain.errors import join_path
+from shared.domain.harnesses import facts
+from shared.domain.harnesses.errors import (
     AdapterError,
     TurnBoundExceeded,
     TurnEnded,
     UnsupportedContent,
 )
-from shared.domain.errors import join_path
 from shared.domain.whitespace import has_non_whitespace
 
 HARNESS = "claude_code"
-# Later: shared.domain.harness.PROFILES["claude_code"]
-# (the dispatcher reads harness.PROFILES['claude_code'].max_user_messages_per_turn).
-MAX_USER_MESSAGES_PER_TURN = 64
-BRIDGE_PROTOCOL = 3
+# The one definition of both; the profile table (``shared.domain.harness``), the bridges and the
+# Runtime's registration read them from here.
+MAX_USER_MESSAGES_PER_TURN = 64  # user messages per native Turn, opening prompt included
+BRIDGE_PROTOCOL = 3  # the bridge protocol Core's daemon requires (exactly this one)
 
 NativeBlock = dict[str, Any]
 NativeMessage = dict[str, Any]
@@ -247,6 +249,27 @@ def tool_uses(native: Mapping[str, Any]) -> list[ClaudeCall]:
             if name is not None:
                 calls.append(ClaudeCall(session_id, block["id"], name, block.get("input")))
     return calls
+
+
+def classify_all(native: Mapping[str, Any]) -> list[facts.Fact]:
+    """Every fact a Claude Code record carries: each root call of a live ``assistant`` record
+    (replayed, synthetic and Subagent copies of a ``tool_use`` open nothing), or the end of a
+    native Turn (a ``result`` record)."""
+    if native.get("type") == "assistant":
+        return [
+            facts.CallOpened(call_id=c.call_id, name=c.name, arguments=c.input,
+                             native_ids={"session_id": c.native_session_id})
+            for c in tool_uses(native)
+        ]
+    return result_end(native)
+
+
+def result_end(native: Mapping[str, Any]) -> list[facts.Fact]:
+    """A ``result`` record ends the native Turn: completed on ``subtype: success``."""
+    if native.get("type") == "result":
+        sub = native.get("subtype")
+        return [facts.TurnEnded("completed" if sub == "success" else "failed", None)]
+    return []
 
 
 class ClaudeTurn:
