@@ -3,7 +3,7 @@
 Both sides run the real ``codex app-server`` against the same scripted model server (its own
 process, every request answered "ok" at once), one Turn at a time:
 
-* **bare**: a minimal JSON-RPC client (``services/runtime/live/codex_rpc.py``) — ``turn/start``
+* **bare**: a minimal JSON-RPC client (``services/runtime/codex/rpc.py``) — ``turn/start``
   written → ``turn/completed`` read;
 * **runtime**: a ``start`` delivery published on ``runtime.deliveries`` → the Runtime
   (``RuntimeService`` with the real Codex engine, in this process) → its ``turn/completed``
@@ -38,8 +38,8 @@ TurnFn = Callable[[], Awaitable[float]]  # one Turn; returns its wall time in se
 
 @contextlib.asynccontextmanager
 async def bare_codex(model_url: str, _infra: Infra) -> AsyncIterator[TurnFn]:
+    from services.runtime.codex.rpc import BareCodex
     from services.runtime.live import DEFAULT_FUNCTIONS
-    from services.runtime.live.codex_rpc import BareCodex
 
     async with BareCodex(model_url + "/v1", list(DEFAULT_FUNCTIONS)) as c:
         async def turn() -> float:
@@ -106,8 +106,8 @@ async def runtime_over_kafka(infra: Infra, harness: str, live: Any,
 
 @contextlib.asynccontextmanager
 async def runtime_codex(model_url: str, infra: Infra) -> AsyncIterator[TurnFn]:
+    from services.runtime.codex.live import CodexLive
     from services.runtime.live import LiveOptions
-    from services.runtime.live.codex import CodexLive
     from shared.ids import new_id
 
     live = CodexLive(LiveOptions(runtime_id=new_id("rt"), harness="codex",

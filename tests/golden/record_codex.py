@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from services.modelserver.server import ModelServer
+from services.runtime.codex.rpc import BareCodex
 from services.runtime.live import DEFAULT_FUNCTIONS, default_binary
-from services.runtime.live.codex_rpc import BareCodex
 
 OUT = Path(__file__).resolve().parents[1] / "data" / "native" / "codex"
 # a 1×1 PNG

@@ -1,4 +1,4 @@
-"""The Claude Code live harness (``services.runtime.claude_live``) driving the real binary
+"""The Claude Code live harness (``services.runtime.claude.live``) driving the real binary
 against the scripted model server, without Kafka: what it emits for each delivery."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from services.modelserver.server import ModelServer
-from services.runtime import claude_process
-from services.runtime.claude_live import ClaudeLive
+from services.runtime.claude import process as claude_process
+from services.runtime.claude.live import ClaudeLive
 from services.runtime.harness import Emit
 from services.runtime.live import LiveOptions
 from shared.domain.observations import CallOpened, TurnEnded, classify_all

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from services.modelserver.server import running
-from services.runtime import claude_process
+from services.runtime.claude import process as claude_process
 
 pytestmark = pytest.mark.skipif(not Path(claude_process.default_binary()).exists(),
                                 reason="claude is not installed "

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime import claude_process
+from services.runtime.claude import process as claude_process
 from services.runtime.conformance import KitOptions, render, run_kit
 from shared.kafka import ensure_topics
 from shared.settings import Settings

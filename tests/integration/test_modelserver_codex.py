@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from services.modelserver.server import ModelServer
+from services.runtime.codex.rpc import BareCodex
 from services.runtime.live import DEFAULT_FUNCTIONS, default_binary
-from services.runtime.live.codex_rpc import BareCodex
 
 try:
     default_binary("codex")

@@ -9,7 +9,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from services.runtime.claude_live import ClaudeLive, _Session, _Turn
+from services.runtime.claude.live import ClaudeLive, _Session, _Turn
 from services.runtime.harness import Emit
 from services.runtime.live import LiveOptions
 from shared.domain import receipts

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from services.modelserver.server import ModelServer
-from services.runtime import claude_process
+from services.runtime.claude import process as claude_process
 from tests.support.processes import Core, launch
 from tests.support.system import ItemCollector
 

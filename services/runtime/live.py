@@ -7,9 +7,9 @@ A ``LiveHarness`` drives real harness processes (one per Core Session) and emits
 ``SimulatedHarness``; the Kafka loop (registration, deliveries, ordered publishing, control) is
 the same for both engines.
 
-Each harness has one module here, ``services.runtime.live.<harness>`` (``codex``,
-``claude_code``), exposing ``build(options: LiveOptions) -> LiveHarness``; ``build`` below
-imports it by name, so adding a harness touches no shared file.
+Each harness's Runtime side sits in its own package — ``services.runtime.codex`` and
+``services.runtime.claude`` — whose ``live`` module exposes ``build(options: LiveOptions) ->
+LiveHarness``; ``build`` below picks it from ``DRIVERS``.
 """
 
 from __future__ import annotations
@@ -74,8 +74,15 @@ class LiveHarness(Protocol):
     async def stop(self) -> None: ...
 
 
+# harness → the module of its live driver
+DRIVERS: Mapping[str, str] = {
+    "codex": "services.runtime.codex.live",
+    "claude_code": "services.runtime.claude.live",
+}
+
+
 def build(options: LiveOptions) -> LiveHarness:
-    module = importlib.import_module(f"services.runtime.live.{options.harness}")
+    module = importlib.import_module(DRIVERS[options.harness])
     harness: LiveHarness = module.build(options)
     return harness
 
@@ -118,7 +125,7 @@ def default_binary(name: str) -> str:
     env = os.environ.get(f"SESSION_CORE_{name.upper()}_BIN")
     if env:
         return env
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[2]
     sys.path.insert(0, str(root / "deploy" / "local"))
     try:
         import stack  # type: ignore[import-not-found]

@@ -1,7 +1,7 @@
 """The live harness for Claude Code: one real ``claude`` process per Core Session.
 
 ``claude -p --input-format stream-json --output-format stream-json --verbose
---replay-user-messages`` (``services.runtime.claude_process``) reads native user messages on
+--replay-user-messages`` (``services.runtime.claude.process``) reads native user messages on
 stdin; every record it prints on stdout is forwarded as a ``runtime.observation/1`` envelope,
 ``native`` exactly as printed.
 
@@ -17,7 +17,7 @@ stdin; every record it prints on stdout is forwarded as a ``runtime.observation/
   message written in it was replayed. A steer written while the model streams text is queued by
   Claude Code and run as a follow-up command after an intermediate ``result``; that record is
   forwarded with ``native_turn_continues: true`` (storage does not end Core's Turn on it).
-* Public functions: an MCP server (``services.runtime.claude_mcp``) that Claude Code starts
+* Public functions: an MCP server (``services.runtime.claude.mcp``) that Claude Code starts
   relays each root ``mcp__core__<name>`` call over a Unix socket to this object and blocks
   until Core's ``function_result`` delivery arrives; the result is answered as MCP content
   (text blocks, image blocks in order; ``isError`` when ``success`` is false). A call made by a
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.runtime import claude_process
+from services.runtime.claude import process as claude_process
 from services.runtime.harness import ALTERED_SUFFIX, Emit
 from services.runtime.live import EmitFn, LiveOptions, envelope, refusal
 from shared.domain.delivery import REFUSAL_TURN_BOUND_EXCEEDED, REFUSAL_TURN_ENDED
@@ -58,7 +58,7 @@ HARNESS = claude.HARNESS
 LINE_LIMIT = 64 * 1024 * 1024  # a record with images can be large
 INTERRUPT_GRACE_S = 15.0  # an interrupted Turn that prints no result by then: the process is killed
 CALL_LOOKUP_S = 5.0  # how long the bridge waits to see the assistant record of a relayed call
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 Json = dict[str, Any]
 
@@ -225,7 +225,7 @@ class ClaudeLive:
         mcp = s.home / "mcp.json"
         mcp.write_text(json.dumps({"mcpServers": {claude_process.MCP_SERVER: {
             "type": "stdio", "command": sys.executable,
-            "args": ["-m", "services.runtime.claude_mcp", "--socket", str(sock),
+            "args": ["-m", "services.runtime.claude.mcp", "--socket", str(sock),
                      "--tools", str(tools)],
             "env": {"PYTHONPATH": str(REPO_ROOT)}}}}))
         cmd = claude_process.command(self.settings, mcp_config=mcp,
