@@ -34,7 +34,7 @@ async def bare_claude(model_url: str, _infra: Infra) -> AsyncIterator[TurnFn]:
     import sys
 
     from services.runtime.claude import process as claude_process
-    from services.runtime.claude.live import REPO_ROOT
+    from services.runtime.claude.bridge import REPO_ROOT
     from services.runtime.live import DEFAULT_FUNCTIONS
 
     settings = claude_process.ClaudeSettings(model_base_url=model_url)

@@ -9,7 +9,8 @@ import types
 from pathlib import Path
 from typing import Any
 
-from services.runtime.claude.live import ClaudeLive, _Session, _Turn
+from services.runtime.claude.live import ClaudeLive
+from services.runtime.claude.state import Session, Turn
 from services.runtime.harness import Emit
 from services.runtime.live import LiveOptions
 from shared.domain import receipts
@@ -33,15 +34,15 @@ def live(tmp_path: Path) -> tuple[ClaudeLive, list[dict[str, Any]]]:
     return h, out
 
 
-def session(tmp_path: Path, turn: _Turn) -> _Session:
-    s = _Session("session_a", tmp_path, native_id=NATIVE)
+def session(tmp_path: Path, turn: Turn) -> Session:
+    s = Session("session_a", tmp_path, native_id=NATIVE)
     s.turn = turn
     s.proc = types.SimpleNamespace(returncode=None)  # type: ignore[assignment]
     return s
 
 
-def turn() -> _Turn:
-    return _Turn("turn_1", {"delivery_id": "dlv_1", "session_id": "session_a",
+def turn() -> Turn:
+    return Turn("turn_1", {"delivery_id": "dlv_1", "session_id": "session_a",
                             "turn_id": "turn_1", "kind": "start"},
                  ClaudeTurn(native_session_id=NATIVE))
 

@@ -34,16 +34,21 @@ import asyncio
 import contextlib
 import json
 import shutil
-import sys
 import tempfile
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from services.runtime.claude import process as claude_process
-from services.runtime.harness import ALTERED_SUFFIX, Emit
+from services.runtime.claude.bridge import (
+    corrupt_blocks,
+    mcp_content,
+    relay,
+    write_mcp_config,
+)
+from services.runtime.claude.state import Session, Turn
+from services.runtime.harness import Emit
 from services.runtime.live import EmitFn, LiveOptions, envelope, refusal
 from shared.domain.delivery import REFUSAL_TURN_BOUND_EXCEEDED, REFUSAL_TURN_ENDED
 from shared.domain.harnesses import claude_code as claude
@@ -55,48 +60,9 @@ from shared.logging import get_logger
 log = get_logger(__name__)
 
 HARNESS = claude.HARNESS
-LINE_LIMIT = 64 * 1024 * 1024  # a record with images can be large
 INTERRUPT_GRACE_S = 15.0  # an interrupted Turn that prints no result by then: the process is killed
-CALL_LOOKUP_S = 5.0  # how long the bridge waits to see the assistant record of a relayed call
-REPO_ROOT = Path(__file__).resolve().parents[3]
 
 Json = dict[str, Any]
-
-
-@dataclass
-class _Turn:
-    core_turn_id: str
-    delivery: Json  # the opening delivery (a failure is reported as its refusal)
-    bound: ClaudeTurn
-    unconsumed: set[str] = field(default_factory=set)  # native uuids written, not yet replayed
-    written: set[str] = field(default_factory=set)  # every native uuid written in this Turn
-    running: set[str] = field(default_factory=set)  # its commands started, not yet finished
-    interrupt_id: str | None = None  # the request id of our interrupt, once sent
-    end_reason: str | None = None  # why the bridge ended it itself (on its end's envelope)
-    ending: bool = False  # we ended it (interrupt): the next result is its end
-    timer: asyncio.TimerHandle | None = None
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-@dataclass
-class _Session:
-    core_session_id: str
-    home: Path
-    native_id: str = ""
-    proc: asyncio.subprocess.Process | None = None
-    reader: asyncio.Task[None] | None = None
-    bridge: asyncio.AbstractServer | None = None
-    turn: _Turn | None = None
-    last_turn_id: str | None = None
-    ended_turns: set[str] = field(default_factory=set)
-    root_calls: set[str] = field(default_factory=set)  # root mcp__core__ tool_use ids seen
-    sub_calls: set[str] = field(default_factory=set)  # subagent tool_use ids seen
-    waiters: dict[str, asyncio.Future[Json]] = field(default_factory=dict)  # bridge calls
-    answers: dict[str, Json] = field(default_factory=dict)  # results before the bridge asked
-    answered: set[str] = field(default_factory=set)  # answered by Core, or released
-    seen: asyncio.Event = field(default_factory=asyncio.Event)  # a record arrived
-    inbox: asyncio.Queue[Json] | None = None  # deliveries, handled in order by one worker
-    printed: asyncio.Event = field(default_factory=asyncio.Event)  # this process printed
 
 
 class ClaudeLive:
@@ -116,7 +82,7 @@ class ClaudeLive:
             images=options.images,
             binary=options.binary or claude_process.default_binary())
         self._emit: EmitFn | None = None
-        self._sessions: dict[str, _Session] = {}
+        self._sessions: dict[str, Session] = {}
         self._root = options.work_dir
         self._tmp: str | None = None
         self.bad_lines = 0
@@ -165,7 +131,7 @@ class ClaudeLive:
             assert self._root is not None
             home = self._root / f"s-{uuid.uuid4().hex[:12]}"
             home.mkdir(parents=True)
-            session = _Session(sid, home)
+            session = Session(sid, home)
             self._sessions[sid] = session
         # Handed to the Session's worker, not awaited: a Session whose process is starting or
         # whose superseded Turn is still ending never delays another Session's deliveries.
@@ -174,7 +140,7 @@ class ClaudeLive:
             self._spawn_task(self._work(session, session.inbox))
         session.inbox.put_nowait(d)
 
-    async def _work(self, s: _Session, inbox: asyncio.Queue[Json]) -> None:
+    async def _work(self, s: Session, inbox: asyncio.Queue[Json]) -> None:
         while True:
             d = await inbox.get()
             try:
@@ -200,7 +166,7 @@ class ClaudeLive:
         assert self._emit is not None
         self._emit([Emit(r) for r in records])
 
-    def _observe(self, s: _Session, native: Json, **extra: Any) -> None:
+    def _observe(self, s: Session, native: Json, **extra: Any) -> None:
         turn_id = s.turn.core_turn_id if s.turn else s.last_turn_id
         rec = envelope(self.options.runtime_id, HARNESS, s.core_session_id, turn_id, native)
         rec.update(extra)
@@ -214,33 +180,26 @@ class ClaudeLive:
 
     # ------------------------------------------------------------------ process
 
-    async def _spawn(self, s: _Session) -> None:
+    async def _spawn(self, s: Session) -> None:
         s.native_id = str(uuid.uuid4())
         s.printed = asyncio.Event()
         sock = s.home / f"b{uuid.uuid4().hex[:8]}.sock"
         s.bridge = await asyncio.start_unix_server(
-            lambda r, w: self._bridge(s, r, w), path=str(sock))
-        tools = s.home / "tools.json"
-        tools.write_text(json.dumps(self.options.functions))
-        mcp = s.home / "mcp.json"
-        mcp.write_text(json.dumps({"mcpServers": {claude_process.MCP_SERVER: {
-            "type": "stdio", "command": sys.executable,
-            "args": ["-m", "services.runtime.claude.mcp", "--socket", str(sock),
-                     "--tools", str(tools)],
-            "env": {"PYTHONPATH": str(REPO_ROOT)}}}}))
+            lambda r, w: relay(s, r, w), path=str(sock))
+        mcp = write_mcp_config(s.home, sock, self.options.functions)
         cmd = claude_process.command(self.settings, mcp_config=mcp,
                                      tools=[f["name"] for f in self.options.functions],
                                      session_id=s.native_id)
         s.proc = await asyncio.create_subprocess_exec(
             *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL, cwd=s.home, limit=LINE_LIMIT,
+            stderr=asyncio.subprocess.DEVNULL, cwd=s.home, limit=claude_process.LINE_LIMIT,
             env=claude_process.environment(self.settings, s.home),
             preexec_fn=claude_process.die_with_parent)
         s.reader = asyncio.create_task(self._read(s, s.proc), name=f"claude:{s.core_session_id}")
         log.info("claude.started", session_id=s.core_session_id, native_session_id=s.native_id,
                  pid=s.proc.pid)
 
-    async def _kill(self, s: _Session) -> None:
+    async def _kill(self, s: Session) -> None:
         proc, s.proc = s.proc, None
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
@@ -263,12 +222,12 @@ class ClaudeLive:
         s.waiters.clear()
         s.printed.set()  # releases an interrupt grace still waiting for this process
 
-    async def _write(self, s: _Session, record: Json) -> None:
+    async def _write(self, s: Session, record: Json) -> None:
         assert s.proc is not None and s.proc.stdin is not None
         s.proc.stdin.write((json.dumps(record, separators=(",", ":")) + "\n").encode())
         await s.proc.stdin.drain()
 
-    async def _read(self, s: _Session, proc: asyncio.subprocess.Process) -> None:
+    async def _read(self, s: Session, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
         reason = None
         while True:
@@ -300,7 +259,7 @@ class ClaudeLive:
                 reason = f"the harness process exited (code {code})"
             await self._fail(s, reason)
 
-    async def _fail(self, s: _Session, reason: str) -> None:
+    async def _fail(self, s: Session, reason: str) -> None:
         """The process failed: the running Turn fails with ``reason``; the process is gone and
         is started again on the next delivery (never in a loop)."""
         turn = s.turn
@@ -314,34 +273,11 @@ class ClaudeLive:
 
     # ------------------------------------------------------------------ records
 
-    def _on_record(self, s: _Session, native: Json) -> None:
-        s.seen.set()
-        s.printed.set()
+    def _on_record(self, s: Session, native: Json) -> None:
+        s.note(native)
         kind = native.get("type")
         turn = s.turn
-        if kind == "user" and native.get("isReplay") is True and turn is not None:
-            uid = native.get("uuid")
-            if isinstance(uid, str):
-                turn.unconsumed.discard(uid)
-                turn.bound.consumed(uid)
-        if kind == "assistant":
-            msg = native.get("message")
-            for block in (msg.get("content") if isinstance(msg, dict) else None) or []:
-                if isinstance(block, dict) and block.get("type") == "tool_use":
-                    bid = block.get("id")
-                    if native.get("parent_tool_use_id") is None:
-                        s.root_calls.add(str(bid))
-                    else:
-                        s.sub_calls.add(str(bid))
-        if kind == "command_lifecycle" and turn is not None:
-            cu = str(native.get("command_uuid"))
-            if cu in turn.written:
-                if native.get("state") == "started":
-                    turn.running.add(cu)
-                elif native.get("state") in ("completed", "cancelled"):
-                    turn.running.discard(cu)
-        if kind == "control_response" and turn is not None and self._interrupted_idle(
-                turn, native):
+        if kind == "control_response" and turn is not None and turn.interrupted_idle(native):
             # The interrupt found none of this Turn's commands running (all of them still
             # queued, now cancelled, or finished with an intermediate result): Claude Code
             # prints no ``result`` for it, so the Runtime ends the Turn itself, marked.
@@ -368,21 +304,14 @@ class ClaudeLive:
             self._observe(s, {"type": "tool_release", "session_id": s.native_id,
                               "tool_use_id": call_id, "synthesized": True})
 
-    def _end_observed(self, s: _Session, turn: _Turn, native: Json) -> None:
+    def _end_observed(self, s: Session, turn: Turn, native: Json) -> None:
         if turn.end_reason is not None:
             self._observe(s, native, end_reason=turn.end_reason)
         else:
             self._observe(s, native)
         self._finish(s, turn)
 
-    @staticmethod
-    def _interrupted_idle(turn: _Turn, native: Json) -> bool:
-        response = native.get("response")
-        return (turn.ending and isinstance(response, dict)
-                and response.get("request_id") == turn.interrupt_id
-                and response.get("subtype") == "success" and not turn.running)
-
-    def _released_calls(self, s: _Session, native: Json) -> list[str]:
+    def _released_calls(self, s: Session, native: Json) -> list[str]:
         """Root calls that a live root ``tool_result`` answers although Core never did."""
         if native.get("isReplay") is True or native.get("isSynthetic") is True or native.get(
                 "parent_tool_use_id") is not None:
@@ -399,7 +328,7 @@ class ClaudeLive:
                 out.append(call_id)
         return out
 
-    def _finish(self, s: _Session, turn: _Turn) -> None:
+    def _finish(self, s: Session, turn: Turn) -> None:
         if turn.timer is not None:
             turn.timer.cancel()
         turn.bound.finish("ended")
@@ -412,17 +341,7 @@ class ClaudeLive:
 
     # ------------------------------------------------------------------ messages
 
-    def _corrupt_blocks(self, blocks: list[Json]) -> list[Json]:
-        mode = self.options.corrupt
-        if mode == "drop_image":
-            return [b for b in blocks if b.get("type") != "image"] or [{"type": "text",
-                                                                          "text": ""}]
-        if mode == "alter_text":
-            return [{**b, "text": b["text"] + ALTERED_SUFFIX} if b.get("type") == "text" else b
-                    for b in blocks]
-        return blocks
-
-    async def _messages(self, s: _Session, d: Json) -> None:
+    async def _messages(self, s: Session, d: Json) -> None:
         turn_id = str(d.get("turn_id"))
         messages = d.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -468,7 +387,7 @@ class ClaudeLive:
                 except OSError as e:
                     self._refuse(d, f"the harness could not start: {e}")
                     return
-            turn = _Turn(turn_id, d, ClaudeTurn(native_session_id=s.native_id))
+            turn = Turn(turn_id, d, ClaudeTurn(native_session_id=s.native_id))
             s.turn = turn
             s.last_turn_id = turn_id
             opened = turn
@@ -482,8 +401,9 @@ class ClaudeLive:
             return
         for native in encoded:
             native = {**native, "message": {**native["message"],
-                                            "content": self._corrupt_blocks(
-                                                native["message"]["content"])}}
+                                            "content": corrupt_blocks(
+                                                native["message"]["content"],
+                                                self.options.corrupt)}}
             turn.unconsumed.add(native["uuid"])
             turn.written.add(native["uuid"])
             try:
@@ -492,12 +412,12 @@ class ClaudeLive:
                 await self._fail(s, f"the harness process is gone ({e!r})")
                 return
 
-    async def _hung(self, s: _Session, turn: _Turn) -> None:
+    async def _hung(self, s: Session, turn: Turn) -> None:
         if s.turn is turn and not self._stopped:
             await self._fail(s, f"the native Turn ran past {self.options.turn_timeout_s:g} s "
                                 "(the harness hangs)")
 
-    async def _end_native_turn(self, s: _Session, turn: _Turn, *, settle: bool = False
+    async def _end_native_turn(self, s: Session, turn: Turn, *, settle: bool = False
                                ) -> None:
         """Interrupt the running native Turn; its ``result`` is forwarded when printed. A
         harness that prints none within the grace is killed (the Turn fails).
@@ -540,20 +460,7 @@ class ClaudeLive:
 
     # ------------------------------------------------------------------ function results
 
-    def _mcp_content(self, content: Sequence[Mapping[str, Any]]) -> list[Json] | AdapterError:
-        blocks = claude.content_blocks(content)
-        if isinstance(blocks, AdapterError):
-            return blocks
-        out: list[Json] = []
-        for b in self._corrupt_blocks(blocks):
-            if b["type"] == "image":
-                out.append({"type": "image", "data": b["source"]["data"],
-                            "mimeType": b["source"]["media_type"]})
-            else:
-                out.append({"type": "text", "text": b["text"]})
-        return out
-
-    async def _function_result(self, s: _Session, d: Json) -> None:
+    async def _function_result(self, s: Session, d: Json) -> None:
         call_id = str(d.get("call_id"))
         raw = d.get("content")
         content: list[Json] = raw if isinstance(raw, list) else []
@@ -570,7 +477,7 @@ class ClaudeLive:
         if isinstance(block, AdapterError):
             self._refuse(d, f"{block.code}: {block.message}", call_id)
             return
-        mcp = self._mcp_content(content)
+        mcp = mcp_content(content, self.options.corrupt)
         if isinstance(mcp, AdapterError):
             self._refuse(d, f"{mcp.code}: {mcp.message}", call_id)
             return
@@ -581,36 +488,6 @@ class ClaudeLive:
             fut.set_result(answer)
         else:
             s.answers[call_id] = answer
-
-    async def _bridge(self, s: _Session, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter) -> None:
-        """One relayed MCP call: wait for Core's result (root calls) and answer it."""
-        try:
-            req = json.loads(await reader.readline())
-            call_id = str(req.get("tool_use_id"))
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + CALL_LOOKUP_S
-            while call_id not in s.root_calls and call_id not in s.sub_calls:
-                if loop.time() > deadline:
-                    break
-                s.seen.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(s.seen.wait(), 0.2)
-            if call_id not in s.root_calls:
-                answer: Json = {"content": [{"type": "text", "text": (
-                    "Core's public functions answer only the root agent")}], "isError": True}
-            elif call_id in s.answers:
-                answer = s.answers.pop(call_id)
-            else:
-                fut: asyncio.Future[Json] = loop.create_future()
-                s.waiters[call_id] = fut
-                answer = await fut
-            writer.write((json.dumps(answer) + "\n").encode())
-            await writer.drain()
-        except (asyncio.CancelledError, ConnectionError, ValueError):
-            pass
-        finally:
-            writer.close()
 
 
 def build(options: LiveOptions) -> ClaudeLive:
