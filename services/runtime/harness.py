@@ -5,6 +5,10 @@ the ``runtime.observation/1`` records the harness would produce (each with a del
 ``receipt_delay_s`` switch); ``tick(now)`` ends the Turns that went idle. The Runtime service
 publishes what comes out; tests call these two methods directly.
 
+The records each harness prints are its own module's (``SHAPES``: ``codex.simulated``,
+``claude.simulated``, ``minimax.simulated`` under ``services/runtime/``); this class keeps the
+Sessions, Turns and calls and applies the switches.
+
 The echo model, per Core Session (one native thread / session id) and per Core Turn (one native
 turn id):
 
@@ -31,87 +35,44 @@ turn id):
 
 from __future__ import annotations
 
-import json
-import re
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from services.runtime.claude.simulated import ClaudeShapes
+from services.runtime.codex.simulated import CodexShapes
+from services.runtime.minimax.simulated import MinimaxShapes
+from services.runtime.simulation import (
+    ALTERED_SUFFIX,
+    OBSERVATION_SCHEMA,
+    SYNTHETIC_TEXT,
+    Call,
+    Emit,
+    Json,
+    NativeShapes,
+    NewHex,
+    Session,
+    Turn,
+    parse_calls,
+)
 from services.runtime.switches import Switches
 from shared.domain.delivery import REFUSAL_TURN_BOUND_EXCEEDED, REFUSAL_TURN_ENDED
-from shared.domain.harnesses import AdapterError, codex
+from shared.domain.harnesses import AdapterError
 from shared.domain.harnesses import claude_code as claude
-from shared.domain.harnesses import minimax_code as text_only
-from shared.domain.harnesses.claude_code import ClaudeTurn
 from shared.domain.harnesses.errors import TurnBoundExceeded
 from shared.logging import get_logger
 
 log = get_logger(__name__)
 
-OBSERVATION_SCHEMA = "runtime.observation/1"
-HARNESSES = (codex.HARNESS, claude.HARNESS, text_only.HARNESS)
-ALTERED_SUFFIX = " [altered]"
-SYNTHETIC_TEXT = "the harness aborted this call (synthetic record)"
-
-_CALL_RE = re.compile(r"\bcall\s+([A-Za-z_][A-Za-z0-9_.\-]*)\s*(?=\{)")
+# harness → the native records its simulation prints
+SHAPES: dict[str, Callable[[NewHex], NativeShapes]] = {
+    CodexShapes.harness: CodexShapes,
+    ClaudeShapes.harness: ClaudeShapes,
+    MinimaxShapes.harness: MinimaxShapes,
+}
+HARNESSES = tuple(SHAPES)
 _SEEN_DELIVERIES = 10_000
-
-Json = dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Emit:
-    """One observation envelope to publish ``delay_s`` seconds after the call that made it.
-    ``observed_at`` is left out: the publisher stamps it when the record leaves."""
-
-    record: Json
-    delay_s: float = 0.0
-
-
-def parse_calls(text: str) -> list[tuple[str, Any]]:
-    """Every ``call <name> <json-object>`` in ``text``, in order. A name not followed by a
-    valid JSON object is not a call."""
-    out: list[tuple[str, Any]] = []
-    decoder = json.JSONDecoder()
-    for m in _CALL_RE.finditer(text):
-        try:
-            args, _ = decoder.raw_decode(text, m.end())
-        except ValueError:
-            continue
-        if isinstance(args, dict):
-            out.append((m.group(1), args))
-    return out
-
-
-def _uuid_from_hex(hex32: str) -> str:
-    return str(uuid.UUID(hex=hex32))
-
-
-@dataclass
-class _Call:
-    call_id: str
-    name: str
-    arguments: Any
-
-
-@dataclass
-class _Turn:
-    core_turn_id: str
-    native_turn_id: str
-    last_input: float
-    claude: ClaudeTurn | None = None
-    pending: dict[str, _Call] = field(default_factory=dict)
-
-
-@dataclass
-class _Session:
-    core_session_id: str
-    native_id: str  # Codex threadId / Claude Code session_id / MiniMax session id
-    turn: _Turn | None = None
-    ended_turns: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    turns_started: int = 0
 
 
 class SimulatedHarness:
@@ -133,11 +94,12 @@ class SimulatedHarness:
         self.harness = harness
         self.switches = switches or Switches()
         self.turn_idle_s = turn_idle_s
-        self.message_images = message_images and harness != text_only.HARNESS
-        self.function_result_images = function_result_images and harness != text_only.HARNESS
-        self.max_user_messages = max_user_messages
         self._new_hex = new_hex or (lambda: uuid.uuid4().hex)
-        self.sessions: dict[str, _Session] = {}
+        self.native = SHAPES[harness](self._new_hex)
+        self.message_images = message_images and not self.native.text_only
+        self.function_result_images = function_result_images and not self.native.text_only
+        self.max_user_messages = max_user_messages
+        self.sessions: dict[str, Session] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
 
     # ------------------------------------------------------------------ public
@@ -155,7 +117,7 @@ class SimulatedHarness:
         sid = str(delivery.get("session_id"))
         session = self.sessions.get(sid)
         if session is None:
-            session = _Session(sid, self._native_session_id())
+            session = Session(sid, self.native.session_id())
             self.sessions[sid] = session
         kind = delivery.get("kind")
         if kind in ("start", "steer"):
@@ -186,17 +148,7 @@ class SimulatedHarness:
 
     # ------------------------------------------------------------------ ids and envelopes
 
-    def _native_session_id(self) -> str:
-        if self.harness == codex.HARNESS:
-            return f"thr_{self._new_hex()}"
-        return _uuid_from_hex(self._new_hex())
-
-    def _call_id(self) -> str:
-        if self.harness == claude.HARNESS:
-            return f"toolu_{self._new_hex()}"
-        return f"call_{self._new_hex()}"
-
-    def _envelope(self, session: _Session, turn_id: str | None, native: Json | None) -> Json:
+    def _envelope(self, session: Session, turn_id: str | None, native: Json | None) -> Json:
         return {
             "schema": OBSERVATION_SCHEMA,
             "runtime_id": self.runtime_id,
@@ -207,13 +159,13 @@ class SimulatedHarness:
             "observation_id": f"obs_{self._new_hex()}",
         }
 
-    def _emit(self, session: _Session, turn: _Turn | None, native: Json, delay: float = 0.0
+    def _emit(self, session: Session, turn: Turn | None, native: Json, delay: float = 0.0
               ) -> Emit:
         return Emit(self._envelope(session, turn.core_turn_id if turn else None, native), delay)
 
     def _refusal(
         self,
-        session: _Session,
+        session: Session,
         delivery: Mapping[str, Any],
         reason: str,
         call_id: str | None = None,
@@ -242,34 +194,15 @@ class SimulatedHarness:
 
     # ------------------------------------------------------------------ turns
 
-    def _open_turn(self, session: _Session, core_turn_id: str, now: float) -> tuple[_Turn, Emit]:
+    def _open_turn(self, session: Session, core_turn_id: str, now: float) -> tuple[Turn, Emit]:
         session.turns_started += 1
-        native_turn_id = (
-            f"turn_{self._new_hex()}" if self.harness == codex.HARNESS
-            else f"{session.native_id}#{session.turns_started}"
-        )
-        turn = _Turn(core_turn_id, native_turn_id, now)
-        if self.harness == claude.HARNESS:
-            turn.claude = ClaudeTurn(
-                max_user_messages=self.max_user_messages,
-                native_session_id=session.native_id,
-                uuid_factory=lambda: _uuid_from_hex(self._new_hex()),
-            )
+        turn = self.native.open_turn(session, core_turn_id, now, self.max_user_messages)
         session.turn = turn
-        if self.harness == codex.HARNESS:
-            started: Json = {
-                "method": "turn/started",
-                "params": {"threadId": session.native_id, "turn": {"id": native_turn_id,
-                                                                    "status": "inProgress"}},
-            }
-        else:
-            started = {
-                "type": "system", "subtype": "init", "session_id": session.native_id,
-            }
+        started = self.native.started(session, turn)
         log.info("turn.started", session_id=session.core_session_id, turn_id=core_turn_id)
         return turn, self._emit(session, turn, started)
 
-    def _end_turn(self, session: _Session, *, failed: bool, delay: float = 0.0,
+    def _end_turn(self, session: Session, *, failed: bool, delay: float = 0.0,
                   end_reason: str | None = None) -> list[Emit]:
         """End the native Turn: release its pending calls, then its end record. ``end_reason``
         (the bridge ended the Turn itself, e.g. the 64-message bound) travels on the end
@@ -284,22 +217,7 @@ class SimulatedHarness:
                      why="the turn ended with the call pending")
         turn.pending.clear()
         failed = failed or self.switches.fail_turns
-        if self.harness == codex.HARNESS:
-            end: Json = {
-                "method": "turn/completed",
-                "params": {
-                    "threadId": session.native_id,
-                    "turnId": turn.native_turn_id,
-                    "status": "failed" if failed else "completed",
-                },
-            }
-        else:
-            end = {
-                "type": "result",
-                "session_id": session.native_id,
-                "subtype": "error" if failed else "success",
-                "is_error": failed,
-            }
+        end = self.native.end(session, turn, failed)
         ended = self._emit(session, turn, end, delay)
         if end_reason is not None:
             ended.record["end_reason"] = end_reason
@@ -314,19 +232,12 @@ class SimulatedHarness:
                  state="failed" if failed else "completed")
         return out
 
-    def _release(self, session: _Session, turn: _Turn, call: _Call) -> Json:
-        if self.harness == codex.HARNESS:
-            return {
-                "method": "item/released",
-                "params": {"threadId": session.native_id, "turnId": turn.native_turn_id,
-                           "callId": call.call_id},
-            }
-        return {"type": "tool_release", "session_id": session.native_id,
-                "tool_use_id": call.call_id}
+    def _release(self, session: Session, turn: Turn, call: Call) -> Json:
+        return self.native.release(session, turn, call)
 
     # ------------------------------------------------------------------ messages
 
-    def _messages(self, session: _Session, delivery: Mapping[str, Any], now: float
+    def _messages(self, session: Session, delivery: Mapping[str, Any], now: float
                   ) -> list[Emit]:
         turn_id = str(delivery.get("turn_id"))
         messages = delivery.get("messages")
@@ -351,7 +262,7 @@ class SimulatedHarness:
         # A text-only harness's adapter refuses images itself (below); a harness that could take
         # them refuses here when the Runtime does not report the capability.
         if (
-            self.harness != text_only.HARNESS
+            not self.native.text_only
             and not self.message_images
             and any(p.get("type") == "input_image" for m in messages for p in m.get("content", ()))
         ):
@@ -361,7 +272,7 @@ class SimulatedHarness:
                 out += self._end_turn(session, failed=True)
             return out
 
-        received = self._encode(session, turn, delivery, messages, opening)
+        received = self.native.encode(session, turn, delivery, messages, opening)
         if isinstance(received, TurnBoundExceeded):
             # Seed 000: the bridge rejects the batch before submitting any part of it, which
             # ends the running Turn. The refusal says so (its code); the end is observed.
@@ -384,100 +295,23 @@ class SimulatedHarness:
         echo = "echo: " + " | ".join(texts)
         if images:
             echo += f" [+{images} image{'s' if images != 1 else ''}]"
-        out.append(self._emit(session, turn, self._assistant_text(session, turn, echo)))
-        if self.harness != text_only.HARNESS:  # MiniMax Code has no public functions
+        out.append(self._emit(session, turn, self.native.assistant_text(session, turn, echo)))
+        if not self.native.text_only:  # MiniMax Code has no public functions
             for text in texts:
                 for name, args in parse_calls(text):
                     out.append(self._emit(session, turn, self._call(session, turn, name, args)))
         return out
 
-    def _encode(
-        self,
-        session: _Session,
-        turn: _Turn,
-        delivery: Mapping[str, Any],
-        messages: Sequence[Mapping[str, Any]],
-        opening: bool,
-    ) -> list[Json] | AdapterError:
-        """Encode with the adapter; the native records of what the harness received."""
-        if self.harness == claude.HARNESS:
-            assert turn.claude is not None
-            batch_id = str(delivery.get("delivery_id"))
-            encoded = (turn.claude.open if opening else turn.claude.steer)(batch_id, messages)
-            if isinstance(encoded, AdapterError):
-                return encoded
-            for native in encoded:
-                turn.claude.consumed(native["uuid"])
-            return [{**native, "isReplay": True} for native in encoded]
-        if self.harness == codex.HARNESS:
-            items = codex.flatten_messages(messages)
-            if isinstance(items, AdapterError):
-                return items
-            return [{
-                "method": "item/completed",
-                "params": {
-                    "threadId": session.native_id,
-                    "turnId": turn.native_turn_id,
-                    "item": {"type": "userMessage", "id": f"msg_{self._new_hex()}",
-                             "content": items},
-                },
-            }]
-        prompts = text_only.encode_messages(messages)
-        if isinstance(prompts, AdapterError):
-            return prompts
-        return [
-            {"type": "user", "session_id": session.native_id, "isReplay": True,
-             "message": {"role": "user", "content": prompt}}
-            for prompt in prompts
-        ]
-
-    def _assistant_text(self, session: _Session, turn: _Turn, text: str) -> Json:
-        if self.harness == codex.HARNESS:
-            return {
-                "method": "item/completed",
-                "params": {
-                    "threadId": session.native_id,
-                    "turnId": turn.native_turn_id,
-                    "item": {"type": "agentMessage", "id": f"msg_{self._new_hex()}",
-                             "text": text},
-                },
-            }
-        return {
-            "type": "assistant",
-            "uuid": _uuid_from_hex(self._new_hex()),
-            "session_id": session.native_id,
-            "parent_tool_use_id": None,
-            "message": {"role": "assistant", "content": [{"type": "text", "text": text}]},
-        }
-
-    def _call(self, session: _Session, turn: _Turn, name: str, args: Any) -> Json:
-        call = _Call(self._call_id(), name, args)
+    def _call(self, session: Session, turn: Turn, name: str, args: Any) -> Json:
+        call = Call(self.native.call_id(), name, args)
         turn.pending[call.call_id] = call
         log.info("call.opened", session_id=session.core_session_id, call_id=call.call_id,
                  name=name)
-        if self.harness == codex.HARNESS:
-            return {
-                "method": "item/started",
-                "params": {
-                    "threadId": session.native_id,
-                    "turnId": turn.native_turn_id,
-                    "item": {"type": "dynamicToolCall", "id": call.call_id, "tool": name,
-                             "arguments": args},
-                },
-            }
-        return {
-            "type": "assistant",
-            "uuid": _uuid_from_hex(self._new_hex()),
-            "session_id": session.native_id,
-            "parent_tool_use_id": None,
-            "message": {"role": "assistant", "content": [
-                {"type": "tool_use", "id": call.call_id, "name": name, "input": args},
-            ]},
-        }
+        return self.native.call(session, turn, call)
 
     # ------------------------------------------------------------------ function results
 
-    def _function_result(self, session: _Session, delivery: Mapping[str, Any], now: float
+    def _function_result(self, session: Session, delivery: Mapping[str, Any], now: float
                          ) -> list[Emit]:
         call_id = str(delivery.get("call_id"))
         success = delivery.get("success") is True
@@ -506,7 +340,7 @@ class SimulatedHarness:
                               "report function-result image support", call_id),
                 *self._end_turn(session, failed=True),
             ]
-        applied = self._apply(session, turn, call, success, content)
+        applied = self.native.apply(session, turn, call, success, content, self.switches)
         if isinstance(applied, AdapterError):
             turn.pending.pop(call_id)
             return [
@@ -523,77 +357,16 @@ class SimulatedHarness:
             out += self._end_turn(session, failed=False, delay=delay)
         return out
 
-    def _apply(
-        self, session: _Session, turn: _Turn, call: _Call, success: bool,
-        content: Sequence[Mapping[str, Any]],
-    ) -> Json | AdapterError:
-        """The native record of the harness applying (or, misbehaving, not applying) the
-        result."""
-        sw = self.switches
-        if self.harness == text_only.HARNESS:
-            return text_only.encode_function_result(call.call_id, success, content)
-        if sw.release_calls:
-            return self._release(session, turn, call)
-        if self.harness == claude.HARNESS:
-            native = claude.tool_result_message(
-                call.call_id, success, content, native_session_id=session.native_id,
-                uuid=_uuid_from_hex(self._new_hex()),
-            )
-            if isinstance(native, AdapterError):
-                return native
-            native = {**native, "isReplay": sw.replay, "isSynthetic": sw.synthetic}
-            if sw.subagent:
-                native["parent_tool_use_id"] = f"toolu_{self._new_hex()}"
-            block = native["message"]["content"][0]
-            block["content"] = _misbehave_blocks(block["content"], sw, "text", "image")
-            return native
-        items = codex.content_items(content)
-        if isinstance(items, AdapterError):
-            return items
-        thread_id, turn_id = session.native_id, turn.native_turn_id
-        status, ok = codex.expected_status(success), success
-        if sw.synthetic:
-            status, ok = "failed", False
-            items = [{"type": "inputText", "text": SYNTHETIC_TEXT}]
-        if sw.replay:
-            turn_id = f"turn_{self._new_hex()}"  # replayed under a turn that is not the call's
-        if sw.subagent:
-            thread_id = f"thr_{self._new_hex()}"  # a child (Subagent) thread
-        return {
-            "method": "item/completed",
-            "params": {
-                "threadId": thread_id,
-                "turnId": turn_id,
-                "item": {
-                    "type": "dynamicToolCall", "id": call.call_id, "tool": call.name,
-                    "arguments": call.arguments, "status": status, "success": ok,
-                    "contentItems": _misbehave_blocks(items, sw, "inputText", "inputImage"),
-                },
-            },
-        }
-
-
-def _misbehave_blocks(
-    blocks: list[Json], sw: Switches, text_type: str, image_type: str
-) -> list[Json]:
-    out = [b for b in blocks if not (sw.drop_image and b.get("type") == image_type)]
-    if sw.alter_text:
-        for i, b in enumerate(out):
-            if b.get("type") == text_type:
-                out[i] = {**b, "text": b["text"] + ALTERED_SUFFIX}
-                break
-        else:
-            out.append({"type": text_type, "text": ALTERED_SUFFIX.strip()})
-    return out
-
 
 def _str_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
 __all__ = [
+    "ALTERED_SUFFIX",
     "HARNESSES",
     "OBSERVATION_SCHEMA",
+    "SYNTHETIC_TEXT",
     "Emit",
     "SimulatedHarness",
     "parse_calls",

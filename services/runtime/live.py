@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from services.runtime.harness import OBSERVATION_SCHEMA, Emit
+from services.runtime.simulation import OBSERVATION_SCHEMA, Emit
 
 Json = dict[str, Any]
 EmitFn = Callable[[list[Emit]], None]

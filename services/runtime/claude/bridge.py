@@ -14,7 +14,7 @@ from typing import Any
 
 from services.runtime.claude import process as claude_process
 from services.runtime.claude.state import Session
-from services.runtime.harness import ALTERED_SUFFIX
+from services.runtime.simulation import ALTERED_SUFFIX
 from shared.domain.harnesses import claude_code as claude
 from shared.domain.harnesses.errors import AdapterError
 

@@ -48,8 +48,8 @@ from services.runtime.claude.bridge import (
     write_mcp_config,
 )
 from services.runtime.claude.state import Session, Turn
-from services.runtime.harness import Emit
 from services.runtime.live import EmitFn, LiveOptions, envelope, refusal
+from services.runtime.simulation import Emit
 from shared.domain.delivery import REFUSAL_TURN_BOUND_EXCEEDED, REFUSAL_TURN_ENDED
 from shared.domain.harnesses import claude_code as claude
 from shared.domain.harnesses.claude_code import ClaudeTurn

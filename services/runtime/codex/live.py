@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from services.runtime.codex.config import config_toml, corrupt_items, dynamic_tools
-from services.runtime.harness import Emit
 from services.runtime.live import EmitFn, Json, LiveOptions, default_binary, envelope, refusal
+from services.runtime.simulation import Emit
 from shared.domain.delivery import REFUSAL_TURN_ENDED
 from shared.domain.harnesses import AdapterError
 from shared.domain.harnesses import codex as adapter
