@@ -115,6 +115,16 @@ class NativeShapes(Protocol):
 NewHex = Callable[[], str]
 
 
+class ShapesBase:
+    """What every ``NativeShapes`` keeps: the id source."""
+
+    harness: str
+    text_only = False
+
+    def __init__(self, new_hex: NewHex) -> None:
+        self._new_hex = new_hex
+
+
 def misbehave_blocks(
     blocks: list[Json], sw: Switches, text_type: str, image_type: str
 ) -> list[Json]:

@@ -9,8 +9,8 @@ from typing import Any
 from services.runtime.simulation import (
     Call,
     Json,
-    NewHex,
     Session,
+    ShapesBase,
     Turn,
     misbehave_blocks,
     uuid_from_hex,
@@ -21,12 +21,8 @@ from shared.domain.harnesses import claude_code as claude
 from shared.domain.harnesses.claude_code import ClaudeTurn
 
 
-class ClaudeShapes:
+class ClaudeShapes(ShapesBase):
     harness = claude.HARNESS
-    text_only = False
-
-    def __init__(self, new_hex: NewHex) -> None:
-        self._new_hex = new_hex
 
     def session_id(self) -> str:
         return uuid_from_hex(self._new_hex())

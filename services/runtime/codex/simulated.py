@@ -9,8 +9,8 @@ from services.runtime.simulation import (
     SYNTHETIC_TEXT,
     Call,
     Json,
-    NewHex,
     Session,
+    ShapesBase,
     Turn,
     misbehave_blocks,
 )
@@ -18,12 +18,8 @@ from services.runtime.switches import Switches
 from shared.domain.harnesses import AdapterError, codex
 
 
-class CodexShapes:
+class CodexShapes(ShapesBase):
     harness = codex.HARNESS
-    text_only = False
-
-    def __init__(self, new_hex: NewHex) -> None:
-        self._new_hex = new_hex
 
     def session_id(self) -> str:
         return f"thr_{self._new_hex()}"
@@ -65,25 +61,19 @@ class CodexShapes:
         items = codex.flatten_messages(messages)
         if isinstance(items, AdapterError):
             return items
-        return [{
-            "method": "item/completed",
-            "params": {
-                "threadId": session.native_id,
-                "turnId": turn.native_turn_id,
-                "item": {"type": "userMessage", "id": f"msg_{self._new_hex()}",
-                         "content": items},
-            },
-        }]
+        return [self._item_completed(session, turn, {
+            "type": "userMessage", "id": f"msg_{self._new_hex()}", "content": items})]
 
     def assistant_text(self, session: Session, turn: Turn, text: str) -> Json:
+        return self._item_completed(session, turn, {
+            "type": "agentMessage", "id": f"msg_{self._new_hex()}", "text": text})
+
+    @staticmethod
+    def _item_completed(session: Session, turn: Turn, item: Json) -> Json:
         return {
             "method": "item/completed",
-            "params": {
-                "threadId": session.native_id,
-                "turnId": turn.native_turn_id,
-                "item": {"type": "agentMessage", "id": f"msg_{self._new_hex()}",
-                         "text": text},
-            },
+            "params": {"threadId": session.native_id, "turnId": turn.native_turn_id,
+                       "item": item},
         }
 
     def call(self, session: Session, turn: Turn, call: Call) -> Json:
