@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.runtime.app import RuntimeConfig, RuntimeService, consumer_group
 from shared import records
-from shared.domain.recordcheck import INVALID_FIELDS, UNDECODABLE, UNEXPECTED_SCHEMA
+from shared.domain.poison import INVALID_FIELDS, UNDECODABLE, UNEXPECTED_SCHEMA
 from shared.kafka import decode, encode
 from shared.settings import Settings
 from tests.support.system import System, msg, text
