@@ -23,7 +23,8 @@ DEFAULT_BUILTIN_TOOLS = ("Task",)  # subagents only: no shell, no file tools
 
 
 def default_binary() -> str:
-    """``$CLAUDE_BIN``, else the cached install (``python -m deploy.local.stack install``), else PATH."""
+    """``$CLAUDE_BIN``, else the cached install (``python -m deploy.local.stack install``),
+    else PATH."""
     env = os.environ.get("CLAUDE_BIN")
     if env:
         return env

@@ -45,9 +45,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from services.runtime.app import RuntimeConfig, RuntimeService, control_record
+from services.runtime.app import RuntimeConfig, RuntimeService
 from services.runtime.harness import HARNESSES
 from services.runtime.main import add_switch_flags, settings_from_args, switches_from_args
+from shared import records
 from shared.domain import receipts
 from shared.domain.adapters import codex
 from shared.domain.delivery import (
@@ -207,7 +208,7 @@ class Wire:
 
     async def control(self, runtime_id: str, changes: Json) -> None:
         await publish(self.broker, self.topics.runtime_control,
-                      control_record(runtime_id, changes), key=runtime_id)
+                      records.control_record(runtime_id, changes), key=runtime_id)
 
     async def registration(self, runtime_id: str, wait_s: float,
                            accept: Callable[[Json], bool] = lambda r: True) -> Json | None:

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.runtime.switches import Switches
+from shared import records
 from shared.domain.adapters import AdapterError, claude, codex, text_only
 from shared.domain.adapters.claude import ClaudeTurn
 from shared.domain.adapters.errors import TurnBoundExceeded
@@ -48,7 +49,7 @@ from shared.logging import get_logger
 
 log = get_logger(__name__)
 
-OBSERVATION_SCHEMA = "runtime.observation/1"
+OBSERVATION_SCHEMA = records.OBSERVATION
 HARNESSES = (codex.HARNESS, claude.HARNESS, text_only.HARNESS)
 ALTERED_SUFFIX = " [altered]"
 SYNTHETIC_TEXT = "the harness aborted this call (synthetic record)"
@@ -195,15 +196,10 @@ class SimulatedHarness:
         return f"call_{self._new_hex()}"
 
     def _envelope(self, session: _Session, turn_id: str | None, native: Json | None) -> Json:
-        return {
-            "schema": OBSERVATION_SCHEMA,
-            "runtime_id": self.runtime_id,
-            "session_id": session.core_session_id,
-            "harness": self.harness,
-            "native": native,
-            "turn_id": turn_id,
-            "observation_id": f"obs_{self._new_hex()}",
-        }
+        return records.observation_record(
+            runtime_id=self.runtime_id, session_id=session.core_session_id,
+            harness=self.harness, native=native, turn_id=turn_id,
+            observation_id=f"obs_{self._new_hex()}")
 
     def _emit(self, session: _Session, turn: _Turn | None, native: Json, delay: float = 0.0
               ) -> Emit:
