@@ -18,12 +18,14 @@ from collections import defaultdict, deque
 from dataclasses import replace
 from typing import Any
 
+from aiokafka import ConsumerRebalanceListener, TopicPartition
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
 from pymongo import ASCENDING, DeleteOne
 from pymongo.errors import BulkWriteError
 
+from services.receipts.progress import ReadUpTo
 from shared import records
 from shared.domain.deadlines import DeadlineQueue
 from shared.domain.receipts import (
@@ -64,6 +66,22 @@ EARLY_SWEEP_S = 30.0  # how often stored early observations older than the windo
 EARLY_KEPT = 4096  # observations no tracked call took, kept for a delivery that is read later
 
 Key = tuple[str, str]  # (session_id, call_id)
+
+
+class _Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Tells ``ReadUpTo`` what the observations consumer holds."""
+
+    def __init__(self, service: ReceiptService) -> None:
+        self.service = service
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        self.service.read.revoke()
+        self.service.read_changed.set()
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        topic = self.service.topics.runtime_observations
+        self.service.read.assign(tp.partition for tp in assigned if tp.topic == topic)
+        self.service.read_changed.set()
 
 
 def _expected_doc(e: Expected) -> Doc:
@@ -118,6 +136,13 @@ class ReceiptService:
         self.fire_slots = asyncio.Semaphore(FIRING_MAX)
         self.done: dict[str, dict[str, CallRecord]] = defaultdict(dict)
         self.done_order: deque[Key] = deque()  # seconds past the deadline at which verdicts fired
+        # Deadlines are decided only up to ``read_up_to``: every observation appended before it
+        # has been read (``progress``). ``want_read`` asks the follower to move it on.
+        self.read = ReadUpTo()
+        self.read_up_to = 0.0
+        self.read_changed = asyncio.Event()
+        self.want_read = asyncio.Event()
+        self.follower: asyncio.Task[None] | None = None
         self.broker.subscriber(
             self.topics.runtime_deliveries,
             group_id=self.topics.group(GROUP),
@@ -129,7 +154,7 @@ class ReceiptService:
             max_records=500,
             batch_timeout_ms=10,
         )(self.on_deliveries)
-        self.broker.subscriber(
+        self.observations = self.broker.subscriber(
             self.topics.runtime_observations,
             group_id=self.topics.group(f"{GROUP}-observations"),
             auto_offset_reset="earliest",
@@ -139,7 +164,9 @@ class ReceiptService:
             batch=True,
             max_records=500,
             batch_timeout_ms=10,
-        )(self.on_observations)
+            listener=_Assignment(self),
+        )
+        self.observations(self.on_observations)
 
     # ---- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -147,16 +174,19 @@ class ReceiptService:
         await self.db.pending_receipts.create_index([("session_id", ASCENDING)],
                                                     name="pending_session")
         await self.recover()  # every pending deadline is tracked before a consumer runs
-        await self.broker.start()  # the verdicts below need the producer
-        await self.fire_due(time.time())  # calls that fell due while no tracker ran
+        await self.broker.start()  # the verdicts need the producer
+        # Calls that fell due while no tracker ran are decided by the timer like the others,
+        # once the observations consumer has read what was published before their deadlines.
+        self.follower = asyncio.create_task(self._follow_observations(), name="receipt-reads")
         self.timer = asyncio.create_task(self._timer_loop(), name="receipt-deadlines")
         log.info("receipts.started", pending=len(self.calls), window_s=self.window)
 
     async def stop(self) -> None:
-        if self.timer:
-            self.timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.timer
+        for task in (self.timer, self.follower):
+            if task:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.firing:  # verdict batches under way finish (their claims are in the store)
             await asyncio.gather(*self.firing, return_exceptions=True)
         await self.broker.stop()
@@ -321,6 +351,10 @@ class ReceiptService:
         for raw, rec in batch:
             await self.observe(rec, time.time(), observed_ts=raw.timestamp / 1000.0)
         await self._save_early()
+        raws = msg.raw_message if isinstance(msg.raw_message, tuple) else (msg.raw_message,)
+        for r in raws:  # dead-lettered ones included: they are handled too
+            self.read.handled_record(r.partition, r.offset)
+        self.read_changed.set()
 
     async def observe(self, obs: Doc, now: float, observed_ts: float | None = None) -> None:
         sid = obs.get("session_id")
@@ -514,21 +548,31 @@ class ReceiptService:
                     self.unsent[key] = step
                     self.deadlines.add(key, retry_at)
 
+    def decidable(self, now: float) -> float:
+        """The latest deadline that may be decided now: passed, and with every observation
+        appended before it read."""
+        return min(now, self.read_up_to)
+
     async def _timer_loop(self) -> None:
         """Sleep until the earliest deadline (or a new call), pop what is due, and hand it to a
         verdict batch that runs beside the loop: the deadlines falling due while one batch's
-        claim is in the store are popped and sent in the next (at most FIRING_MAX at once)."""
+        claim is in the store are popped and sent in the next (at most FIRING_MAX at once).
+        A deadline that has passed but is not read up to yet waits for the follower."""
         while True:
             nxt = self.deadlines.next_deadline()
-            delay = 1.0 if nxt is None else max(0.0, min(1.0, nxt - time.time()))
+            now = time.time()
+            delay = 1.0 if nxt is None else max(0.0, min(1.0, nxt - now))
+            if nxt is not None and nxt <= now and nxt > self.read_up_to:
+                self.want_read.set()
+                delay = 1.0  # the follower wakes the loop when it has read on
             self.wake.clear()
             if delay > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), delay)
-            if not self.deadlines.due(time.time()):
+            if not self.deadlines.due(self.decidable(time.time())):
                 continue
             await self.fire_slots.acquire()
-            verdicts = self.expire_due(time.time())
+            verdicts = self.expire_due(self.decidable(time.time()))
             if not verdicts:
                 self.fire_slots.release()
                 continue
@@ -541,3 +585,60 @@ class ReceiptService:
             await self._publish_or_retry(verdicts)
         finally:
             self.fire_slots.release()
+
+    # ---- how far the observations are read -----------------------------------------------
+    async def _follow_observations(self) -> None:
+        """On request, move ``read_up_to`` to the time just before the observations' end
+        offsets were taken, once the consumer has handled every assigned partition up to them.
+        A broker that does not answer leaves it where it is (deadlines wait, they are stored);
+        an assignment change starts the round again."""
+        while True:
+            await self.want_read.wait()
+            self.want_read.clear()
+            while True:
+                try:
+                    t0 = time.time()
+                    if await self._read_to_end():
+                        break
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.warning("receipts.read_position_failed", exc_info=True)
+                    await asyncio.sleep(RETRY_S)
+            self.read_up_to = max(self.read_up_to, t0)
+            self.wake.set()
+
+    async def _read_to_end(self) -> bool:
+        """``True`` once every observation appended before the call was handled; ``False``
+        when the assignment changed meanwhile (the caller takes a new ``t0``)."""
+        consumer = self.observations.consumer
+        gen = self.read.generation
+        if consumer is None or self.read.assigned is None:
+            await self._read_changed(gen)
+            return False
+        topic = self.topics.runtime_observations
+        unknown = [TopicPartition(topic, p) for p in self.read.unknown()]
+        if unknown:
+            firsts = await consumer.beginning_offsets(unknown)
+            for tp in unknown:
+                committed = await consumer.committed(tp)
+                # records before the log's start are gone: nothing there to wait for
+                self.read.start_at(tp.partition, max(committed or 0, firsts.get(tp, 0)))
+        tps = [TopicPartition(topic, p) for p in sorted(self.read.assigned or ())]
+        if not tps:  # a member with no partitions has nothing to wait for
+            return True
+        ends = {tp.partition: off for tp, off in (await consumer.end_offsets(tps)).items()}
+        while self.read.generation == gen:
+            if self.read.reached(ends):
+                return True
+            await self._read_changed(gen)
+        return False
+
+    async def _read_changed(self, gen: int) -> None:
+        """Wait for the consumer to handle a batch or for the assignment to change (with a
+        ceiling, so a missed signal costs a second, not a hang)."""
+        self.read_changed.clear()
+        if self.read.generation != gen:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.read_changed.wait(), 1.0)
