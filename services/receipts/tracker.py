@@ -334,7 +334,13 @@ class Tracker:
         if isinstance(step, Log):
             log.warning(f"receipts.{step.event}", state=str(step.state))
             return
-        await self.publish_verdicts([(key, step)])
+        try:
+            await self.publish_verdicts([(key, step)])
+        except Exception:
+            # The call holds its verdict already, so a redelivered batch would not decide it
+            # again: the timer publishes it (the batch still fails, and is read again).
+            self._retry_later([(key, step)])
+            raise
 
     # ---- verdicts ---------------------------------------------------------------------------
     async def publish_verdicts(self, verdicts: list[tuple[Key, Publish]]) -> None:
@@ -353,16 +359,17 @@ class Tracker:
             # between claim and publish), so publish the *claimed* verdict again: the fact id
             # is the call's, and storage applies one fact id once — one Item, never two
             # different verdicts.
-            for i in sorted(lost):
-                log.info("receipts.verdict_already_claimed", session_id=verdicts[i][0][0],
-                         call_id=verdicts[i][0][1])
-                self._forget(verdicts[i][0])
             lost_ids = [str(docs[i]["_id"]) for i in lost]
             for c in (await self.store.claims(lost_ids)).values():
                 sid, _, cid = c["_id"].partition("/")
                 claimed.append(((sid, cid), Publish(cid, State(c["state"]), c["reason"])))
-            await self.store.settle(lost_ids)
         await self.send([fact(sid, cid, step) for (sid, cid), step in [*mine, *claimed]])
+        if lost:  # settled only once sent: a failed send is retried, also after a restart
+            await self.store.settle([str(docs[i]["_id"]) for i in lost])
+        for i in sorted(lost):
+            log.info("receipts.verdict_already_claimed", session_id=verdicts[i][0][0],
+                     call_id=verdicts[i][0][1])
+            self._forget(verdicts[i][0])
         published = self.clock()
         if mine:
             # Off the timer's path. Should the tracker stop before it lands, the restarted one
@@ -440,11 +447,14 @@ class Tracker:
             # The store or the broker is away: the same verdicts go again shortly (a claim
             # that did land makes the retry republish the claimed verdict, never a second).
             log.exception("receipts.timer_failed", verdicts=len(verdicts))
-            retry_at = self.clock() + RETRY_S
-            for key, step in verdicts:
-                if key in self.calls:
-                    self.unsent[key] = step
-                    self.deadlines.add(key, retry_at)
+            self._retry_later(verdicts)
+
+    def _retry_later(self, verdicts: list[tuple[Key, Publish]]) -> None:
+        retry_at = self.clock() + RETRY_S
+        for key, step in verdicts:
+            if key in self.calls:
+                self.unsent[key] = step
+                self.deadlines.add(key, retry_at)
 
     async def run_timer(self) -> None:
         """Sleep until the earliest deadline (or a new call), pop what is decidable, and hand it
