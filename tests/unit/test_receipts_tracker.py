@@ -204,9 +204,10 @@ class TrackerMachine(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(sorted(self.handed)))
         if any(k == "refusal" for _, k in self.printed.get(key, [])):
             return  # a refused result is not applied
-        native: dict[str, Any] = {"replayed": {"isReplay": True},
-                                  "synthetic": {"isSynthetic": True},
-                                  "subagent": {"parent_tool_use_id": "toolu_parent"}}.get(kind, {})
+        variants: dict[str, dict[str, Any]] = {
+            "replayed": {"isReplay": True}, "synthetic": {"isSynthetic": True},
+            "subagent": {"parent_tool_use_id": "toolu_parent"}}
+        native = variants.get(kind, {})
         text = "something else" if kind == "other_text" else "ok"
         self.print_obs(receipt(*key, text, **native))
         if kind == "exact":
