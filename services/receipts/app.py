@@ -77,7 +77,7 @@ class ReceiptService:
                       asyncio.create_task(self.deliveries_reader.run(), name="delivery-reads"),
                       asyncio.create_task(self.tracker.run_timer(), name="receipt-deadlines")]
         log.info("receipts.started", pending=len(self.tracker.calls),
-                 window_s=self.tracker.window)
+                 kept_early=len(self.tracker.early_order), window_s=self.tracker.window)
 
     async def stop(self) -> None:
         for task in self.tasks:
