@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import time
+import uuid
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -297,7 +298,8 @@ class Tracker:
 
     def _keep_early(self, sid: str, obs: Doc, at: float, save: bool = True) -> None:
         if save:
-            self.unsaved_early.append({"_id": f"{sid}/{at!r}/{len(self.unsaved_early)}",
+            # unique per observation (two of a Session may share a millisecond and an index)
+            self.unsaved_early.append({"_id": f"{sid}/{uuid.uuid4().hex}",
                                        "session_id": sid, "at": at, "obs": json.dumps(obs)})
         queue = self.early.get(sid)
         if queue is None:

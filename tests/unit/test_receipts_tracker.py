@@ -301,3 +301,23 @@ class TrackerMachine(RuleBasedStateMachine):
 TrackerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=30,
                                             deadline=None)
 test_tracker_state_machine = TrackerMachine.TestCase
+
+
+def test_observations_kept_in_two_batches_at_the_same_millisecond_both_survive_a_restart() -> None:
+    store, facts, clock = MemoryReceiptStore(), Facts(), Clock()
+    t = tracker(store, facts, clock)
+    at = clock()
+
+    async def scenario() -> None:
+        await t.observe_batch([(announced("s", "a"), at - 1)])
+        # two batches, each holding one observation of the Session printed in the same ms
+        await t.observe_batch([(receipt("s", "a"), at)])
+        await t.observe_batch([(receipt("s", "zz"), at)])
+        restarted = tracker(store, facts, clock)
+        await restarted.recover()
+        await restarted.open_call(delivery("s", "a"), at - 0.5)
+        await restarted.drain()
+
+    run(scenario())
+    assert len(store.early_observations) == 3  # the announcement and both receipts
+    assert [f["state"] for f in facts.verdicts()["s/a"]] == ["applied"]
