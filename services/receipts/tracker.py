@@ -38,6 +38,7 @@ from shared.domain.receipts import (
     State,
     joined_key,
     match_observation,
+    may_decide,
     part_keys,
 )
 from shared.logging import bound, get_logger
@@ -274,9 +275,8 @@ class Tracker:
                 continue
             with bound(session_id=sid, call_id=cid):
                 taken = await self._offer(key, rec, obs, at) or taken
-        if not taken:
-            # Its call's delivery may not have been read yet (another topic, another consumer):
-            # keep it for that call, whether or not other calls of the Session are pending.
+        if not taken and may_decide(obs):
+            # its delivery may be read later (another topic): kept, other calls pending or not
             self._keep_early(sid, obs, at)
 
     async def _offer(self, key: Key, rec: CallRecord, obs: Doc, at: float) -> bool:

@@ -26,7 +26,7 @@ from hypothesis.stateful import (
 )
 
 from services.receipts.progress import ReadUpTo
-from services.receipts.tracker import RETRY_S, Tracker
+from services.receipts.tracker import EARLY_KEPT, RETRY_S, Tracker
 from tests.support.fakes.receipts import (
     Clock,
     Facts,
@@ -319,5 +319,26 @@ def test_observations_kept_in_two_batches_at_the_same_millisecond_both_survive_a
         await restarted.drain()
 
     run(scenario())
-    assert len(store.early_observations) == 3  # the announcement and both receipts
+    assert len(store.early_observations) == 2  # both receipts
+    assert [f["state"] for f in facts.verdicts()["s/a"]] == ["applied"]
+
+
+def test_a_receipt_kept_for_its_delivery_is_not_crowded_out_by_other_observations() -> None:
+    """After a restart the backlog holds every observation printed while no tracker ran; only
+    what can decide a call (a receipt, a release, a refusal) competes for the kept places."""
+    facts, clock = Facts(), Clock()
+    t = tracker(MemoryReceiptStore(), facts, clock)
+    at = clock()
+    chatter = [({"schema": "runtime.observation/1", "session_id": f"s{i % 50}",
+                 "harness": "codex", "native": {"method": "item/agentMessage/delta",
+                                                "params": {"delta": "x"}}}, at + 0.001 * i)
+               for i in range(EARLY_KEPT + 10)]
+
+    async def scenario() -> None:
+        await t.observe_batch([(announced("s", "a"), at - 1), (receipt("s", "a"), at)])
+        await t.observe_batch(chatter)
+        await t.open_call(delivery("s", "a"), at - 0.5)
+        await t.drain()
+
+    run(scenario())
     assert [f["state"] for f in facts.verdicts()["s/a"]] == ["applied"]
