@@ -105,18 +105,9 @@ def kill_restart(core: Core, *names: str) -> tuple[Callable[[], None], Callable[
     return inject, restore
 
 
-# kill -9 receipts is quarantined (xfail, non-strict), an open bug of issue 17 (docs/chaos.md,
-# "Open: receipts after a tracker restart"): after the restart the observations consumer
-# rejoins its group seconds after the deliveries consumer; a receipt the Runtime printed in
-# time is read after the call's deadline fired, so 2–3 of 60 calls end uncertain.
-_RECEIPTS_RESTART = pytest.mark.xfail(
-    strict=False, reason="open: deadlines fire while the observations consumer still lags "
-    "after a tracker restart (docs/chaos.md)")
-
-
 @pytest.mark.parametrize("names", [
     ("admission",), ("storage",), ("dispatcher",),
-    pytest.param(("receipts",), marks=_RECEIPTS_RESTART), ("admission", "storage"),
+    ("receipts",), ("admission", "storage"),
 ], ids=lambda names: "+".join(names))
 async def test_kill_services(chaos_core: Core, api: httpx.AsyncClient,
                              record: Callable[[Row], None], names: tuple[str, ...]) -> None:
