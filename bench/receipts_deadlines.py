@@ -141,8 +141,9 @@ def deep_size(svc: ReceiptService) -> int:
             n += sum(size(getattr(o, s)) for s in o.__slots__ if hasattr(o, s))
         return n
 
-    return (size(svc.calls) + size(dict(svc.by_session)) + size(svc.deadlines._heap)
-            + size(svc.deadlines._live))
+    t = svc.tracker
+    return (size(t.calls) + size(dict(t.by_session)) + size(t.deadlines._heap)
+            + size(t.deadlines._live))
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -283,17 +284,15 @@ async def run(bootstrap: str, mongo: str, calls: int, window: float, spread: flo
         t0 = time.time()
         if product is not None:
             sids = await create_sessions(f"http://127.0.0.1:{port}", min(sessions, total))
-        else:  # the tracker's view of a Session: its harness
+        else:
             sids = [f"session_{uuid.uuid4().hex}" for _ in range(min(sessions, total))]
-            await svc.db.sessions.insert_many([{"_id": sid, "harness": "claude_code"}
-                                               for sid in sids])
         progress(f"{len(sids)} Sessions created in {time.time() - t0:.1f}s")
         for lo in range(0, total, 5000):
-            await svc.db.calls.insert_many([
+            # the calls as the tracker learns them from the harness's announcements
+            await svc.db.receipt_calls.insert_many([
                 {"_id": f"{sids[i % len(sids)]}/{call_id(i)}", "session_id": sids[i % len(sids)],
-                 "call_id": call_id(i), "name": "lookup",
-                 "native": {"session_id": f"native-{i % len(sids)}"},
-                 "submission": None, "application": None}
+                 "harness": "claude_code", "name": "lookup",
+                 "native": {"session_id": f"native-{i % len(sids)}"}}
                 for i in range(lo, min(total, lo + 5000))])
         for t in tails:
             await t.start()
@@ -304,7 +303,7 @@ async def run(bootstrap: str, mongo: str, calls: int, window: float, spread: flo
         await child(bootstrap, topics.runtime_deliveries, calls, 0, WARMUP, sids, 0, stamp)
         seen = items if product is not None else facts
         await until(lambda: len(seen) >= WARMUP, 300, "warm-up verdicts")
-        warm = len(svc.lateness)
+        warm = len(svc.tracker.lateness)
         await asyncio.sleep(1.0)
         gc.collect()
         before = rss()
@@ -312,14 +311,14 @@ async def run(bootstrap: str, mongo: str, calls: int, window: float, spread: flo
         t0 = time.time()
         await child(bootstrap, topics.runtime_deliveries, calls, WARMUP, calls, sids,
                     spread, None)
-        await until(lambda: len(svc.calls) >= calls or len(svc.lateness) > warm,
+        await until(lambda: len(svc.tracker.calls) >= calls or len(svc.tracker.lateness) > warm,
                     window + spread + 120, "all calls open")
-        opened_all = len(svc.calls) >= calls and len(svc.lateness) == warm
+        opened_all = len(svc.tracker.calls) >= calls and len(svc.tracker.lateness) == warm
         ingest_s = time.time() - t0
         gc.collect()
         after = rss()
         retained = deep_size(svc)
-        pending = len(svc.calls)
+        pending = len(svc.tracker.calls)
 
         mine = [(sids[i % len(sids)], call_id(i)) for i in range(WARMUP, total)]
         await until(lambda: all(k in seen for k in mine), window + spread + 600,
@@ -346,7 +345,7 @@ async def run(bootstrap: str, mongo: str, calls: int, window: float, spread: flo
             "fact_lateness": summary(fact_late),
             "storage_delay": summary(storage_delay),
             "measured_at": "session.items" if product else "core.facts (--no-storage)",
-            "tracker_lateness": summary(list(svc.lateness)[warm:]),
+            "tracker_lateness": summary(list(svc.tracker.lateness)[warm:]),
             "verdicts_before_deadline": sum(1 for x in fact_late if x < 0),
             "item_states": states, "duplicate_items": extra_items,
             "rss_before_mb": round(before / 2**20, 1), "rss_after_mb": round(after / 2**20, 1),

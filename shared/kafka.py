@@ -164,6 +164,9 @@ async def ensure_topics(settings: Settings, topics: Topics, *, strict: bool = Fa
                 await admin.create_topics(new)
             except TopicAlreadyExistsError:
                 pass
+            for count in {d.partitions for d in plan.create}:
+                await wait_for_leaders(settings, [d.name for d in plan.create
+                                                  if d.partitions == count], count)
             log.info("topics.created", topics=[d.name for d in plan.create])
         if not strict:
             if plan.errors or plan.alter:
@@ -188,6 +191,31 @@ async def ensure_topics(settings: Settings, topics: Topics, *, strict: bool = Fa
         return plan
     finally:
         await admin.close()
+
+
+class _DropNotLeader(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "NotLeaderForPartition" not in record.getMessage()
+
+
+async def wait_for_leaders(settings: Settings, names: list[str], partitions: int) -> None:
+    """Until every partition of the new topics answers an offset request on its leader. A
+    consumer that joins a topic created a moment before meets partitions whose leader has not
+    taken them up yet: its offset fetches fail with ``NotLeaderForPartitionError``, logged as
+    errors by every service at a first start. The probe's own retries of that error are
+    expected and not logged."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
+                                enable_auto_commit=False, **client_security(settings))
+    quiet = _DropNotLeader()
+    fetcher_log = logging.getLogger("aiokafka.consumer.fetcher")
+    fetcher_log.addFilter(quiet)
+    try:
+        await consumer.start()
+        await consumer.end_offsets([TopicPartition(n, i) for n in names
+                                    for i in range(partitions)])
+    finally:
+        await consumer.stop()
+        fetcher_log.removeFilter(quiet)
 
 
 def client_security(settings: Settings) -> dict[str, Any]:

@@ -23,8 +23,9 @@ OWNERS: dict[str, str] = {
     "bindings": "dispatcher",
     "pending_deliveries": "dispatcher",
     "leases": "dispatcher",
-    # receipt tracker: receipt windows and their verdicts
+    # receipt tracker: receipt windows, the calls it learnt from observations, verdicts
     "pending_receipts": "receipts",
+    "receipt_calls": "receipts",
     "early_observations": "receipts",
     "receipt_verdicts": "receipts",
 }

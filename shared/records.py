@@ -1,5 +1,7 @@
-"""Internal record schemas (the public ones are in CONTRACT §2). Every record is JSON with a
-``schema`` field; builders live here so producers and consumers agree on one shape."""
+"""Record schemas (the public ones are in CONTRACT §2, typed in ``shared.contracts``; what
+consumers read is typed in ``shared.typedrecords``). Every record is JSON with a ``schema``
+field; the envelopes are built here so every producer writes one shape. The Core–Runtime
+deliveries are built by ``shared.domain.delivery``, the admitted records by admission."""
 
 from __future__ import annotations
 
@@ -44,3 +46,44 @@ def stored_record(stored: dict[str, Any]) -> dict[str, Any]:
 def public_item(record: dict[str, Any]) -> dict[str, Any]:
     """The Item as the HTTP API shows it (one tenant's own view): the topic envelope removed."""
     return {k: v for k, v in record.items() if k not in ITEM_TOPIC_ONLY}
+
+
+def fact_record(session_id: str, fact_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A ``core.fact/1`` (dispatcher, receipt tracker → storage): ``body`` names its ``kind``
+    and that kind's fields; ``fact_id`` makes a redelivered fact a duplicate."""
+    return {"schema": FACT, "fact_id": fact_id, "session_id": session_id, **body}
+
+
+def observation_record(*, runtime_id: str, session_id: str, harness: str,
+                       native: dict[str, Any] | None, turn_id: str | None,
+                       observation_id: str) -> dict[str, Any]:
+    """A ``runtime.observation/1``: one native record as the harness printed it (``native``),
+    or ``None`` for a refusal, which the caller adds as ``refusal``. The publisher stamps
+    ``observed_at``."""
+    return {"schema": OBSERVATION, "runtime_id": runtime_id, "session_id": session_id,
+            "harness": harness, "native": native, "turn_id": turn_id,
+            "observation_id": observation_id}
+
+
+def registration_record(*, runtime_id: str, harness: str, bridge_protocol: int,
+                        placements: list[str], message_images: bool,
+                        function_result_images: bool, status: str, heartbeat_at: str,
+                        **extra: Any) -> dict[str, Any]:
+    """A ``runtime.registration/1`` (CONTRACT §2); ``extra`` fields are informative only."""
+    return {
+        "schema": REGISTRATION,
+        "runtime_id": runtime_id,
+        "harness": harness,
+        "bridge_protocol": bridge_protocol,
+        "placements": list(placements),
+        "capabilities": {"message_images": message_images,
+                         "function_result_images": function_result_images},
+        "status": status,
+        "heartbeat_at": heartbeat_at,
+        **extra,
+    }
+
+
+def control_record(runtime_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+    """A ``runtime.control/1``: switches (and ``status``) to set on one reference Runtime."""
+    return {"schema": CONTROL, "runtime_id": runtime_id, "set": changes}

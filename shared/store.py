@@ -61,7 +61,6 @@ async def ensure_indexes(db: AsyncDatabase[Doc]) -> None:
     )
     await db.items.create_index([("source_key", ASCENDING)], unique=True, name="source_key")
     await db.calls.create_index([("session_id", ASCENDING)], name="calls_session")
-    await db.pending_receipts.create_index([("deadline", ASCENDING)], name="pending_deadline")
 
 
 async def ping(client: AsyncMongoClient[Doc]) -> bool:

@@ -35,6 +35,12 @@ def event_key(session_id: str, client_event_id: str) -> str:
     return f"event:{session_id}:{client_event_id}"
 
 
+def pending_key(session_id: str, event_id: str) -> str:
+    """An input waiting for an eligible Runtime (``pending_deliveries``): one per stored input,
+    so a redelivered ``session.stored`` record finds its first place in the queue."""
+    return f"{session_id}:{event_id}"
+
+
 def request_source(request_id: str) -> str:
     """The journal key of an admitted request's decision."""
     return f"req:{request_id}"

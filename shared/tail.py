@@ -10,7 +10,6 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 
 from shared.domain.poison import UNPROCESSABLE, Poison
-from shared.domain.recordcheck import accept
 from shared.kafka import DeadLetters, assigned_consumer
 from shared.logging import get_logger
 from shared.settings import Settings
@@ -22,18 +21,18 @@ log = get_logger(__name__)
 class Tail:
     """One topic read by this process alone (no consumer group), every record handed to
     ``dispatch``. ``at_end``: only what is published after ``start`` (answers, Items); else the
-    whole topic first (the compacted registry). Records that are not what the tail reads — one
-    of ``schemas``, or valid for a ``RecordType`` (``shared.typedrecords``) — or that
-    ``dispatch`` refuses with ``ValueError``/``KeyError``/``TypeError``, go to the DLQ.
-    ``dispatch`` gets the record exactly as decoded."""
+    whole topic first (the compacted registry). Records that are not the tail's ``RecordType``
+    (``shared.typedrecords``), or that ``dispatch`` refuses with
+    ``ValueError``/``KeyError``/``TypeError``, go to the DLQ. ``dispatch`` gets the record
+    exactly as decoded."""
 
     at_end = True
 
     def __init__(self, settings: Settings, topic: str,
-                 schemas: frozenset[str] | RecordType[Any], dlq: DeadLetters) -> None:
+                 kind: RecordType[Any], dlq: DeadLetters) -> None:
         self.settings = settings
         self.topic = topic
-        self.schemas = schemas
+        self.kind = kind
         self.dlq = dlq
         self.consumer: AIOKafkaConsumer | None = None
         self.task: asyncio.Task[None] | None = None
@@ -70,10 +69,8 @@ class Tail:
             await self.dlq.record(r, Poison(UNPROCESSABLE, repr(exc)[:300]))
 
     def _decode(self, raw: bytes) -> dict[str, Any] | Poison:
-        if isinstance(self.schemas, RecordType):
-            got = self.schemas.decode(raw)
-            return got if isinstance(got, Poison) else got.value
-        return accept(raw, self.schemas)
+        got = self.kind.decode(raw)
+        return got if isinstance(got, Poison) else got.value
 
     def dispatch(self, value: dict[str, Any]) -> None:  # overridden
         raise NotImplementedError

@@ -1,4 +1,4 @@
-"""The records admission and storage consume, as pydantic models, and the one decoder that turns
+"""The records Core's services consume, as pydantic models, and the one decoder that turns
 a record's bytes into one of them — or into the reason it goes to the DLQ.
 
 Each model declares what its consumer reads (strict JSON types: ``"1"`` is not an integer,
@@ -14,9 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from shared import records
+from shared.domain.binding import parse_time
 from shared.domain.poison import (
     INVALID_FIELDS,
     NO_SCHEMA,
@@ -69,7 +78,8 @@ class Fact(_Record):
 
 
 class Observation(_Record):
-    """``runtime.observation/1`` as storage reads it (a Runtime may send more)."""
+    """``runtime.observation/1`` as storage and the dispatcher read it (a Runtime may send
+    more): storage reads ``native``, the dispatcher a ``refusal``."""
 
     schema_: Literal["runtime.observation/1"] = Field(alias="schema")
     runtime_id: str
@@ -77,6 +87,100 @@ class Observation(_Record):
     harness: str | None = None
     native: dict[str, Any] | None = None
     refusal: dict[str, Any] | None = None
+
+
+class StoredMessage(_Record):
+    """One message of a stored input; its ``content`` parts pass through untouched."""
+
+    content: list[Any]
+
+
+class _Stored(_Record):
+    schema_: Literal["session.stored/1"] = Field(alias="schema")
+    session_id: str
+    event_id: str
+    harness: str
+    placement: str
+    delivery_id: str | None = None  # present when an input is handed over again
+
+
+class StoredMessages(_Stored):
+    """``session.stored/1`` (storage → dispatcher): messages that start or steer a Turn."""
+
+    kind: Literal["start", "steer"]
+    turn_id: str
+    messages: list[StoredMessage]
+    has_images: bool = False
+
+
+class Submission(_Record):
+    """A function result as it was submitted (only the fields the submitter sent)."""
+
+    success: bool
+    output: str | list[Any] | None = None
+    error: str | None = None
+
+
+class StoredResult(_Stored):
+    """``session.stored/1``: a function result for the Runtime whose harness waits for it."""
+
+    kind: Literal["function_result"]
+    turn_id: str | None = None
+    call_id: str
+    name: str | None = None
+    submission: Submission
+    fields_present: list[str] | None = None
+
+
+Stored = Annotated[StoredMessages | StoredResult, Field(discriminator="kind")]
+
+
+def _rfc3339(value: str) -> str:
+    parse_time(value)  # ValueError: not RFC 3339 with a time zone
+    return value
+
+
+class Registration(_Record):
+    """``runtime.registration/1`` (Runtimes → dispatcher, compacted by ``runtime_id``) as the
+    registry reads it; ``shared.contracts.RuntimeRegistration`` is the whole public shape."""
+
+    schema_: Literal["runtime.registration/1"] = Field(alias="schema")
+    runtime_id: str
+    harness: str
+    status: Literal["ready", "draining", "gone"]
+    placements: list[str]
+    heartbeat_at: Annotated[str, AfterValidator(_rfc3339)]
+    bridge_protocol: int | None = None
+    capabilities: dict[str, Any] | None = None
+
+
+class Delivery(_Record):
+    """``runtime.delivery/1`` as a Runtime reads it. ``kind`` stays a string and the messages
+    and content stay undeclared: a delivery the harness cannot run (an unknown kind, no
+    messages) is the Runtime's to refuse with a refusal observation, so Core learns why."""
+
+    schema_: Literal["runtime.delivery/1"] = Field(alias="schema")
+    delivery_id: str
+    runtime_id: str
+    session_id: str
+    kind: str
+    call_id: str | None = None
+    success: bool | None = None
+
+    @model_validator(mode="after")
+    def _result_fields(self) -> Delivery:
+        if self.kind == "function_result" and (self.call_id is None or self.success is None):
+            raise ValueError("a function_result delivery needs call_id (a string) and "
+                             "success (a boolean)")
+        return self
+
+
+class Control(_Record):
+    """``runtime.control/1`` (tests and operators → the reference Runtime): switches to set."""
+
+    schema_: Literal["runtime.control/1"] = Field(alias="schema")
+    runtime_id: str
+    set: dict[str, Any]
 
 
 class StorageReply(_Record):
@@ -149,5 +253,9 @@ FACT: RecordType[Fact] = RecordType(Fact, records.FACT)
 OBSERVATION: RecordType[Observation] = RecordType(Observation, records.OBSERVATION)
 STORAGE_REPLY: RecordType[StorageReply] = RecordType(StorageReply, records.STORAGE_REPLY)
 ITEM: RecordType[ItemRecord] = RecordType(ItemRecord, records.ITEM)
+STORED: RecordType[StoredMessages | StoredResult] = RecordType(Stored, records.STORED)
+REGISTRATION: RecordType[Registration] = RecordType(Registration, records.REGISTRATION)
+DELIVERY: RecordType[Delivery] = RecordType(Delivery, records.DELIVERY)
+CONTROL: RecordType[Control] = RecordType(Control, records.CONTROL)
 
 TopicTypes = Mapping[str, RecordType[Any]]

@@ -19,14 +19,14 @@ from services.dispatcher.binder import Binder
 from services.dispatcher.outbox import KafkaOutbox
 from services.dispatcher.registry import RegistryTail
 from services.dispatcher.repository import DispatcherRepository
-from shared import records
+from shared import typedrecords
 from shared.domain.binding import RuntimeInfo
-from shared.domain.recordcheck import UNPROCESSABLE, Poison
+from shared.domain.poison import UNPROCESSABLE, Poison
 from shared.ids import new_id
 from shared.kafka import DeadLetters, broker_send, ensure_topics, make_broker, max_record_bytes
 from shared.logging import bound, get_logger
 from shared.metrics import set_runtimes
-from shared.service import decode_batch, raw_decoder
+from shared.service import decode_records, raw_decoder
 from shared.settings import Settings
 from shared.store import database, make_client, ping
 from shared.topics import topics_for
@@ -45,8 +45,9 @@ class DispatcherService:
         self.repo = DispatcherRepository(database(self.client, settings))
         self.instance = new_id("rt").replace("rt_", "dsp_")
         self.dlq = DeadLetters(broker_send(self.broker), self.topics)
-        self.schemas = {self.topics.session_stored: frozenset({records.STORED}),
-                        self.topics.runtime_observations: frozenset({records.OBSERVATION})}
+        self.types: typedrecords.TopicTypes = {
+            self.topics.session_stored: typedrecords.STORED,
+            self.topics.runtime_observations: typedrecords.OBSERVATION}
         self.registry = RegistryTail(settings, self.topics.runtime_registrations, self._changed,
                                      self.dlq)
         self.binder = Binder(
@@ -91,18 +92,18 @@ class DispatcherService:
         self.wake.set()
 
     async def on_stored(self, body: Any, msg: KafkaMessage) -> None:
-        for raw, rec in await decode_batch(self.dlq, msg.raw_message, self.schemas):
-            with bound(session_id=rec.get("session_id"), turn_id=rec.get("turn_id")):
+        for raw, got in await decode_records(self.dlq, msg.raw_message, self.types):
+            with bound(session_id=got.model.session_id, turn_id=got.model.turn_id):
                 async with self.lock:
                     try:
-                        await self.binder.accept(rec)
+                        await self.binder.accept(got.value)
                     except (KeyError, TypeError, AttributeError) as exc:
                         # a record of the right schema this code cannot use: not retried
                         await self.dlq.record(raw, Poison(UNPROCESSABLE, repr(exc)[:300]))
 
     async def on_observation(self, body: Any, msg: KafkaMessage) -> None:
-        for _raw, rec in await decode_batch(self.dlq, msg.raw_message, self.schemas):
-            await self.binder.observe(rec)
+        for _raw, got in await decode_records(self.dlq, msg.raw_message, self.types):
+            await self.binder.observe(got.value)
 
     async def _sweep_loop(self) -> None:
         ttl = max(5.0, self.settings.runtime_heartbeat_timeout_s)

@@ -17,9 +17,8 @@ class KafkaOutbox:
         self.broker, self.facts, self.deliveries = broker, facts, deliveries
 
     async def fact(self, session_id: str, fact_id: str, body: Doc) -> None:
-        await publish(self.broker, self.facts, {
-            "schema": records.FACT, "fact_id": fact_id, "session_id": session_id, **body},
-            session_id)
+        await publish(self.broker, self.facts, records.fact_record(session_id, fact_id, body),
+                      session_id)
 
     async def deliver(self, runtime_id: str, message: Doc) -> None:
         await publish(self.broker, self.deliveries, message, runtime_id)

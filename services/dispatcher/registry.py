@@ -2,6 +2,8 @@
 ``runtime.registrations`` topic from the beginning (no consumer group) and keeps the latest
 registration per Runtime in memory. Malformed registrations go to the DLQ (``Tail``): every
 replica reads the whole topic, so each replica dead-letters a bad registration once per start.
+A registration is decoded with ``shared.typedrecords.Registration`` (strict types, a known
+status, an RFC 3339 heartbeat with a time zone) before it reaches the registry.
 
 A missed heartbeat only means something while this replica can read the topic: when the broker
 is away no heartbeat can arrive, whether the Runtime lives or not. ``ReadingClock`` knows when
@@ -15,7 +17,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from shared import records
+from shared import typedrecords
 from shared.domain.binding import RuntimeInfo, from_registration
 from shared.kafka import DeadLetters
 from shared.logging import get_logger
@@ -60,7 +62,7 @@ class RegistryTail(Tail):
 
     def __init__(self, settings: Any, topic: str, on_change: Callable[[RuntimeInfo], None],
                  dlq: DeadLetters) -> None:
-        super().__init__(settings, topic, frozenset({records.REGISTRATION}), dlq)
+        super().__init__(settings, topic, typedrecords.REGISTRATION, dlq)
         self.runtimes: dict[str, RuntimeInfo] = {}
         self.on_change = on_change
         # A caught-up poll comes every fetch wait (50 ms) while the broker answers; a fifth of
@@ -69,7 +71,7 @@ class RegistryTail(Tail):
         self.clock = ReadingClock(fresh_s=min(max(0.5, timeout / 5), 3.0))
 
     def dispatch(self, value: dict[str, Any]) -> None:
-        rt = from_registration(value)  # a malformed one raises: the Tail dead-letters it
+        rt = from_registration(value)  # decoded already: a Registration (Tail)
         prev = self.runtimes.get(rt.runtime_id)
         self.runtimes[rt.runtime_id] = rt
         if prev is None or prev.status != rt.status:

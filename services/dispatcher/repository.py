@@ -19,6 +19,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
 
 from shared.store import Doc
+from shared.storekeys import pending_key
 
 
 class DispatcherRepository:
@@ -67,7 +68,7 @@ class DispatcherRepository:
                     queued_at: float) -> None:
         """Idempotent: a redelivered record keeps its first place (``n``) and wait clock."""
         await self.db.pending_deliveries.update_one(
-            {"_id": f"{session_id}:{event_id}"},
+            {"_id": pending_key(session_id, event_id)},
             {"$setOnInsert": {"session_id": session_id, "n": n, "queued_at": queued_at,
                               "record": record}}, upsert=True)
 

@@ -26,9 +26,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from services.runtime.harness import Emit, SimulatedHarness
 from services.runtime.live import LiveHarness
 from services.runtime.switches import Switches
-from shared import records
+from shared import records, typedrecords
 from shared.domain.harnesses.claude_code import BRIDGE_PROTOCOL
-from shared.domain.recordcheck import UNPROCESSABLE, Poison, accept
+from shared.domain.poison import UNPROCESSABLE, Poison
 from shared.kafka import (
     DeadLetters,
     assigned_consumer,
@@ -71,22 +71,19 @@ def registration(config: RuntimeConfig, harness: SimulatedHarness, status: str,
         "message_images": harness.message_images,
         "function_result_images": harness.function_result_images,
     }
-    return {
-        "schema": records.REGISTRATION,
-        "runtime_id": config.runtime_id,
-        "harness": config.harness,
-        "bridge_protocol": config.bridge_protocol,
-        "placements": list(config.placements),
-        "capabilities": {
-            "message_images": bool(caps.get("message_images")),
-            "function_result_images": bool(caps.get("function_result_images")),
-        },
-        "status": status,
-        "heartbeat_at": now_rfc3339(),
-        "switches": harness.switches.active() if live is None else {},
-        "turn_idle_ms": int(config.turn_idle_s * 1000),
-        "engine": "simulated" if live is None else "real",
-    }
+    return records.registration_record(
+        runtime_id=config.runtime_id,
+        harness=config.harness,
+        bridge_protocol=config.bridge_protocol,
+        placements=list(config.placements),
+        message_images=bool(caps.get("message_images")),
+        function_result_images=bool(caps.get("function_result_images")),
+        status=status,
+        heartbeat_at=now_rfc3339(),
+        switches=harness.switches.active() if live is None else {},
+        turn_idle_ms=int(config.turn_idle_s * 1000),
+        engine="simulated" if live is None else "real",
+    )
 
 
 def consumer_group(runtime_id: str) -> str:
@@ -249,13 +246,14 @@ class RuntimeService:
                 await asyncio.sleep(0.5)
 
     async def _handle_raw(self, r: Any) -> int:
-        value = accept(r.value or b"", frozenset({records.DELIVERY}))
-        if isinstance(value, Poison):
+        got = typedrecords.DELIVERY.decode(r.value or b"")
+        if isinstance(got, Poison):
             if self._mine(r.key):
-                await self.dlq.record(r, value)
+                await self.dlq.record(r, got)
             return 0
-        if value["runtime_id"] != self.config.runtime_id:
+        if got.model.runtime_id != self.config.runtime_id:
             return 0
+        value = got.value
         with bound(session_id=value.get("session_id"), delivery_id=value.get("delivery_id"),
                    call_id=value.get("call_id")):
             log.info("delivery.received", kind=value.get("kind"), turn_id=value.get("turn_id"))
@@ -337,14 +335,14 @@ class RuntimeService:
                 await asyncio.sleep(0.5)
 
     async def _apply_control(self, r: Any) -> bool:
-        value = accept(r.value or b"", frozenset({records.CONTROL}))
-        if isinstance(value, Poison):
+        got = typedrecords.CONTROL.decode(r.value or b"")
+        if isinstance(got, Poison):
             if self._mine(r.key):
-                await self.dlq.record(r, value)
+                await self.dlq.record(r, got)
             return False
-        if value["runtime_id"] != self.config.runtime_id:
+        if got.model.runtime_id != self.config.runtime_id:
             return False
-        changes = dict(value["set"])
+        changes = dict(got.model.set)
         status = changes.pop("status", None)
         try:
             switches = self.harness.switches.updated(changes)
@@ -364,7 +362,3 @@ class RuntimeService:
 def _log_send_failure(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
         log.error("observation.publish_failed", error=repr(fut.exception()))
-
-
-def control_record(runtime_id: str, changes: dict[str, Any]) -> dict[str, Any]:
-    return {"schema": records.CONTROL, "runtime_id": runtime_id, "set": changes}

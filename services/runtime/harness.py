@@ -57,6 +57,7 @@ from services.runtime.simulation import (
     parse_calls,
 )
 from services.runtime.switches import Switches
+from shared import records
 from shared.domain.delivery import REFUSAL_TURN_BOUND_EXCEEDED, REFUSAL_TURN_ENDED
 from shared.domain.harnesses import AdapterError
 from shared.domain.harnesses import claude_code as claude
@@ -149,15 +150,10 @@ class SimulatedHarness:
     # ------------------------------------------------------------------ ids and envelopes
 
     def _envelope(self, session: Session, turn_id: str | None, native: Json | None) -> Json:
-        return {
-            "schema": OBSERVATION_SCHEMA,
-            "runtime_id": self.runtime_id,
-            "session_id": session.core_session_id,
-            "harness": self.harness,
-            "native": native,
-            "turn_id": turn_id,
-            "observation_id": f"obs_{self._new_hex()}",
-        }
+        return records.observation_record(
+            runtime_id=self.runtime_id, session_id=session.core_session_id,
+            harness=self.harness, native=native, turn_id=turn_id,
+            observation_id=f"obs_{self._new_hex()}")
 
     def _emit(self, session: Session, turn: Turn | None, native: Json, delay: float = 0.0
               ) -> Emit:

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from services.runtime.simulation import OBSERVATION_SCHEMA, Emit
+from services.runtime.simulation import Emit
+from shared import records
 
 Json = dict[str, Any]
 EmitFn = Callable[[list[Emit]], None]
@@ -90,15 +91,9 @@ def build(options: LiveOptions) -> LiveHarness:
 def envelope(runtime_id: str, harness: str, session_id: str, turn_id: str | None,
              native: Json | None) -> Json:
     """A ``runtime.observation/1`` record (the publisher stamps ``observed_at``)."""
-    return {
-        "schema": OBSERVATION_SCHEMA,
-        "runtime_id": runtime_id,
-        "session_id": session_id,
-        "harness": harness,
-        "native": native,
-        "turn_id": turn_id,
-        "observation_id": f"obs_{uuid.uuid4().hex}",
-    }
+    return records.observation_record(
+        runtime_id=runtime_id, session_id=session_id, harness=harness, native=native,
+        turn_id=turn_id, observation_id=f"obs_{uuid.uuid4().hex}")
 
 
 def refusal(runtime_id: str, harness: str, delivery: Mapping[str, Any], reason: str,

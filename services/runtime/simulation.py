@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from services.runtime.switches import Switches
+from shared import records
 from shared.domain.harnesses import AdapterError
 from shared.domain.harnesses.claude_code import ClaudeTurn
 
-OBSERVATION_SCHEMA = "runtime.observation/1"
+OBSERVATION_SCHEMA = records.OBSERVATION
 ALTERED_SUFFIX = " [altered]"  # the alter_text mark (switch, and conformance's broken adapter)
 SYNTHETIC_TEXT = "the harness aborted this call (synthetic record)"
 

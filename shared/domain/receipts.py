@@ -177,6 +177,20 @@ def match_observation(expected: Expected, observation: Mapping[str, Any]) -> Ver
     return match_native(expected, native)
 
 
+def may_decide(obs: Mapping[str, Any]) -> bool:
+    """Whether an observation can decide some call (a refusal, a tool result, a release):
+    only those are kept for a delivery read later, so a backlog of chatter cannot crowd out
+    a receipt."""
+    native = obs.get("native")
+    if isinstance(obs.get("refusal"), dict):
+        return True
+    if not isinstance(native, Mapping):
+        return False
+    if native.get("type") in ("user", "tool_release"):
+        return True
+    return native.get("method") in ("item/completed", "item/released")
+
+
 def match_native(expected: Expected, native: Mapping[str, Any]) -> Verdict:
     if expected.harness == "claude_code":
         return match_claude(expected, native)

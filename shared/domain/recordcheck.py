@@ -1,4 +1,8 @@
-"""What a consumer accepts from a topic, once, as data: for every record schema, the fields a
+"""The hand-written record check the receipt tracker still uses (``shared.service.decode_batch``)
+for ``runtime.deliveries`` and ``runtime.observations``; every other consumer decodes with the
+typed models of ``shared.typedrecords``, and this module goes once the tracker does too.
+
+What a consumer accepts from a topic, once, as data: for every record schema, the fields a
 consumer reads without checking and their JSON types. A record that is not a JSON object, has no
 ``schema`` string, has a schema the topic does not carry, or misses / mistypes a required field
 is *poison*: it goes to the topic's DLQ (``shared.kafka.DeadLetters``) and the consumer moves on.
@@ -23,31 +27,18 @@ from shared.domain.poison import Poison as Poison
 from shared.domain.poison import decode_json as decode_record
 
 _STR = (str,)
-_INT = (int,)
 _OBJ = (dict,)
-_LIST = (list,)
 _BOOL = (bool,)
 
 # schema → {field: accepted JSON types}. Only what consumers index without a check.
 REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
-    records.ADMITTED: {"request_id": _STR, "session_id": _STR, "op": _STR,
-                       "event_id": _STR, "fingerprint": _STR},
-    records.FACT: {"fact_id": _STR, "session_id": _STR, "kind": _STR},
     records.OBSERVATION: {"runtime_id": _STR, "session_id": _STR},
-    records.STORED: {"session_id": _STR, "event_id": _STR, "harness": _STR,
-                     "placement": _STR, "kind": _STR},
     records.DELIVERY: {"delivery_id": _STR, "runtime_id": _STR, "session_id": _STR,
                        "kind": _STR},
-    records.REGISTRATION: {"runtime_id": _STR, "harness": _STR, "status": _STR,
-                           "placements": _LIST, "heartbeat_at": _STR},
-    records.CONTROL: {"runtime_id": _STR, "set": _OBJ},
-    records.ITEM: {"id": _STR, "session_id": _STR, "sequence": _INT, "type": _STR},
-    records.STORAGE_REPLY: {"request_id": _STR, "status": _INT, "body": _OBJ},
 }
 # Conditional requirements: (schema, field, value) → more required fields.
 WHEN: dict[tuple[str, str, str], dict[str, tuple[type, ...]]] = {
     (records.DELIVERY, "kind", "function_result"): {"call_id": _STR, "success": _BOOL},
-    (records.ADMITTED, "op", records.OP_EVENT): {"event_type": _STR},
 }
 # Optional fields that, when present and not null, must have this type.
 OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {

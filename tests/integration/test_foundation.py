@@ -133,3 +133,29 @@ async def test_storage_cannot_start_or_write_without_the_store(settings: Setting
         assert time.monotonic() - t0 < 30
     finally:
         await service.stop()
+
+
+
+async def test_a_consumer_started_right_after_ensure_topics_meets_no_leaderless_partition(
+        settings: Settings, caplog: pytest.LogCaptureFixture) -> None:
+    """Services consume right after ``ensure_topics``: on partitions without a leader yet their
+    offset fetches fail (``NotLeaderForPartitionError``, errors in every service's log at first
+    start)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    topics = topics_for(settings)
+    plan = await ensure_topics(settings, topics)
+    assert plan.create, "the test needs fresh topics"
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        parts = [TopicPartition(d.name, n) for d in plan.create for n in range(d.partitions)]
+        with caplog.at_level("WARNING", logger="aiokafka"):
+            consumer.assign(parts)
+            await consumer.seek_to_end(*parts)
+            ends = [await consumer.position(tp) for tp in parts]
+    finally:
+        await consumer.stop()
+    assert ends == [0] * len(parts)
+    assert [r.getMessage() for r in caplog.records if "NotLeader" in r.getMessage()] == []

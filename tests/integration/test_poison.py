@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.runtime.app import RuntimeConfig, RuntimeService, consumer_group
 from shared import records
-from shared.domain.recordcheck import INVALID_FIELDS, UNDECODABLE, UNEXPECTED_SCHEMA
+from shared.domain.poison import INVALID_FIELDS, UNDECODABLE, UNEXPECTED_SCHEMA
 from shared.kafka import decode, encode
 from shared.settings import Settings
 from tests.support.system import System, msg, text
@@ -51,6 +51,23 @@ class Sent:
     consumers: int  # how many consumers dead-letter it (one DLQ record each)
 
 
+_REG = {"schema": records.REGISTRATION, "runtime_id": "rt_x", "harness": "codex",
+        "status": "ready", "placements": ["none"], "heartbeat_at": "2026-01-01T00:00:00Z"}
+REG_BAD_STATUS = encode({**_REG, "status": "exploded"})
+REG_BAD_PLACEMENTS = encode({**_REG, "runtime_id": "rt_z", "placements": ["none", 3]})
+OBS_BAD_REFUSAL = encode({"schema": records.OBSERVATION, "runtime_id": RT, "session_id": SID,
+                          "native": None, "refusal": "refused"})
+STORED_BAD_KIND = encode({"schema": records.STORED, "session_id": SID, "event_id": "evt_x",
+                          "harness": "codex", "placement": "none", "kind": "resume"})
+# what the DLQ record's detail names, for the records the typed decoders refuse
+DETAIL = {
+    REG_BAD_STATUS: "runtime.registration/1: status: Input should be 'ready'",
+    REG_BAD_PLACEMENTS: "runtime.registration/1: placements.1: Input should be a valid string",
+    OBS_BAD_REFUSAL: "refusal",
+    STORED_BAD_KIND: "session.stored/1: record: Input tag 'resume'",
+}
+
+
 def _poison(t: Any) -> list[tuple[str, bytes, bytes | None, str, int]]:
     """(topic, value, key, expected reason code, consumers that dead-letter it)."""
     obs_bad = encode({"schema": records.OBSERVATION, "runtime_id": 7, "session_id": SID})
@@ -71,11 +88,10 @@ def _poison(t: Any) -> list[tuple[str, bytes, bytes | None, str, int]]:
         (t.session_stored, encode({"schema": records.STORED, "session_id": SID}), SID.encode(),
          INVALID_FIELDS, 1),
         (t.session_stored, encode([1, 2, 3]), SID.encode(), UNDECODABLE, 1),
-        (t.runtime_registrations, encode({"schema": records.REGISTRATION, "runtime_id": "rt_x",
-                                          "harness": "codex", "status": "exploded",
-                                          "placements": ["none"],
-                                          "heartbeat_at": "2026-01-01T00:00:00Z"}),
-         b"rt_x", "unprocessable", 1),
+        (t.runtime_registrations, REG_BAD_STATUS, b"rt_x", INVALID_FIELDS, 1),
+        (t.runtime_registrations, REG_BAD_PLACEMENTS, b"rt_z", INVALID_FIELDS, 1),
+        (t.runtime_observations, OBS_BAD_REFUSAL, SID.encode(), INVALID_FIELDS, 3),
+        (t.session_stored, STORED_BAD_KIND, SID.encode(), INVALID_FIELDS, 1),
         (t.runtime_registrations, encode({"runtime_id": "rt_y"}), b"rt_y", "missing_schema", 1),
         # the receipt tracker and the Runtime it is keyed to
         (t.runtime_deliveries, encode({"schema": records.DELIVERY, "runtime_id": RT,
@@ -234,6 +250,7 @@ async def test_poison_on_every_consumed_topic_is_dead_lettered_and_skipped(
                     assert d["schema"] == "dlq.record/1" and d["source_topic"] == topic
                     assert d["reason"] == p.reason, (topic, p.value, d)
                     assert d["detail"]
+                    assert DETAIL.get(p.value, "") in d["detail"], (topic, d)
                     assert d["partition"] == p.partition
                     assert base64.b64decode(d["key_b64"]) == p.key
             table.append((topic, len(ps), len(dlq)))

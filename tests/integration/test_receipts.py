@@ -187,7 +187,8 @@ async def test_receipt_window(system: System) -> None:
         )
         print(f"\n[receipts] uncertain verdict lateness: decided {lateness['decided'] * 1000:.1f}"
               f" ms, Item stored {lateness['item'] * 1000:.1f} ms after the deadline; tracker "
-              f"lateness samples (ms): {[round(x * 1000, 1) for x in system.receipts.lateness]}")
+              f"lateness samples (ms): "
+              f"{[round(x * 1000, 1) for x in system.receipts.tracker.lateness]}")
     finally:
         await inbox.close()
 

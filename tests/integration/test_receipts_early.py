@@ -18,10 +18,10 @@ import uuid
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from services.receipts.app import ReceiptService
-from shared.kafka import decode, ensure_topics
+from shared.kafka import decode, encode, ensure_topics
 from shared.settings import Settings
 from shared.topics import topics_for
 
@@ -44,6 +44,15 @@ def receipt(sid: str, cid: str) -> Json:
                        "message": {"role": "user", "content": [{
                            "type": "tool_result", "tool_use_id": cid, "is_error": False,
                            "content": [{"type": "text", "text": f"result of {cid}"}]}]}}}
+
+
+def announced(sid: str, *cids: str) -> Json:
+    """The harness's function calls, as the tracker learns them from the observation stream."""
+    return {"schema": "runtime.observation/1", "session_id": sid, "harness": "claude_code",
+            "native": {"type": "assistant", "uuid": uuid.uuid4().hex, "session_id": NATIVE,
+                       "parent_tool_use_id": None, "message": {"role": "assistant", "content": [
+                           {"type": "tool_use", "id": c, "name": "f", "input": {}}
+                           for c in cids]}}}
 
 
 def refusal(sid: str, cid: str) -> Json:
@@ -72,16 +81,15 @@ async def test_observation_before_delivery(settings: Settings, a_pending: bool, 
     try:
         sid = f"session_{uuid.uuid4().hex}"
         a, b = "call_a", "call_b"
-        await svc.db.sessions.insert_one({"_id": sid, "harness": "claude_code"})
-        await svc.db.calls.insert_many([{"_id": f"{sid}/{c}", "name": "f",
-                                         "native": {"session_id": NATIVE}} for c in (a, b)])
+        await svc.tracker.observe_batch([(announced(sid, a, b), time.time())])
         if a_pending:
-            await svc.open_call(delivery(sid, a), time.time())
-            assert (sid, a) in svc.calls
+            await svc.tracker.open_call(delivery(sid, a), time.time())
+            assert (sid, a) in svc.tracker.calls
         obs = receipt(sid, b) if early == "receipt" else refusal(sid, b)
-        await svc.observe(obs, time.time(), observed_ts=time.time())
+        await svc.tracker.observe(obs, time.time(), observed_ts=time.time())
         await asyncio.sleep(0.05)
-        await svc.open_call(delivery(sid, b), time.time())  # B's delivery consumed 50 ms later
+        # B's delivery consumed 50 ms later
+        await svc.tracker.open_call(delivery(sid, b), time.time())
 
         seen: dict[str, Json] = {}
         # until both verdicts are read (A's comes after its 2 s window), on a loaded broker
@@ -102,36 +110,50 @@ async def test_observation_before_delivery(settings: Settings, a_pending: bool, 
         await svc.stop()
 
 
-async def test_an_early_receipt_survives_a_tracker_crash(settings: Settings) -> None:
+@pytest.mark.parametrize("down_s", [0.0, 3.0], ids=["restart-at-once", "down-past-window"])
+async def test_an_early_receipt_survives_a_tracker_crash(settings: Settings,
+                                                         down_s: float) -> None:
     """The receipt is read (its offset committed with its batch) before the call's delivery;
     the tracker then dies (kill -9: nothing of its memory survives) and a new one reads the
     delivery. Kafka will not send the receipt again, so the kept observation must come back
     from the store: the call ends ``applied``, not ``uncertain`` (found by the chaos suite's
-    kill -9 receipts row; seen failing without the store copy: 'uncertain' == 'applied')."""
-    s = settings.model_copy(update={"receipt_window_s": 5.0})
+    kill -9 receipts row; seen failing without the store copy: 'uncertain' == 'applied').
+
+    ``down-past-window``: the tracker stays down longer than the window after the receipt, so
+    the delivery is read overdue. The receipt still counts: a kept observation is dropped only
+    once the deliveries read cover its time, not one window after it by the clock."""
+    s = settings.model_copy(update={"receipt_window_s": 2.0})
     topics = topics_for(s)
     await ensure_topics(s, topics)
     first = ReceiptService(s)
     await first.start()
     sid, b = f"session_{uuid.uuid4().hex}", "call_b"
-    await first.db.sessions.insert_one({"_id": sid, "harness": "claude_code"})
-    await first.db.calls.insert_one({"_id": f"{sid}/{b}", "name": "f",
-                                     "native": {"session_id": NATIVE}})
-    # the consumer's batch path: observe, then persist before the offsets commit
-    await first.observe(receipt(sid, b), time.time(), observed_ts=time.time())
-    await first._save_early()
-    if first.timer:  # a crash: no orderly stop of the tracker
-        first.timer.cancel()
+    # the consumer's batch path: learn, observe, then persist before the offsets commit
+    receipt_at = time.time()
+    await first.tracker.observe_batch([(announced(sid, b), receipt_at - 0.02),
+                                       (receipt(sid, b), receipt_at)])
+    for task in first.tasks:  # a crash: no orderly stop of the tracker
+        task.cancel()
     await first.broker.stop()
     await first.client.close()
+    await asyncio.sleep(down_s)  # the time no tracker runs: part of the scenario
 
+    # B's delivery, handed over just before the receipt was printed, read only by the new one
+    producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap_servers)
+    await producer.start()
+    try:
+        await producer.send_and_wait(
+            topics.runtime_deliveries, encode({**delivery(sid, b), "delivery_id": "dlv_b",
+                                               "runtime_id": "rt_1"}),
+            key=sid.encode(), timestamp_ms=int((receipt_at - 0.01) * 1000))
+    finally:
+        await producer.stop()
     second = ReceiptService(s)
     await second.start()
     facts = AIOKafkaConsumer(topics.core_facts, bootstrap_servers=s.kafka_bootstrap_servers,
                              group_id=f"t-{uuid.uuid4().hex}", auto_offset_reset="earliest")
     await facts.start()
     try:
-        await second.open_call(delivery(sid, b), time.time())
         seen: dict[str, Json] = {}
         end = time.monotonic() + 60.0
         while time.monotonic() < end and b not in seen:

@@ -34,22 +34,26 @@ async def test_two_replicas_one_verdict_per_call(settings: Settings) -> None:
     await facts.start()
     try:
         sid = f"session_{uuid.uuid4().hex}"
-        await a.db.sessions.insert_one({"_id": sid, "harness": "claude_code"})
         calls = [f"call_{i}" for i in range(20)]
         confirmed = set(calls[:10])
-        # the calls as storage records them from the harness's function_call observations
-        await a.db.calls.insert_many([{"_id": f"{sid}/{cid}", "name": "f",
-                                       "native": {"session_id": "native-1"}} for cid in calls])
+        # the calls as the harness announces them (the store they learn them into is shared)
+        await a.tracker.learn([{
+            "schema": "runtime.observation/1", "session_id": sid, "harness": "claude_code",
+            "native": {"type": "assistant", "uuid": uuid.uuid4().hex, "session_id": "native-1",
+                       "parent_tool_use_id": None, "message": {"role": "assistant", "content": [
+                           {"type": "tool_use", "id": cid, "name": "f", "input": {}}
+                           for cid in calls]}}}])
         handed = time.time()
         for cid in calls:
             rec = {"schema": "runtime.delivery/1", "session_id": sid, "call_id": cid,
                    "kind": "function_result", "name": "f", "success": True,
                    "content": [{"type": "input_text", "text": "x"}]}
             # both replicas hold the call, with the same handed-over time
-            await asyncio.gather(a.open_call(rec, handed), b.open_call(rec, handed))
+            await asyncio.gather(a.tracker.open_call(rec, handed),
+                                 b.tracker.open_call(rec, handed))
         # replica A alone sees the native receipt of half the calls; B times them out
         async def confirm(cid: str) -> None:
-            await a.observe({
+            await a.tracker.observe({
                 "schema": "runtime.observation/1", "session_id": sid, "harness": "claude_code",
                 "native": {"type": "user", "uuid": uuid.uuid4().hex, "session_id": "native-1",
                            "parent_tool_use_id": None, "isReplay": False, "isSynthetic": False,

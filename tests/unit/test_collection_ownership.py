@@ -100,16 +100,7 @@ def accesses(scope: Scope) -> dict[str, list[str]]:
     return out
 
 
-# The receipt tracker still reads storage's ``calls`` and ``sessions``, and shared/store.py's
-# ``ensure_indexes`` (storage's) still creates the tracker's index: both move with the
-# tracker's own repository. Strict: once they have moved these cases pass and the marks must go.
-_TRACKER_NOT_MOVED = pytest.mark.xfail(
-    strict=True, reason="the receipt tracker has no repository of its own yet")
-
-
-@pytest.mark.parametrize("service", [
-    pytest.param(s, marks=_TRACKER_NOT_MOVED) if s in ("receipts", "storage") else s
-    for s in SERVICES])
+@pytest.mark.parametrize("service", SERVICES)
 def test_a_service_touches_only_the_collections_it_owns(service: str) -> None:
     found = accesses(code_of(service))
     unknown = {c: lines for c, lines in found.items() if c not in OWNERS}

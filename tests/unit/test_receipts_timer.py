@@ -1,22 +1,14 @@
-"""The receipt tracker's timer without a stack: only the one function under test runs (the
-tracker's Kafka/store clients are created but never connect). A verdict batch whose
-publication fails is not lost: the same verdicts go again (issue 18 item 3, durability of the
-decision while the store or broker is away)."""
+"""The receipt tracker's timer, on the in-memory store: deadlines pop once, only when due, only
+up to what the observations are read to; a verdict batch whose publication fails is not lost
+(the same verdicts go again)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-from services.receipts.app import ReceiptService
-from shared.domain.receipts import REASON_TIMEOUT, Expected, Publish, State
-from shared.settings import Settings
-
-
-def service() -> ReceiptService:
-    s = Settings(**{"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "MONGODB_URI":
-                    "mongodb://127.0.0.1:1/", "receipt_window_s": 10.0})
-    return ReceiptService(s)
+from services.receipts.tracker import RETRY_S
+from shared.domain.receipts import REASON_TIMEOUT, Expected, State
+from tests.support.fakes.receipts import Clock, Facts, MemoryReceiptStore, tracker
 
 
 def expected(cid: str) -> Expected:
@@ -25,40 +17,43 @@ def expected(cid: str) -> Expected:
 
 
 def test_expire_due_pops_only_the_calls_past_their_deadline() -> None:
-    svc = service()
-    svc._track(expected("a"), 100.0)
-    svc._track(expected("b"), 200.0)
-    out = svc.expire_due(150.0)
+    t = tracker(MemoryReceiptStore(), Facts(), Clock())
+    t._track(expected("a"), 100.0)
+    t._track(expected("b"), 200.0)
+    out = t.expire_due(150.0)
     assert [k for k, _ in out] == [("s1", "a")]
     assert out[0][1].state is State.UNCERTAIN
     assert out[0][1].reason == REASON_TIMEOUT.format(window=10.0)
-    assert svc.expire_due(150.0) == []  # popped once
-    assert [k for k, _ in svc.expire_due(200.0)] == [("s1", "b")]
+    assert t.expire_due(150.0) == []  # popped once
+    assert [k for k, _ in t.expire_due(200.0)] == [("s1", "b")]
+
+
+def test_a_deadline_waits_for_the_observations_read_up_to_it() -> None:
+    clock = Clock(500.0)
+    t = tracker(MemoryReceiptStore(), Facts(), clock)
+    t._track(expected("a"), 100.0)
+    t.read_up_to = 99.0  # the observations consumer has not read past 99 yet
+    assert t.decidable(clock()) == 99.0
+    assert t.expire_due(t.decidable(clock())) == []
+    t.read_up_to = 120.0
+    assert [k for k, _ in t.expire_due(t.decidable(clock()))] == [("s1", "a")]
 
 
 def test_a_failed_verdict_batch_is_published_again() -> None:
-    svc = service()
-    sent: list[list[tuple[Any, Publish]]] = []
-    fail = [True]
-
-    async def publish(verdicts: list[tuple[Any, Publish]]) -> None:
-        if fail[0]:
-            raise ConnectionError("store away")
-        sent.append(verdicts)
-        for key, _ in verdicts:
-            svc._forget(key)
-
-    svc.publish_verdicts = publish  # type: ignore[method-assign]
-    svc._track(expected("a"), 100.0)
+    store, facts, clock = MemoryReceiptStore(), Facts(), Clock(101.0)
+    t = tracker(store, facts, clock)
+    t._track(expected("a"), 100.0)
+    facts.fail = 1
 
     async def scenario() -> None:
-        assert await svc.fire_due(101.0) == 1
-        assert sent == [] and ("s1", "a") in svc.calls  # kept, rescheduled
-        fail[0] = False
-        assert svc.expire_due(101.0) == []  # not before the retry delay
-        assert await svc.fire_due(10_000_000_000.0) == 1
+        assert await t.fire_due(101.0) == 1
+        assert facts.sent == [] and ("s1", "a") in t.calls  # kept, rescheduled
+        assert t.expire_due(101.0) == []  # not before the retry delay
+        clock.now = 101.0 + RETRY_S
+        assert await t.fire_due(clock.now) == 1
+        await t.drain()
 
     asyncio.run(scenario())
-    assert len(sent) == 1
-    [(key, step)] = sent[0]
-    assert key == ("s1", "a") and step.state is State.UNCERTAIN
+    [f] = facts.sent
+    assert (f["call_id"], f["state"]) == ("a", "uncertain")
+    assert store.receipt_verdicts.keys() == {"s1/a"}

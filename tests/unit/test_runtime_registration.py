@@ -11,12 +11,12 @@ from services.runtime.app import (
     RuntimeConfig,
     RuntimeService,
     consumer_group,
-    control_record,
     registration,
 )
 from services.runtime.harness import SimulatedHarness
 from services.runtime.switches import Switches
 from shared.kafka import DeadLetters, encode
+from shared.records import control_record
 from shared.settings import Settings
 
 RT = "rt_" + "c" * 32

@@ -15,6 +15,7 @@ def test_the_key_layout_is_stable() -> None:
     assert storekeys.chunk_key("ab" * 32, 2) == "ab" * 32 + ":2"
     assert storekeys.create_key("acme", "c-1") == "create:acme:c-1"
     assert storekeys.event_key(SID, "e-1") == f"event:{SID}:e-1"
+    assert storekeys.pending_key(SID, "evt_1") == f"{SID}:evt_1"
     assert storekeys.request_source("req_1") == "req:req_1"
     assert storekeys.fact_source("f1") == "fact:f1"
 

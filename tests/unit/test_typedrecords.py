@@ -91,3 +91,83 @@ async def test_a_batch_sends_poison_to_the_dlq_and_goes_on() -> None:
     assert [(t, e["reason"]) for t, e in sent] == [("t.facts", INVALID_FIELDS),
                                                    ("t.other", UNEXPECTED_SCHEMA)]
     assert "kind: Input should be a valid string" in sent[0][1]["detail"]
+
+
+# ---- the records the dispatcher and the reference Runtime consume -------------------------
+RT = "rt_" + "b" * 32
+MESSAGES = [{"role": "user", "content": [{"type": "input_text", "text": " x "},
+                                         {"type": "input_image", "image_url": "data:,"}]}]
+GOOD: dict[str, tuple[typedrecords.RecordType[Any], dict[str, Any]]] = {
+    "stored_messages": (typedrecords.STORED, {
+        "schema": records.STORED, "session_id": SID, "event_id": "evt_1", "harness": "codex",
+        "placement": "none", "kind": "start", "turn_id": "turn_1", "messages": MESSAGES,
+        "has_images": True, "item_ids": ["item_1"]}),
+    "stored_result": (typedrecords.STORED, {
+        "schema": records.STORED, "session_id": SID, "event_id": "evt_2", "harness": "codex",
+        "placement": "none", "kind": "function_result", "turn_id": None, "call_id": "call_1",
+        "name": "f", "submission": {"call_id": "call_1", "success": False, "output": [],
+                                    "error": ""},
+        "fields_present": ["output", "error"]}),
+    "registration": (typedrecords.REGISTRATION, {
+        "schema": records.REGISTRATION, "runtime_id": RT, "harness": "claude_code",
+        "bridge_protocol": 3, "placements": ["none"], "status": "ready",
+        "capabilities": {"message_images": True, "function_result_images": False},
+        "heartbeat_at": "2026-11-30T10:00:00+01:00"}),
+    "delivery": (typedrecords.DELIVERY, {
+        "schema": records.DELIVERY, "delivery_id": "dlv_1", "runtime_id": RT,
+        "session_id": SID, "turn_id": "turn_1", "kind": "function_result", "call_id": "c",
+        "name": "f", "success": True, "content": []}),
+    "control": (typedrecords.CONTROL, {
+        "schema": records.CONTROL, "runtime_id": RT, "set": {"replay": True}}),
+    "observation": (typedrecords.OBSERVATION, {
+        "schema": records.OBSERVATION, "runtime_id": RT, "session_id": SID, "harness": "codex",
+        "native": None, "refusal": {"delivery_id": "dlv_1", "code": "turn_ended"}}),
+}
+# (record, field, a wrong value, what the reason says)
+WRONG = [
+    ("stored_messages", "turn_id", 7, "turn_id: Input should be a valid string"),
+    ("stored_messages", "messages", [{"role": "user", "content": "text"}],
+     "messages.0.content: Input should be a valid list"),
+    ("stored_messages", "has_images", 1, "has_images: Input should be a valid boolean"),
+    ("stored_messages", "kind", "resume", "does not match any of the expected tags"),
+    ("stored_result", "submission", {"success": "yes"},
+     "submission.success: Input should be a valid boolean"),
+    ("stored_result", "call_id", None, "call_id: Input should be a valid string"),
+    ("registration", "status", "exploded", "status: Input should be 'ready', 'draining'"),
+    ("registration", "placements", ["none", 3], "placements.1: Input should be a valid string"),
+    ("registration", "bridge_protocol", "3", "bridge_protocol: Input should be a valid integer"),
+    ("registration", "heartbeat_at", "2026-11-30T10:00:00", "timestamp without a time zone"),
+    ("delivery", "success", None, "needs call_id (a string) and success (a boolean)"),
+    ("delivery", "runtime_id", 1, "runtime_id: Input should be a valid string"),
+    ("control", "set", "everything", "set: Input should be a valid dictionary"),
+    ("observation", "refusal", "no", "refusal: Input should be a valid dictionary"),
+]
+
+
+@pytest.mark.parametrize(("name", "field", "value", "reason"), WRONG)
+def test_a_wrong_typed_field_is_refused_with_the_reason(name: str, field: str, value: Any,
+                                                        reason: str) -> None:
+    kind, good = GOOD[name]
+    got = kind.decode(json.dumps({**good, field: value}).encode())
+    assert isinstance(got, Poison) and got.code == INVALID_FIELDS
+    assert got.detail.startswith(good["schema"]) and reason in got.detail, got.detail
+
+
+@pytest.mark.parametrize("name", sorted(GOOD))
+def test_unknown_fields_and_content_are_kept_exactly(name: str) -> None:
+    kind, good = GOOD[name]
+    rec = {**good, "from_a_newer_producer": {"n": 12345678901234567890, "f": -0.0}}
+    raw = json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode()
+    got = kind.decode(raw)
+    assert not isinstance(got, Poison), got
+    assert got.value == rec and list(got.value) == list(rec)
+    assert json.dumps(got.value, ensure_ascii=False, separators=(",", ":")).encode() == raw
+    assert got.model.model_extra["from_a_newer_producer"] == rec["from_a_newer_producer"]
+
+
+def test_a_delivery_of_an_unknown_kind_reaches_the_runtime() -> None:
+    """The Runtime refuses it with a refusal observation (Core then learns why the Turn fails);
+    the DLQ would leave Core waiting."""
+    _, good = GOOD["delivery"]
+    got = typedrecords.DELIVERY.decode(json.dumps({**good, "kind": "resume"}).encode())
+    assert not isinstance(got, Poison) and got.model.kind == "resume"

@@ -13,7 +13,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from services.runtime.app import control_record
+from shared import records
 from shared.domain import receipts
 from shared.domain.delivery import (
     function_result_delivery,
@@ -171,7 +171,7 @@ class Wire:
 
     async def control(self, runtime_id: str, changes: Json) -> None:
         await publish(self.broker, self.topics.runtime_control,
-                      control_record(runtime_id, changes), key=runtime_id)
+                      records.control_record(runtime_id, changes), key=runtime_id)
 
     async def registration(self, runtime_id: str, wait_s: float,
                            accept: Callable[[Json], bool] = lambda r: True) -> Json | None:

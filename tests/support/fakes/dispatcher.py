@@ -15,6 +15,7 @@ from typing import Any
 
 from services.dispatcher.registry import ReadingClock, as_seen
 from shared.domain.binding import RuntimeInfo
+from shared.storekeys import pending_key
 
 Doc = dict[str, Any]
 
@@ -89,8 +90,8 @@ class FakeRepository:
     async def queue(self, session_id: str, event_id: str, record: Doc, n: int,
                     queued_at: float) -> None:
         await asyncio.sleep(0)
-        self.pending_docs.setdefault(f"{session_id}:{event_id}", {
-            "_id": f"{session_id}:{event_id}", "session_id": session_id, "n": n,
+        self.pending_docs.setdefault(pending_key(session_id, event_id), {
+            "_id": pending_key(session_id, event_id), "session_id": session_id, "n": n,
             "queued_at": queued_at, "record": copy.deepcopy(record)})
 
     async def pending(self, session_id: str) -> list[Doc]:

@@ -1,0 +1,499 @@
+"""The receipt tracker's rules: from native observations, decide whether a delivered function
+result was applied.
+
+From the moment a ``function_result`` delivery is handed to the Runtime (the delivery record's
+Kafka timestamp) it waits at most the receipt window (10 s) for the exact native receipt
+(``shared.domain.receipts``). Verdicts are published as ``application`` facts; each is claimed
+in the store first, so two replicas never both publish one. Pending calls are stored: after a
+restart each keeps its original deadline. One heap holds every deadline, and a deadline is
+decided only once the observations published before it have been read (``read_up_to``).
+Core never replays a result.
+
+What matching needs beyond the delivery — the Session's harness, the function name, the call's
+native ids — is learned from the harness's function-call observations on the same stream (the
+tracker reads no other service's collection)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+from services.receipts.repository import Store, expected_doc, expected_from
+from shared import records
+from shared.domain.deadlines import DeadlineQueue
+from shared.domain.observations import CallOpened, classify_all
+from shared.domain.receipts import (
+    REASON_TIMEOUT,
+    CallRecord,
+    Expected,
+    Log,
+    NotAMatch,
+    Publish,
+    State,
+    joined_key,
+    match_observation,
+    may_decide,
+    part_keys,
+)
+from shared.logging import bound, get_logger
+from shared.metrics import RECEIPT_VERDICT_SECONDS, RECEIPT_VERDICTS
+from shared.store import Doc
+
+log = get_logger(__name__)
+DONE_KEPT = 10_000  # terminal calls remembered to log late receipts
+LATENESS_KEPT = 100_000  # the last timeout verdicts' lateness (diagnostics, bench)
+FIRING_MAX = 4  # verdict batches in flight at once (claim + publish), so one slow round trip
+# does not hold back the deadlines that fall due while it runs
+RETRY_S = 0.5  # a failed verdict batch goes again after this
+EARLY_SWEEP_S = 30.0  # how often stored early observations older than the window are dropped
+EARLY_KEPT = 4096  # observations no tracked call took, kept for a delivery that is read later
+
+Key = tuple[str, str]  # (session_id, call_id)
+SendFacts = Callable[[list[Doc]], Awaitable[None]]
+
+
+def fact(sid: str, cid: str, step: Publish) -> Doc:
+    return {"schema": records.FACT, "fact_id": f"rcpt:{sid}/{cid}", "session_id": sid,
+            "kind": "application", "call_id": cid, "state": str(step.state),
+            "reason": step.reason}
+
+
+class Tracker:
+    def __init__(self, store: Store, send: SendFacts, window: float,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.send = send
+        self.window = window
+        self.clock = clock
+        self.calls: dict[Key, CallRecord] = {}
+        self.by_session: dict[str, set[str]] = defaultdict(set)
+        self.unresolved: set[Key] = set()  # tracked calls whose native ids are not known yet
+        self.deadlines: DeadlineQueue[Key] = DeadlineQueue()
+        # Observations no tracked call took, per Session, for a delivery read after them (the
+        # two records travel on two topics). Kept one window, at most EARLY_KEPT in all.
+        self.early: dict[str, deque[tuple[float, Doc]]] = {}
+        self.early_order: deque[tuple[float, str]] = deque()
+        # early observations not yet stored: written before the batch's offsets commit, so a
+        # tracker killed before the delivery comes still has them after its restart
+        self.unsaved_early: list[Doc] = []
+        self.early_swept = 0.0
+        self.done: dict[str, dict[str, CallRecord]] = defaultdict(dict)
+        self.done_order: deque[Key] = deque()
+        self.lateness: deque[float] = deque(maxlen=LATENESS_KEPT)  # s past the deadline
+        self.unsent: dict[Key, Publish] = {}  # verdicts whose publication failed, retried
+        # Deadlines up to ``read_up_to`` may be decided: every observation appended before it
+        # has been read (``progress.StreamReader`` moves it on when ``want_read`` is set).
+        self.read_up_to = 0.0
+        self.want_read = asyncio.Event()
+        # An observation kept for a later delivery is needed until every delivery handed over
+        # before it has been read (a receipt follows its delivery): ``deliveries_read_up_to``.
+        self.deliveries_read_up_to = 0.0
+        self.want_deliveries_read = asyncio.Event()
+        self.wake = asyncio.Event()
+        self.fire_slots = asyncio.Semaphore(FIRING_MAX)
+        self.firing: set[asyncio.Task[None]] = set()
+        self.settling: set[asyncio.Task[None]] = set()
+
+    def read_to(self, t0: float) -> None:
+        self.read_up_to = max(self.read_up_to, t0)
+        self.wake.set()
+
+    def deliveries_read_to(self, t0: float) -> None:
+        self.deliveries_read_up_to = max(self.deliveries_read_up_to, t0)
+    def early_horizon(self, now: float) -> float:
+        """Kept observations older than this are dropped: a window old, and with every delivery
+        handed over before them read (a tracker down or lagging longer than a window must still
+        find the receipt of a delivery it reads late)."""
+        return min(now - self.window, self.deliveries_read_up_to)
+
+    # ---- state ------------------------------------------------------------------------------
+    async def recover(self) -> None:
+        """Reload pending calls with their original deadlines, and the observations kept for
+        a delivery not yet read (their offsets are committed: Kafka will not send them again)."""
+        for doc in await self.store.pending():
+            self._track(expected_from(doc["expected"]), doc["deadline"],
+                        resolved=doc.get("resolved", True))
+        horizon = self.early_horizon(self.clock())
+        for d in sorted(await self.store.early(), key=lambda d: d["at"]):
+            if d["at"] >= horizon:
+                self._keep_early(d["session_id"], json.loads(d["obs"]), d["at"], save=False)
+
+    def _track(self, expected: Expected, deadline: float, resolved: bool = True) -> CallRecord:
+        key = (expected.session_id, expected.call_id)
+        rec = CallRecord(expected=expected, window=self.window)
+        rec.deadline = deadline
+        self.calls[key] = rec
+        self.by_session[expected.session_id].add(expected.call_id)
+        self.deadlines.add(key, deadline)
+        if not resolved:
+            self.unresolved.add(key)
+        self.wake.set()
+        return rec
+
+    def _forget(self, key: Key) -> None:
+        self.calls.pop(key, None)
+        self.deadlines.cancel(key)
+        self.unresolved.discard(key)
+        ids = self.by_session.get(key[0])
+        if ids is not None:
+            ids.discard(key[1])
+            if not ids:
+                self.by_session.pop(key[0], None)
+
+    def _resolve_with(self, key: Key, call: Doc) -> None:
+        rec = self.calls.get(key)
+        self.unresolved.discard(key)
+        if rec is None:
+            return
+        native = call.get("native") or {}
+        rec.expected = replace(
+            rec.expected, harness=call.get("harness") or "",
+            name=rec.expected.name or call.get("name") or "",
+            native_session_id=native.get("session_id"), thread_id=native.get("thread_id"),
+            turn_id=native.get("turn_id"))
+
+    async def resolve(self, sids: set[str] | list[str]) -> None:
+        """Fill in what matching needs beyond the delivery for the tracked calls of ``sids``
+        that lack it, from the calls learned from function-call observations. A call not
+        learned yet stays unresolved: its announcement is earlier on the same partition than
+        any receipt of it, so it is known by the time a receipt is read."""
+        keys = [(sid, cid) for sid in sids for cid in self.by_session.get(sid, ())
+                if (sid, cid) in self.unresolved]
+        if not keys:
+            return
+        found = await self.store.calls([f"{sid}/{cid}" for sid, cid in keys])
+        for key in keys:
+            call = found.get(f"{key[0]}/{key[1]}")
+            if call is not None:
+                self._resolve_with(key, call)
+
+    async def learn(self, observations: list[Doc]) -> None:
+        """Remember the calls the harness announced (the function-call observations)."""
+        docs: list[Doc] = []
+        for obs in observations:
+            sid, harness = obs.get("session_id"), obs.get("harness")
+            if not isinstance(sid, str) or not isinstance(harness, str):
+                continue
+            for c in classify_all(harness, obs.get("native")):
+                if isinstance(c, CallOpened):
+                    doc = {"_id": f"{sid}/{c.call_id}", "session_id": sid, "harness": harness,
+                           "name": c.name, "native": c.native_ids}
+                    docs.append(doc)
+                    if (sid, c.call_id) in self.unresolved:
+                        self._resolve_with((sid, c.call_id), doc)
+        if docs:
+            await self.store.learn_calls(docs)
+
+    # ---- deliveries open the window ---------------------------------------------------------
+    async def open_call(self, rec: Doc, handed_at: float) -> None:
+        await self.open_calls([(rec, handed_at)])
+
+    async def open_calls(self, batch: list[tuple[Doc, float]]) -> None:
+        """Open a window per delivered result, one bulk insert per batch. A redelivery never
+        extends a window nor repeats a verdict; one this tracker has forgotten (a restart, a
+        rebalance) keeps the stored deadline, and its claim fails if a verdict was claimed."""
+        fresh: dict[Key, tuple[Doc, float]] = {}
+        for rec, handed_at in batch:
+            key = (rec["session_id"], rec["call_id"])
+            if key in self.calls or key[1] in self.done.get(key[0], {}) or key in fresh:
+                continue
+            fresh[key] = (rec, handed_at)
+        if not fresh:
+            return
+        opened: list[tuple[Expected, float]] = []
+        docs: list[Doc] = []
+        for (sid, cid), (rec, handed_at) in fresh.items():
+            expected = Expected(
+                harness="", session_id=sid, call_id=cid, name=rec.get("name") or "",
+                success=bool(rec["success"]), content=part_keys(rec["content"]),
+                joined=joined_key(rec["content"]),
+            )
+            deadline = handed_at + self.window
+            opened.append((expected, deadline))
+            docs.append({"_id": f"{sid}/{cid}", "session_id": sid,
+                         "expected": expected_doc(expected), "resolved": False,
+                         "deadline": deadline, "handed_at": handed_at})
+        stored = await self.store.open_pending(docs)
+        now = self.clock()
+        for expected, deadline in opened:
+            sid, cid = expected.session_id, expected.call_id
+            deadline = stored.get(f"{sid}/{cid}", deadline)
+            self._track(expected, deadline, resolved=False)
+            if len(opened) <= 10:
+                with bound(session_id=sid, call_id=cid):
+                    log.info("receipts.pending", deadline_in_s=round(deadline - now, 3))
+        if len(opened) > 10:
+            log.info("receipts.pending_batch", opened=len(opened), pending=len(self.calls))
+        # Observations that overtook their delivery, offered to the calls just opened only
+        await self.resolve({e.session_id for e, _ in opened if e.session_id in self.early})
+        for expected, _ in opened:
+            key = (expected.session_id, expected.call_id)
+            for seen_at, obs in list(self.early.get(key[0], ())):
+                call = self.calls.get(key)
+                if call is None:
+                    break
+                with bound(session_id=key[0], call_id=key[1]):
+                    await self._offer(key, call, obs, seen_at)
+
+    # ---- observations decide -------------------------------------------------------------
+    async def observe_batch(self, batch: list[tuple[Doc, float]]) -> None:
+        """One consumer batch of observations with their Kafka timestamps: learn the calls
+        announced, decide, and store what was kept for later deliveries — all before the
+        batch's offsets commit."""
+        await self.learn([obs for obs, _ in batch])
+        await self.resolve({sid for obs, _ in batch
+                            if isinstance(sid := obs.get("session_id"), str)})
+        for obs, ts in batch:
+            await self.observe(obs, self.clock(), observed_ts=ts)
+        await self.save_early()
+
+    async def observe(self, obs: Doc, now: float, observed_ts: float | None = None) -> None:
+        sid = obs.get("session_id")
+        if not isinstance(sid, str):
+            return
+        # When the observation was produced counts, not when it is read (a lagging consumer
+        # must not turn a timely receipt into a late one).
+        at = min(now, observed_ts) if observed_ts else now
+        refusal = obs.get("refusal")
+        for cid, done in list(self.done.get(sid, {}).items()):
+            late = match_observation(done.expected, obs) if refusal is None else None
+            if late is not None and not isinstance(late, NotAMatch):
+                with bound(session_id=sid, call_id=cid):
+                    await self._step((sid, cid), done.observe(late, at))
+        await self.resolve([sid])
+        taken = False
+        for cid in list(self.by_session.get(sid, ())):
+            key = (sid, cid)
+            rec = self.calls.get(key)
+            if rec is None:
+                continue
+            with bound(session_id=sid, call_id=cid):
+                taken = await self._offer(key, rec, obs, at) or taken
+        if not taken and may_decide(obs):
+            # its delivery may be read later (another topic): kept, other calls pending or not
+            self._keep_early(sid, obs, at)
+
+    async def _offer(self, key: Key, rec: CallRecord, obs: Doc, at: float) -> bool:
+        """Apply one observation to one tracked call; ``True`` when it was about that call."""
+        refusal = obs.get("refusal")
+        if isinstance(refusal, dict):
+            if refusal.get("call_id") != key[1]:
+                return False
+            await self._step(key, rec.refused(str(refusal.get("reason"))))
+            return True
+        if refusal is not None:
+            return False
+        verdict = match_observation(rec.expected, obs)
+        if isinstance(verdict, NotAMatch):
+            log.debug("receipts.not_a_match", field=verdict.field, reason=verdict.reason)
+            return False
+        await self._step(key, rec.observe(verdict, at))
+        return True
+
+    def _keep_early(self, sid: str, obs: Doc, at: float, save: bool = True) -> None:
+        if save:
+            # unique per observation (two of a Session may share a millisecond and an index)
+            self.unsaved_early.append({"_id": f"{sid}/{uuid.uuid4().hex}",
+                                       "session_id": sid, "at": at, "obs": json.dumps(obs)})
+        queue = self.early.get(sid)
+        if queue is None:
+            queue = self.early[sid] = deque()
+        queue.append((at, obs))
+        order = self.early_order
+        order.append((at, sid))
+        now = self.clock()
+        if order and order[0][0] < now - self.window:
+            self.want_deliveries_read.set()  # may it go? only once the deliveries are read on
+        horizon = self.early_horizon(now)
+        while order and (len(order) > EARLY_KEPT or order[0][0] < horizon):
+            _, osid = order.popleft()
+            oq = self.early.get(osid)
+            if oq:
+                oq.popleft()
+                if not oq:
+                    del self.early[osid]
+
+    async def save_early(self) -> None:
+        """Store this batch's early observations (one insert); now and then drop the stored
+        ones older than the window."""
+        docs, self.unsaved_early = self.unsaved_early, []
+        if docs:
+            await self.store.keep_early(docs)
+        now = self.clock()
+        if now - self.early_swept > EARLY_SWEEP_S:
+            self.early_swept = now
+            await self.store.sweep_early(self.early_horizon(now))
+
+    async def _step(self, key: Key, step: Publish | Log | None) -> None:
+        if step is None:
+            return
+        if isinstance(step, Log):
+            log.warning(f"receipts.{step.event}", state=str(step.state))
+            return
+        try:
+            await self.publish_verdicts([(key, step)])
+        except Exception:
+            # The call holds its verdict already, so a redelivered batch would not decide it
+            # again: the timer publishes it (the batch still fails, and is read again).
+            self._retry_later([(key, step)])
+            raise
+
+    # ---- verdicts ---------------------------------------------------------------------------
+    async def publish_verdicts(self, verdicts: list[tuple[Key, Publish]]) -> None:
+        """Claim, publish and settle verdicts in bulk: one insert for the claims, the facts
+        sent together, one delete per collection for what the calls leave behind."""
+        if not verdicts:
+            return
+        now = self.clock()
+        docs = [{"_id": f"{sid}/{cid}", "state": str(step.state), "reason": step.reason,
+                 "by": id(self), "at": now} for (sid, cid), step in verdicts]
+        lost = await self.store.claim(docs)
+        mine = [v for i, v in enumerate(verdicts) if i not in lost]
+        claimed: list[tuple[Key, Publish]] = []
+        if lost:
+            # Someone claimed these first. Its verdict may never have been published (a crash
+            # between claim and publish), so publish the *claimed* verdict again: the fact id
+            # is the call's, and storage applies one fact id once — one Item, never two
+            # different verdicts.
+            lost_ids = [str(docs[i]["_id"]) for i in lost]
+            for c in (await self.store.claims(lost_ids)).values():
+                sid, _, cid = c["_id"].partition("/")
+                claimed.append(((sid, cid), Publish(cid, State(c["state"]), c["reason"])))
+        await self.send([fact(sid, cid, step) for (sid, cid), step in [*mine, *claimed]])
+        if lost:  # settled only once sent: a failed send is retried, also after a restart
+            await self.store.settle([str(docs[i]["_id"]) for i in lost])
+        for i in sorted(lost):
+            log.info("receipts.verdict_already_claimed", session_id=verdicts[i][0][0],
+                     call_id=verdicts[i][0][1])
+            self._forget(verdicts[i][0])
+        published = self.clock()
+        if mine:
+            # Off the timer's path. Should the tracker stop before it lands, the restarted one
+            # finds the claim and only forgets the call.
+            task = asyncio.create_task(self.store.settle(  # noqa: RUF006
+                [f"{s}/{c}" for (s, c), _ in mine]))
+            self.settling.add(task)
+            task.add_done_callback(self.settling.discard)
+        for key, step in mine:
+            self._decided(key, step, published, log_it=len(mine) <= 10)
+        if len(mine) > 10:
+            log.info("receipts.verdict_batch", published=len(mine))
+
+    def _decided(self, key: Key, step: Publish, published: float, log_it: bool) -> None:
+        sid, cid = key
+        if log_it:
+            log.info("receipts.verdict", session_id=sid, call_id=cid, state=str(step.state),
+                     reason=step.reason)
+        rec = self.calls.get(key)
+        RECEIPT_VERDICTS.labels(str(step.state)).inc()
+        if rec is not None and rec.deadline:  # handed over at deadline − window
+            RECEIPT_VERDICT_SECONDS.observe(max(0.0, published - rec.deadline + self.window))
+        self._forget(key)
+        if rec is None:
+            return
+        if step.reason == REASON_TIMEOUT.format(window=self.window) and rec.deadline:
+            self.lateness.append(published - rec.deadline)
+        # Terminal: kept a while so a late receipt is logged, never acted on.
+        self.done[sid][cid] = rec
+        self.done_order.append(key)
+        while len(self.done_order) > DONE_KEPT:
+            osid, ocid = self.done_order.popleft()
+            self.done.get(osid, {}).pop(ocid, None)
+            if not self.done.get(osid):
+                self.done.pop(osid, None)
+
+    # ---- the one timer ----------------------------------------------------------------------
+    def decidable(self, now: float) -> float:
+        """The latest deadline that may be decided now: passed, and with every observation
+        appended before it read."""
+        return min(now, self.read_up_to)
+
+    def expire_due(self, now: float) -> list[tuple[Key, Publish]]:
+        """Pop every call whose deadline is at or before ``now`` (the heap: no scan of pending
+        calls) and turn it ``uncertain``; a verdict whose publication failed before comes
+        back as it was."""
+        verdicts: list[tuple[Key, Publish]] = []
+        for key in self.deadlines.pop_due(now):
+            unsent = self.unsent.pop(key, None)
+            if unsent is not None:
+                verdicts.append((key, unsent))
+                continue
+            rec = self.calls.get(key)
+            if rec is None:
+                continue
+            step = rec.expire(now)
+            if isinstance(step, Publish):
+                verdicts.append((key, step))
+            elif isinstance(step, Log):
+                log.warning(f"receipts.{step.event}", session_id=key[0], call_id=key[1])
+        return verdicts
+
+    async def fire_due(self, now: float) -> int:
+        """Decide, in one batch, every call whose deadline is at or before ``now``."""
+        verdicts = self.expire_due(now)
+        await self._publish_or_retry(verdicts)
+        return len(verdicts)
+
+    async def _publish_or_retry(self, verdicts: list[tuple[Key, Publish]]) -> None:
+        try:
+            await self.publish_verdicts(verdicts)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The store or the broker is away: the same verdicts go again shortly (a claim
+            # that did land makes the retry republish the claimed verdict, never a second).
+            log.exception("receipts.timer_failed", verdicts=len(verdicts))
+            self._retry_later(verdicts)
+
+    def _retry_later(self, verdicts: list[tuple[Key, Publish]]) -> None:
+        retry_at = self.clock() + RETRY_S
+        for key, step in verdicts:
+            if key in self.calls:
+                self.unsent[key] = step
+                self.deadlines.add(key, retry_at)
+
+    async def run_timer(self) -> None:
+        """Sleep until the earliest deadline (or a new call), pop what is decidable, and hand it
+        to a verdict batch that runs beside the loop (at most FIRING_MAX at once). A deadline
+        that has passed but is not read up to yet asks the reader to move on, and waits."""
+        while True:
+            nxt = self.deadlines.next_deadline()
+            now = self.clock()
+            delay = 1.0 if nxt is None else max(0.0, min(1.0, nxt - now))
+            if nxt is not None and self.read_up_to < nxt <= now:
+                self.want_read.set()
+                delay = 1.0  # the reader wakes the loop when it has read on
+            self.wake.clear()
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), delay)
+            if not self.deadlines.due(self.decidable(self.clock())):
+                continue
+            await self.fire_slots.acquire()
+            verdicts = self.expire_due(self.decidable(self.clock()))
+            if not verdicts:
+                self.fire_slots.release()
+                continue
+            task = asyncio.create_task(self._fire_batch(verdicts))
+            self.firing.add(task)
+            task.add_done_callback(self.firing.discard)
+
+    async def _fire_batch(self, verdicts: list[tuple[Key, Publish]]) -> None:
+        try:
+            await self._publish_or_retry(verdicts)
+        finally:
+            self.fire_slots.release()
+
+    async def drain(self) -> None:
+        """Let verdict batches under way finish (their claims are in the store) and the
+        settling deletes land."""
+        for tasks in (self.firing, self.settling):
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+

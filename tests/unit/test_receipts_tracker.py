@@ -1,0 +1,344 @@
+"""The receipt tracker's rules on the in-memory store (tests/support/fakes/receipts.py): a few
+scenarios spelled out, then a hypothesis state machine that plays random orders of
+announcements, deliveries, redeliveries, receipts (exact or not), refusals, observations read
+late, receipts that overtake their delivery, restarts (orderly or kill -9), broker blips and
+clock ticks, and checks after every step:
+
+* one verdict per call (a republished claim is the same fact), never one for a call not
+  delivered, never anything but an ``application`` fact (Core never replays a result);
+* ``applied`` iff an exact live receipt was printed within the window of the first delivery
+  (before any refusal); ``failed`` iff the Runtime refused first; ``uncertain`` otherwise;
+* at the end, every delivered call has its verdict."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from services.receipts.progress import ReadUpTo
+from services.receipts.tracker import EARLY_KEPT, RETRY_S, Tracker
+from tests.support.fakes.receipts import (
+    Clock,
+    Facts,
+    MemoryReceiptStore,
+    announced,
+    delivery,
+    receipt,
+    refusal,
+    tracker,
+)
+
+WINDOW = 10.0
+Doc = dict[str, Any]
+Key = tuple[str, str]
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# ---- scenarios ----------------------------------------------------------------------------------
+
+def test_an_exact_receipt_in_the_window_is_applied_and_a_replayed_one_is_not() -> None:
+    store, facts, clock = MemoryReceiptStore(), Facts(), Clock()
+    t = tracker(store, facts, clock)
+
+    async def scenario() -> None:
+        await t.observe_batch([(announced("s", "a"), clock()), (announced("s", "b"), clock())])
+        await t.open_calls([(delivery("s", "a"), clock()), (delivery("s", "b"), clock())])
+        clock.now += 3
+        await t.observe_batch([(receipt("s", "b", isReplay=True), clock()),
+                               (receipt("s", "a"), clock())])
+        clock.now += WINDOW
+        t.read_up_to = clock()
+        await t.fire_due(t.decidable(clock()))
+        await t.drain()
+
+    run(scenario())
+    got = {k: [f["state"] for f in v] for k, v in facts.verdicts().items()}
+    assert got == {"s/a": ["applied"], "s/b": ["uncertain"]}
+    assert store.pending_receipts == {} and store.receipt_calls == {}
+
+
+def test_a_refusal_fails_the_call_even_before_its_delivery_is_read() -> None:
+    store, facts, clock = MemoryReceiptStore(), Facts(), Clock()
+    t = tracker(store, facts, clock)
+
+    async def scenario() -> None:
+        await t.observe_batch([(announced("s", "a"), clock()), (announced("s", "b"), clock())])
+        await t.open_call(delivery("s", "a"), clock())  # A pending: B's refusal is still kept
+        await t.observe_batch([(refusal("s", "b"), clock())])
+        await t.open_call(delivery("s", "b"), clock() - 0.05)
+
+    run(scenario())
+    assert {k: [f["state"] for f in v] for k, v in facts.verdicts().items()} == {
+        "s/b": ["failed"]}
+
+
+def test_a_receipt_read_after_the_deadline_counts_when_the_deadline_waited_for_it() -> None:
+    facts, clock = Facts(), Clock()
+    t = tracker(MemoryReceiptStore(), facts, clock)
+
+    async def scenario() -> None:
+        await t.observe_batch([(announced("s", "a"), clock())])
+        handed = clock()
+        await t.open_call(delivery("s", "a"), handed)
+        printed = handed + 1
+        clock.now = handed + WINDOW + 5  # the observations consumer lags behind the receipt
+        t.read_up_to = printed - 0.001
+        assert await t.fire_due(t.decidable(clock())) == 0
+        await t.observe_batch([(receipt("s", "a"), printed)])
+
+    run(scenario())
+    assert [f["state"] for f in facts.verdicts()["s/a"]] == ["applied"]
+
+
+def test_read_up_to_needs_an_assignment_and_every_partition_handled() -> None:
+    r = ReadUpTo()
+    assert not r.reached({0: 0})  # no assignment yet: nothing is known
+    r.assign([0, 1])
+    assert r.unknown() == [0, 1]
+    r.start_at(0, 5)
+    r.start_at(1, 7)
+    assert not r.reached({0: 6, 1: 7})
+    r.handled_record(0, 5)
+    assert r.reached({0: 6, 1: 7})
+    r.handled_record(2, 100)  # not ours: ignored
+    assert r.unknown() == []
+    r.revoke()
+    assert not r.reached({0: 0, 1: 0})
+    r.assign([])
+    assert r.reached({})  # a member with no partitions has nothing to wait for
+
+
+# ---- the state machine ---------------------------------------------------------------------------
+
+SIDS = ("s1", "s2")
+CIDS = ("c1", "c2", "c3", "c4")
+KEYS = st.tuples(st.sampled_from(SIDS), st.sampled_from(CIDS))
+
+
+class TrackerMachine(RuleBasedStateMachine):
+    @initialize()
+    def setup(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.store, self.facts, self.clock = MemoryReceiptStore(), Facts(), Clock()
+        self.t: Tracker = self.new_tracker()
+        self.queue: list[tuple[Doc, float]] = []  # observations printed, not read yet
+        self.announced: set[Key] = set()
+        self.handed: dict[Key, float] = {}  # first delivery's timestamp
+        self.printed: dict[Key, list[tuple[float, str]]] = {}  # (ts, "exact" | "refusal")
+
+    def teardown(self) -> None:
+        if not hasattr(self, "loop"):
+            return
+        try:
+            self.clock.now += 3 * WINDOW
+            self.facts.fail = 0
+            self.read(len(self.queue))
+            for _ in range(3):  # verdicts whose publication failed go again
+                self.tick(RETRY_S)
+            got = self.facts.verdicts()
+            missing = [k for k in self.handed if f"{k[0]}/{k[1]}" not in got]
+            assert not missing, f"delivered calls without a verdict: {missing}"
+        finally:
+            self.loop.close()
+
+    def new_tracker(self) -> Tracker:
+        t = tracker(self.store, self.facts, self.clock, WINDOW)
+        self.loop.run_until_complete(t.recover())
+        return t
+
+    def run(self, coro: Any) -> Any:
+        out = self.loop.run_until_complete(coro)
+        self.loop.run_until_complete(self.t.drain())
+        return out
+
+    def print_obs(self, obs: Doc) -> None:
+        self.queue.append((obs, self.clock()))
+
+    # -- the Runtime and the dispatcher
+    @rule(key=KEYS)
+    def announce(self, key: Key) -> None:
+        if key not in self.announced:
+            self.announced.add(key)
+            self.print_obs(announced(*key))
+
+    @precondition(lambda self: any(k not in self.handed for k in self.announced))
+    @rule(data=st.data())
+    def deliver(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(k for k in self.announced
+                                               if k not in self.handed)))
+        self.handed[key] = self.clock()
+        self.open(key)
+
+    def open(self, key: Key) -> None:
+        """The deliveries consumer reads the record; a batch that fails is read again."""
+        for _ in range(2):
+            try:
+                self.run(self.t.open_call(delivery(*key), self.handed[key]))
+                return
+            except ConnectionError:
+                continue
+
+    @precondition(lambda self: bool(self.handed))
+    @rule(data=st.data())
+    def redeliver(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.handed)))
+        self.open(key)  # the same record again
+
+    @precondition(lambda self: bool(self.handed))
+    @rule(data=st.data(), kind=st.sampled_from(["exact", "replayed", "synthetic", "other_text",
+                                                 "subagent"]))
+    def print_receipt(self, data: st.DataObject, kind: str) -> None:
+        key = data.draw(st.sampled_from(sorted(self.handed)))
+        if any(k == "refusal" for _, k in self.printed.get(key, [])):
+            return  # a refused result is not applied
+        variants: dict[str, dict[str, Any]] = {
+            "replayed": {"isReplay": True}, "synthetic": {"isSynthetic": True},
+            "subagent": {"parent_tool_use_id": "toolu_parent"}}
+        native = variants.get(kind, {})
+        text = "something else" if kind == "other_text" else "ok"
+        self.print_obs(receipt(*key, text, **native))
+        if kind == "exact":
+            self.printed.setdefault(key, []).append((self.clock(), "exact"))
+
+    @precondition(lambda self: bool(self.handed))
+    @rule(data=st.data())
+    def print_refusal(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.handed)))
+        if self.printed.get(key) or self.clock() >= self.handed[key] + WINDOW:
+            return  # the Runtime refuses at once, and never a result it applied
+        self.print_obs(refusal(*key))
+        self.printed.setdefault(key, []).append((self.clock(), "refusal"))
+
+    @precondition(lambda self: any(k not in self.handed for k in self.announced))
+    @rule(data=st.data(), crash_between=st.booleans())
+    def receipt_overtakes_delivery(self, data: st.DataObject, crash_between: bool) -> None:
+        """The receipt is read before its delivery record (two topics, two consumers)."""
+        key = data.draw(st.sampled_from(sorted(k for k in self.announced
+                                               if k not in self.handed)))
+        handed = self.clock()
+        self.handed[key] = handed
+        self.clock.now += 0.01
+        self.print_obs(receipt(*key))
+        self.printed.setdefault(key, []).append((self.clock(), "exact"))
+        self.read(len(self.queue))
+        if crash_between:
+            self.restart(kill=True)
+        self.clock.now += 0.01
+        self.open(key)
+
+    # -- the tracker's consumers, clock and faults
+    @rule(n=st.integers(min_value=1, max_value=4))
+    def read(self, n: int) -> None:
+        batch, self.queue = self.queue[:n], self.queue[n:]
+        if not batch:
+            return
+        try:
+            self.run(self.t.observe_batch(batch))
+        except ConnectionError:  # not committed: the consumer reads the batch again
+            self.queue = batch + self.queue
+
+    @rule(dt=st.sampled_from([0.0, 0.3, 1.7, 4.1, 6.9, 11.3]))
+    def tick(self, dt: float) -> None:
+        self.clock.now += dt
+        # the readers: observations read up to just before the oldest unread one, every
+        # delivery read (deliveries are read at once here)
+        self.t.read_to(self.queue[0][1] - 1e-6 if self.queue else self.clock())
+        self.t.deliveries_read_to(self.clock())
+        self.run(self.t.fire_due(self.t.decidable(self.clock())))
+
+    @rule(kill=st.booleans())
+    def restart(self, kill: bool) -> None:
+        if kill:  # what was under way is lost: settling deletes may not have landed
+            for task in list(self.t.settling):
+                task.cancel()
+            self.loop.run_until_complete(asyncio.sleep(0))
+        else:
+            self.loop.run_until_complete(self.t.drain())
+        self.t = self.new_tracker()
+
+    @rule()
+    def broker_blip(self) -> None:
+        self.facts.fail = 1
+
+    # -- what must hold
+    def expected(self, key: Key) -> str:
+        deadline = self.handed[key] + WINDOW
+        for ts, kind in sorted(self.printed.get(key, [])):
+            if ts <= deadline:
+                return "applied" if kind == "exact" else "failed"
+        return "uncertain"
+
+    @invariant()
+    def one_verdict_per_call_and_the_right_one(self) -> None:
+        if not hasattr(self, "facts"):
+            return
+        for call, sent in self.facts.verdicts().items():
+            sid, cid = call.split("/")
+            assert (sid, cid) in self.handed, f"a verdict for {call}, never delivered"
+            assert all(f["kind"] == "application" and f["fact_id"] == f"rcpt:{call}"
+                       for f in sent), sent
+            assert len({(f["state"], f["reason"]) for f in sent}) == 1, \
+                f"{call}: two different verdicts {sent}"
+            assert sent[0]["state"] == self.expected((sid, cid)), (
+                f"{call}: {sent[0]['state']} ({sent[0]['reason']}), expected "
+                f"{self.expected((sid, cid))}; delivered {self.handed[(sid, cid)]}, printed "
+                f"{self.printed.get((sid, cid))}")
+
+
+TrackerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=30,
+                                            deadline=None)
+test_tracker_state_machine = TrackerMachine.TestCase
+
+
+def test_observations_kept_in_two_batches_at_the_same_millisecond_both_survive_a_restart() -> None:
+    store, facts, clock = MemoryReceiptStore(), Facts(), Clock()
+    t = tracker(store, facts, clock)
+    at = clock()
+
+    async def scenario() -> None:
+        await t.observe_batch([(announced("s", "a"), at - 1)])
+        # two batches, each holding one observation of the Session printed in the same ms
+        await t.observe_batch([(receipt("s", "a"), at)])
+        await t.observe_batch([(receipt("s", "zz"), at)])
+        restarted = tracker(store, facts, clock)
+        await restarted.recover()
+        await restarted.open_call(delivery("s", "a"), at - 0.5)
+        await restarted.drain()
+
+    run(scenario())
+    assert len(store.early_observations) == 2  # both receipts
+    assert [f["state"] for f in facts.verdicts()["s/a"]] == ["applied"]
+
+
+def test_a_receipt_kept_for_its_delivery_is_not_crowded_out_by_other_observations() -> None:
+    """After a restart the backlog holds every observation printed while no tracker ran; only
+    what can decide a call (a receipt, a release, a refusal) competes for the kept places."""
+    facts, clock = Facts(), Clock()
+    t = tracker(MemoryReceiptStore(), facts, clock)
+    at = clock()
+    chatter = [({"schema": "runtime.observation/1", "session_id": f"s{i % 50}",
+                 "harness": "codex", "native": {"method": "item/agentMessage/delta",
+                                                "params": {"delta": "x"}}}, at + 0.001 * i)
+               for i in range(EARLY_KEPT + 10)]
+
+    async def scenario() -> None:
+        await t.observe_batch([(announced("s", "a"), at - 1), (receipt("s", "a"), at)])
+        await t.observe_batch(chatter)
+        await t.open_call(delivery("s", "a"), at - 0.5)
+        await t.drain()
+
+    run(scenario())
+    assert [f["state"] for f in facts.verdicts()["s/a"]] == ["applied"]
