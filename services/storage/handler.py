@@ -12,7 +12,7 @@ from typing import Any
 
 from services.storage.repository import StorageRepository
 from shared import itemstore, records, typedrecords
-from shared.domain import errors
+from shared.domain import errors, idempotency
 from shared.domain.observations import CallOpened, TurnEnded, classify_all
 from shared.domain.sessions import (
     Decision,
@@ -332,7 +332,8 @@ class StorageHandler:
         rid = r["request_id"]
         if r["op"] == records.OP_CREATE:
             if r.get("client_request_id") and _create_key(r) in idem:
-                self._duplicate(idem[_create_key(r)], r, out, 201)
+                self._answer(rid, idempotency.repeat(idem[_create_key(r)], r["fingerprint"],
+                                                     "create"), out)
                 return None
             if state is not None:  # the same request already decided under this session id
                 return None
@@ -344,39 +345,29 @@ class StorageHandler:
             return None
         ceid = r.get("client_event_id")
         if ceid and event_key(sid, ceid) in idem:
-            self._duplicate(idem[event_key(sid, ceid)], r, out, 202)
+            self._answer(rid, idempotency.repeat(idem[event_key(sid, ceid)], r["fingerprint"],
+                                                 "event"), out)
             return None
         if r["event_type"] == records.EV_MESSAGE:
             return decide_message(state, r, now)
         call = calls.get(call_key(sid, r["call_id"]))
-        if call is None:
-            out.replies.append(
-                _reply(rid, errors.not_found("the Session never issued this call", "call_id"))
-            )
+        repeated = idempotency.result_repeat(call, r["submission_fingerprint"])
+        if repeated is not None:
+            self._answer(rid, repeated, out)
             return None
-        if call.get("submission") is not None:
-            if call.get("fingerprint") == r["submission_fingerprint"]:
-                body = copy.deepcopy(call["answer"])
-                body["delivery"] = "duplicate"
-                out.replies.append({"request_id": rid, "status": 202, "body": body,
-                                    "item_keys": [call.get("output_item_key")]})
-            else:
-                out.replies.append(_reply(rid, errors.conflict(
-                    "a different result for this call is already stored", "call_id")))
-            return None
+        assert call is not None  # result_repeat answered an unknown call
         return decide_tool_result(state, {**r, "name": call.get("name")}, now)
 
-    def _duplicate(self, stored: Json, r: Json, out: Outputs, status: int) -> None:
-        if stored.get("fingerprint") != r["fingerprint"]:
-            param = "client_request_id" if status == 201 else "client_event_id"
-            out.replies.append(_reply(r["request_id"], errors.conflict(
-                "a different request under this idempotency id is already stored", param)))
-            return
-        body = copy.deepcopy(stored["body"])
-        if status == 202:
-            body["delivery"] = "duplicate"
-        out.replies.append({"request_id": r["request_id"], "status": status, "body": body,
-                            "item_keys": stored.get("item_keys", []), "duplicate": True})
+    @staticmethod
+    def _answer(request_id: str, repeated: idempotency.Replay | errors.ApiError, out: Outputs
+                ) -> None:
+        """A retry answered again (``shared.domain.idempotency``, the rule admission applies
+        before the hand-over); ``load_reply_items`` adds the Items."""
+        if isinstance(repeated, errors.ApiError):
+            out.replies.append(_reply(request_id, repeated))
+        else:
+            out.replies.append({"request_id": request_id, "status": repeated.status,
+                                "body": repeated.body, "item_keys": repeated.item_keys})
 
     async def _replay_outputs(self, j: Json, out: Outputs) -> None:
         items = await self.repo.rehydrate(copy.deepcopy(j["items"]))
@@ -416,7 +407,6 @@ def _forward(states: dict[str, SessionState], replayed: SessionState) -> None:
 async def load_reply_items(repo: StorageRepository, reply: Json) -> Json:
     """Duplicate answers carry Item ids; fill in the stored Items."""
     keys = reply.pop("item_keys", None)
-    reply.pop("duplicate", None)
     if keys:
         reply["body"]["items"] = await itemstore.items_by_keys(repo.db, [k for k in keys if k])
     return reply

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -94,12 +93,6 @@ class Decision:
     call_updates: list[Json] = field(default_factory=list)  # {"_id", "$set": {...}}
     idempotency: list[Json] = field(default_factory=list)  # docs for the idempotency collection
     log: list[str] = field(default_factory=list)
-
-
-def fingerprint(value: Any) -> str:
-    """Identity of a submission: canonical JSON (sorted keys) — which fields were present counts."""
-    raw = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class IdSource:
