@@ -5,11 +5,11 @@ every decision replayable, so redelivery never duplicates or re-numbers an Item.
 from __future__ import annotations
 
 import copy
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.storage.decided import DecidedState
 from services.storage.repository import StorageRepository
 from shared import itemstore, records, typedrecords
 from shared.domain import errors, idempotency
@@ -144,64 +144,37 @@ def _reply(request_id: str, err: errors.ApiError) -> Json:
 
 
 class StorageHandler:
-    """While this replica owns its partitions and nothing failed, it is the only writer of
-    their Sessions: it keeps their state in memory and knows no record of the batch was decided
-    before. After start-up, a rebalance or a failed batch (``invalidate``) it trusts only the
-    store: it reads the journal (redelivered records replay their decisions) and every
-    Session's state again."""
+    """Decides batches. What it may take from memory — Session states, which records cannot have
+    been decided before — is ``DecidedState``'s to say (``services/storage/decided.py``)."""
 
     def __init__(self, repo: StorageRepository, now: Callable[[], str],
-                 cache_size: int = 100_000) -> None:
+                 decided: DecidedState | None = None) -> None:
         self.repo = repo
         self.now = now
-        self.cache: OrderedDict[str, SessionState] = OrderedDict()
-        self.cache_size = cache_size
-        self.recent: OrderedDict[str, None] = OrderedDict()  # source keys decided lately
-        self.trusted = False
-
-    def invalidate(self) -> None:
-        self.cache.clear()
-        self.recent.clear()
-        self.trusted = False
+        self.decided = decided if decided is not None else DecidedState(batch_max=0)
 
     async def _states(self, session_ids: set[str]) -> dict[str, SessionState]:
         states: dict[str, SessionState] = {}
         missing = []
         for sid in session_ids:
-            if self.trusted and sid in self.cache:
-                states[sid] = self.cache[sid]
+            known = self.decided.session(sid)
+            if known is not None:
+                states[sid] = known
             else:
                 missing.append(sid)
         loaded = await self.repo.sessions(missing)
         states.update(await self.repo.roll_forward(loaded, missing))
         return states
 
-    def _remember(self, states: dict[str, SessionState]) -> None:
-        for sid, st in states.items():
-            self.cache[sid] = st
-            self.cache.move_to_end(sid)
-        while len(self.cache) > self.cache_size:
-            self.cache.popitem(last=False)
-
     async def handle(self, inputs: list[Json], verify: frozenset[str] = frozenset()
                      ) -> Outputs:
-        """``verify``: source keys that another writer may have decided although this replica
-        is trusted (records just after a partition was assigned to it)."""
-        out = await self._handle(inputs, verify)
-        if inputs:  # an empty batch read nothing from the store: it proves nothing
-            self.trusted = True
-        return out
-
-    async def _handle(self, inputs: list[Json], verify: frozenset[str]) -> Outputs:
+        """``verify``: source keys that another writer may have decided although memory is
+        trusted (``DecidedState.arrived``)."""
         out = Outputs()
         if not inputs:
             return out
         keys = [source_key(r) for r in inputs]
-        # Trusted, only a record this replica decided lately can be a repeat (the same record
-        # twice in the log), or one the previous owner of its partition may have decided;
-        # otherwise any record may have been decided before.
-        lookup = ([k for k in keys if k in self.recent or k in verify] if self.trusted
-                  else keys)
+        lookup = [k for k in keys if self.decided.needs_lookup(k, k in verify)]
         journal = await self.repo.journal(lookup)
         states = await self._states({r["session_id"] for r in inputs})
         stored = {sid: st.version for sid, st in states.items() if st is not None}
@@ -262,12 +235,7 @@ class StorageHandler:
             docs.append(doc)
             chunks.extend(ch)
         await self.repo.write(docs, chunks)
-        self._remember({k: v for k, v in states.items() if v is not None})
-        for k in keys:
-            self.recent[k] = None
-            self.recent.move_to_end(k)
-        while len(self.recent) > self.cache_size:
-            self.recent.popitem(last=False)
+        self.decided.decided(keys, {k: v for k, v in states.items() if v is not None})
         for d in fresh + repeats:  # a repeat answers again, with the same Items (same ids)
             out.items.extend(d.items)
             if d.stored is not None:
