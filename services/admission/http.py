@@ -149,23 +149,35 @@ def build_http_app(
             chunks.append(chunk)
         return parse_json(b"".join(chunks))
 
-    @app.post("/v1/sessions", status_code=201)
-    async def create_session(request: Request) -> Response:
+    async def read_write(request: Request) -> tuple[waiting.WaitRequest, Any] | Response:
+        """A write's ``wait`` query and JSON body, or the error answer for either."""
         wr = waiting.parse_wait(request.query_params)
         if isinstance(wr, errors.ApiError):
             return _err(wr)
         body = await read_body(request)
         if isinstance(body, errors.ApiError):
             return _err(body)
+        return wr, body
+
+    async def admit(request: Request, wr: waiting.WaitRequest,
+                    admit: Callable[[], Awaitable[Answer]], session_id: str | None) -> Response:
+        if not wr.wait:
+            return _json(await admit())
+        return await _waiting(request, wr, admit, session_id)
+
+    @app.post("/v1/sessions", status_code=201)
+    async def create_session(request: Request) -> Response:
+        read = await read_write(request)
+        if isinstance(read, Response):
+            return read
+        wr, body = read
         adm = get_admission()
         if isinstance(body, dict) and body.get("stream") is True:
             if wr.wait:
                 return _err(errors.invalid("stream and wait cannot be combined", "wait"))
             return await _stream_create(adm, body, _tenant(request))
-        if not wr.wait:
-            return _json(await adm.create_session(body, tenant=_tenant(request)))
-        return await _waiting(request, wr,
-                              lambda: adm.create_session(body, tenant=_tenant(request)), None)
+        return await admit(request, wr,
+                           lambda: adm.create_session(body, tenant=_tenant(request)), None)
 
     async def _stream_create(adm: Admission, body: dict[str, Any], tenant: str) -> Response:
         # Validate and store first: an admission error is a plain JSON answer, never a stream.
@@ -215,18 +227,14 @@ def build_http_app(
 
     @app.post("/v1/sessions/{session_id}/events", status_code=202)
     async def add_event(session_id: str, request: Request) -> Response:
-        wr = waiting.parse_wait(request.query_params)
-        if isinstance(wr, errors.ApiError):
-            return _err(wr)
-        body = await read_body(request)
-        if isinstance(body, errors.ApiError):
-            return _err(body)
+        read = await read_write(request)
+        if isinstance(read, Response):
+            return read
+        wr, body = read
         adm = get_admission()
-        if not wr.wait:
-            return _json(await adm.add_event(session_id, body, tenant=_tenant(request)))
-        return await _waiting(request, wr,
-                              lambda: adm.add_event(session_id, body, tenant=_tenant(request)),
-                              session_id)
+        return await admit(request, wr,
+                           lambda: adm.add_event(session_id, body, tenant=_tenant(request)),
+                           session_id)
 
     async def _waiting(request: Request, wr: waiting.WaitRequest,
                        admit: Callable[[], Awaitable[Answer]], session_id: str | None

@@ -112,19 +112,6 @@ def ineligibility(
     return None
 
 
-def eligible(
-    rt: RuntimeInfo,
-    harness: str,
-    placement: str,
-    needs_message_images: bool,
-    now: datetime,
-    heartbeat_timeout: timedelta,
-) -> bool:
-    return (
-        ineligibility(rt, harness, placement, needs_message_images, now, heartbeat_timeout) is None
-    )
-
-
 def _tie_break(session_id: str | None, runtime_id: str) -> tuple[bytes, str]:
     if session_id is None:
         return (b"", runtime_id)
@@ -147,7 +134,8 @@ def choose(
     candidates = [
         rt
         for rt in runtimes
-        if eligible(rt, harness, placement, needs_message_images, now, heartbeat_timeout)
+        if ineligibility(rt, harness, placement, needs_message_images, now,
+                         heartbeat_timeout) is None
     ]
     if not candidates:
         return None

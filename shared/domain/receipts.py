@@ -184,17 +184,23 @@ def match_native(expected: Expected, native: Mapping[str, Any]) -> Verdict:
     return NotAMatch("harness", f"harness: {expected.harness!r} has no application receipts")
 
 
+def _released(native: Mapping[str, Any], want: tuple[tuple[str, Any], ...]) -> Verdict:
+    """A release names the call: ``RELEASED`` if each field is as expected, else the first that
+    differs."""
+    for name, value in want:
+        if native.get(name) != value:
+            return _differs(name, value, native.get(name))
+    return RELEASED
+
+
 # --------------------------------------------------------------------------- Claude Code
 
 
 def match_claude(expected: Expected, native: Mapping[str, Any]) -> Verdict:
     kind = native.get("type")
     if kind == "tool_release":
-        if native.get("session_id") != expected.native_session_id:
-            return _differs("session_id", expected.native_session_id, native.get("session_id"))
-        if native.get("tool_use_id") != expected.call_id:
-            return _differs("tool_use_id", expected.call_id, native.get("tool_use_id"))
-        return RELEASED
+        return _released(native, (("session_id", expected.native_session_id),
+                                  ("tool_use_id", expected.call_id)))
     if kind != "user":
         return _differs("type", "user", kind)
     dead = claude.dead_flag(native)  # one classifier with the adapter and storage
@@ -265,13 +271,8 @@ def match_codex(expected: Expected, native: Mapping[str, Any]) -> Verdict:
     if not isinstance(params, Mapping):
         return NotAMatch("params", "params: not an object")
     if method == "item/released":
-        if params.get("threadId") != expected.thread_id:
-            return _differs("threadId", expected.thread_id, params.get("threadId"))
-        if params.get("turnId") != expected.turn_id:
-            return _differs("turnId", expected.turn_id, params.get("turnId"))
-        if params.get("callId") != expected.call_id:
-            return _differs("callId", expected.call_id, params.get("callId"))
-        return RELEASED
+        return _released(params, (("threadId", expected.thread_id),
+                                  ("turnId", expected.turn_id), ("callId", expected.call_id)))
     if method != "item/completed":
         return _differs("method", "item/completed", method)
     item = params.get("item")
