@@ -209,13 +209,10 @@ def build_http_app(
                 for it in await adm.items_after(sid, after):
                     if fresh(it):
                         yield _sse("item", it)
-                while True:
-                    try:
-                        it = await asyncio.wait_for(q.get(), 15)
-                    except TimeoutError:
-                        yield b": keep-alive\n\n"
-                        continue
-                    if fresh(it):
+                async for it in _live(q):
+                    if it is None:
+                        yield KEEP_ALIVE
+                    elif fresh(it):
                         yield _sse("item", it)
             finally:
                 adm.items.unlisten(sid, q)
@@ -324,14 +321,12 @@ def build_http_app(
         async def events() -> AsyncIterator[bytes]:
             last = after
             try:
-                async for it in adm.stored_items(session_id, last):
-                    last = it["sequence"]
-                    yield _sse("item", it)
-                while True:
-                    try:
-                        it = await asyncio.wait_for(q.get(), 15)
-                    except TimeoutError:
-                        yield b": keep-alive\n\n"
+                async for doc in adm.stored_items(session_id, last):
+                    last = doc["sequence"]
+                    yield _sse("item", doc)
+                async for it in _live(q):
+                    if it is None:
+                        yield KEEP_ALIVE
                         continue
                     seq = it.get("sequence")
                     if not isinstance(seq, int) or seq <= last:
@@ -418,6 +413,18 @@ async def _disconnected(request: Request) -> None:
 
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+KEEP_ALIVE = b": keep-alive\n\n"  # an SSE comment: proxies keep a silent stream open
+
+
+async def _live(q: asyncio.Queue[dict[str, Any]]) -> AsyncIterator[dict[str, Any] | None]:
+    """Items as the Item tail hands them over; ``None`` after 15 s without one."""
+    while True:
+        try:
+            yield await asyncio.wait_for(q.get(), 15)
+        except TimeoutError:
+            yield None
 
 
 def _sse(event: str, data: Any) -> bytes:
