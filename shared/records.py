@@ -1,5 +1,8 @@
 """Internal record schemas (the public ones are in CONTRACT §2). Every record is JSON with a
-``schema`` field; builders live here so producers and consumers agree on one shape."""
+``schema`` field. The names live here so producers and consumers agree; so do the envelopes
+storage puts around what it publishes (``item_record``, ``stored_record``). The bodies are built
+by the domain: ``session.admitted/1`` by ``shared.domain.validation`` (``admitted_record``),
+``runtime.delivery/1`` by ``shared.domain.delivery``, decisions by ``shared.domain.sessions``."""
 
 from __future__ import annotations
 

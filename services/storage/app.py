@@ -60,10 +60,10 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     """Partitions move. One writer per Session holds only if a replica finishes the batch it is
     writing BEFORE it gives its partitions up: aiokafka awaits ``on_partitions_revoked`` before
     this member rejoins, and no member is assigned anything before every member has revoked, so
-    waiting here for the batch lock fences the old owner off. (Without it, a replica went on
-    writing a batch while the new owner decided the same Sessions from the store: two Items at
-    one sequence, an admitted message missing from the store — found by the chaos suite.)
-    What this replica remembers of its Sessions may be stale afterwards."""
+    waiting here for the batch lock fences the old owner off. (Otherwise a replica could go on
+    writing a batch while the new owner decides the same Sessions from the store: two Items at
+    one sequence, an admitted message missing from the store.) What this replica remembers of
+    its Sessions may be stale afterwards (``DecidedState``)."""
 
     def __init__(self, service: StorageService) -> None:
         self.service = service

@@ -366,7 +366,7 @@ def _forward(states: dict[str, SessionState], replayed: SessionState) -> None:
     before a crash can come back after later records of its Session were decided — from
     another topic, or after the roll-forward took the store's state: setting the Session back
     would decide the next record at a sequence already taken (its Item dropped by the unique
-    index and published anyway: an admitted input lost, seen in the chaos suite)."""
+    index and published anyway: an admitted input lost)."""
     current = states.get(replayed.session_id)
     if current is None or current.version < replayed.version:
         states[replayed.session_id] = replayed

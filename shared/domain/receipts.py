@@ -1,5 +1,5 @@
 """Application receipts: exact native confirmation per harness, and the monotonic per-call
-state machine (issue 6). Pure: the receipt tracker service feeds observations, refusals and
+state machine. Pure: the receipt tracker service feeds observations, refusals and
 timer expiries in, and publishes what comes out (through storage, the single Item writer).
 
 Matching (``match_native``) returns a verdict value:

@@ -31,8 +31,9 @@ from shared.domain.errors import join_path
 from shared.domain.whitespace import has_non_whitespace
 
 HARNESS = "claude_code"
-# Later: shared.domain.harness.PROFILES["claude_code"]
-# (the dispatcher reads harness.PROFILES['claude_code'].max_user_messages_per_turn).
+# What the bridge enforces: at most 64 user messages per native Turn, protocol 3. The harness
+# profile states the same facts for binding and admission (tests/unit/test_harness_tables.py
+# checks they agree).
 MAX_USER_MESSAGES_PER_TURN = 64
 BRIDGE_PROTOCOL = 3
 
