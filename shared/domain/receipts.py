@@ -48,7 +48,7 @@ from typing import Any, Literal
 from shared.domain.adapters import claude, codex
 
 OBSERVATION_SCHEMA = "runtime.observation/1"
-# Later: shared.domain.harness.PROFILES[harness] / Settings.receipt_window_s.
+# The spec's receipt window; the service takes Settings.receipt_window_s (at most this).
 RECEIPT_WINDOW_S = 10.0
 
 
