@@ -1,7 +1,10 @@
 """Record schemas (the public ones are in CONTRACT §2, typed in ``shared.contracts``; what
 consumers read is typed in ``shared.typedrecords``). Every record is JSON with a ``schema``
-field; the envelopes are built here so every producer writes one shape. The Core–Runtime
-deliveries are built by ``shared.domain.delivery``, the admitted records by admission."""
+field. The names live here so producers and consumers agree; so do the envelopes built here
+(``item_record``, ``stored_record``, ``fact_record``, ``observation_record``,
+``registration_record``, ``control_record`` — check the functions below). The bodies are built
+by the domain: ``session.admitted/1`` by ``shared.domain.validation`` (``admitted_record``),
+``runtime.delivery/1`` by ``shared.domain.delivery``, decisions by ``shared.domain.sessions``."""
 
 from __future__ import annotations
 

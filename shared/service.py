@@ -7,7 +7,7 @@ import asyncio
 import signal
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import suppress
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 
 from aiokafka.structs import ConsumerRecord
 
@@ -26,38 +26,43 @@ async def raw_decoder(msg: Any) -> Any:
     return msg.body
 
 
+Raw: TypeAlias = "ConsumerRecord[bytes, bytes]"
+T = TypeVar("T")
+
+
 async def decode_batch(
-    dlq: DeadLetters, raws: tuple[ConsumerRecord[bytes, bytes], ...] | Any,
-    schemas: Mapping[str, frozenset[str]],
-) -> list[tuple[ConsumerRecord[bytes, bytes], dict[str, Any]]]:
+    dlq: DeadLetters, raws: tuple[Raw, ...] | Any, schemas: Mapping[str, frozenset[str]],
+) -> list[tuple[Raw, dict[str, Any]]]:
     """The records of a batch that are one of their topic's ``schemas``
-    (``shared.domain.recordcheck``);
-    every other one goes to its topic's DLQ, and the batch goes on without it."""
-    if not isinstance(raws, tuple):
-        raws = (raws,)
-    out = []
-    for r in raws:
-        value = accept(r.value or b"", schemas.get(r.topic, frozenset()))
-        if isinstance(value, Poison):
-            await dlq.record(r, value)
-            continue
-        out.append((r, value))
-    return out
+    (``shared.domain.recordcheck``); every other one goes to its topic's DLQ, and the batch goes
+    on without it."""
+    return await _sift(dlq, raws,
+                       lambda r: accept(r.value or b"", schemas.get(r.topic, frozenset())))
 
 
 async def decode_records(
-    dlq: DeadLetters, raws: tuple[ConsumerRecord[bytes, bytes], ...] | Any,
-    types: Mapping[str, RecordType[Any]],
-) -> list[tuple[ConsumerRecord[bytes, bytes], Decoded[Any]]]:
+    dlq: DeadLetters, raws: tuple[Raw, ...] | Any, types: Mapping[str, RecordType[Any]],
+) -> list[tuple[Raw, Decoded[Any]]]:
     """The records of a batch decoded with their topic's model (``shared.typedrecords``); every
     other one goes to its topic's DLQ with the reason, and the batch goes on without it."""
+
+    def decode(r: Raw) -> Decoded[Any] | Poison:
+        kind = types.get(r.topic)
+        if kind is None:
+            return Poison(UNEXPECTED_SCHEMA, f"this consumer reads nothing from {r.topic}")
+        return kind.decode(r.value or b"")
+
+    return await _sift(dlq, raws, decode)
+
+
+async def _sift(dlq: DeadLetters, raws: tuple[Raw, ...] | Any,
+                decode: Callable[[Raw], T | Poison]) -> list[tuple[Raw, T]]:
+    """Each record with what ``decode`` made of it; a poisoned one to the DLQ instead."""
     if not isinstance(raws, tuple):
         raws = (raws,)
     out = []
     for r in raws:
-        kind = types.get(r.topic)
-        got = (kind.decode(r.value or b"") if kind is not None
-               else Poison(UNEXPECTED_SCHEMA, f"this consumer reads nothing from {r.topic}"))
+        got = decode(r)
         if isinstance(got, Poison):
             await dlq.record(r, got)
             continue

@@ -5,7 +5,6 @@ admitted input to storage over ``session.admitted`` (acks=all) and wait for the 
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -15,11 +14,10 @@ from faststream.kafka import KafkaBroker
 from pymongo.asynchronous.database import AsyncDatabase
 
 from services.admission.tails import ItemTail, ReplyTail
-from shared import itemstore, records
-from shared.domain import errors
+from shared import itemstore
+from shared.domain import errors, idempotency
 from shared.domain import validation as rules
 from shared.domain.errors import ApiError
-from shared.domain.sessions import fingerprint
 from shared.domain.tenancy import DEFAULT_TENANT
 from shared.domain.waiting import TurnWatch
 from shared.ids import is_id, new_id
@@ -94,28 +92,15 @@ class Admission:
         admitted = rules.validate_create(body, self.limits)
         if isinstance(admitted, ApiError):
             return Answer.error(admitted)
-        rec = admitted.record()
-        rec["messages"] = rec.pop("input")
-        fp = fingerprint({k: v for k, v in body.items() if k != "stream"})
-        crid = rec.get("client_request_id")
+        fp = idempotency.request_fingerprint(body, "create")
+        crid = admitted.client_request_id
         if crid:
             prior = unpack(await self.db.idempotency.find_one(
                 {"_id": create_key(tenant, crid)}))
             if prior is not None:
-                return await self._repeat(prior, fp, 201, "client_request_id", None)
-        session_id = new_id("session")
-        record = {
-            "schema": records.ADMITTED,
-            "op": records.OP_CREATE,
-            "request_id": new_id("req"),
-            "session_id": session_id,
-            "event_id": new_id("evt"),
-            "admitted_at": now_rfc3339(),
-            "fingerprint": fp,
-            **rec,
-            "tenant": tenant,
-        }
-        return await self._hand_over(record)
+                return await self._replayed(idempotency.repeat(prior, fp, "create"), None)
+        return await self._hand_over(admitted.admitted_record(
+            self._stamp(new_id("session"), fp, tenant)))
 
     async def add_event(self, session_id: str, body: Any, *, tenant: str
                         ) -> Answer:
@@ -125,52 +110,28 @@ class Admission:
         admitted = rules.validate_event(body, profile.harness, profile.placement, self.limits)
         if isinstance(admitted, ApiError):
             return Answer.error(admitted)
-        rec = admitted.record()
-        rec["event_type"] = rec.pop("type")
-        if isinstance(admitted, rules.AdmittedToolResult):
-            rec["submission"] = admitted.submission()
-            for k in ("output", "error", "success"):
-                rec.pop(k, None)
-        else:
-            rec["messages"] = rec.pop("input")
-        fp = fingerprint(body)
-        ceid = rec.get("client_event_id")
+        fp = idempotency.request_fingerprint(body, "event")
+        ceid = admitted.client_event_id
         if ceid:
             prior = unpack(
                 await self.db.idempotency.find_one({"_id": event_key(session_id, ceid)})
             )
             if prior is not None:
-                return await self._repeat(prior, fp, 202, "client_event_id", session_id)
-        record: Json = {
-            "schema": records.ADMITTED,
-            "op": records.OP_EVENT,
-            "request_id": new_id("req"),
-            "session_id": session_id,
-            "event_id": new_id("evt"),
-            "admitted_at": now_rfc3339(),
-            "fingerprint": fp,
-            **rec,
-            "tenant": tenant,
-        }
-        if rec["event_type"] == records.EV_TOOL_RESULT:
-            sub_fp = fingerprint(rec["submission"])
-            record["submission_fingerprint"] = sub_fp
+                return await self._replayed(idempotency.repeat(prior, fp, "event"), session_id)
+        record = admitted.admitted_record(self._stamp(session_id, fp, tenant))
+        if isinstance(admitted, rules.AdmittedToolResult):
             call = unpack(await self.db.calls.find_one(
-                {"_id": call_key(session_id, rec["call_id"])}))
-            if call is None:
-                return Answer.error(
-                    errors.not_found("the Session never issued this call", "call_id")
-                )
-            if call.get("submission") is not None:
-                if call.get("fingerprint") != sub_fp:
-                    return Answer.error(errors.conflict(
-                        "a different result for this call is already stored", "call_id"))
-                stored = copy.deepcopy(call["answer"])
-                stored["delivery"] = "duplicate"
-                stored["items"] = await itemstore.items_by_keys(
-                    self.db, [call["output_item_key"]])
-                return Answer(202, stored, session_id=session_id)
+                {"_id": call_key(session_id, admitted.call_id)}))
+            repeated = idempotency.result_repeat(call, record["submission_fingerprint"])
+            if repeated is not None:
+                return await self._replayed(repeated, session_id)
         return await self._hand_over(record)
+
+    @staticmethod
+    def _stamp(session_id: str, fp: str, tenant: str) -> rules.Stamp:
+        return rules.Stamp(request_id=new_id("req"), session_id=session_id,
+                           event_id=new_id("evt"), admitted_at=now_rfc3339(), fingerprint=fp,
+                           tenant=tenant)
 
     async def _owned(self, session_id: str, tenant: str) -> Profile | ApiError:
         """The one gate of every path that names a Session: a malformed id is 400; a Session
@@ -198,17 +159,16 @@ class Admission:
             self.profiles.popitem(last=False)
         return profile
 
-    async def _repeat(self, prior: Doc, fp: str, status: int, param: str,
-                      session_id: str | None) -> Answer:
-        if prior.get("fingerprint") != fp:
-            return Answer.error(errors.conflict(
-                "a different request under this idempotency id is already stored", param))
-        body = copy.deepcopy(prior["body"])
-        body["items"] = await itemstore.items_by_keys(self.db, prior.get("item_keys", []))
-        headers = {"Idempotent-Replayed": "true"}
-        if status == 202:
-            body["delivery"] = "duplicate"
-        return Answer(status, body, headers, session_id=session_id or body.get("id"))
+    async def _replayed(self, repeated: idempotency.Replay | ApiError,
+                        session_id: str | None) -> Answer:
+        """A retry answered from the store, with the stored Items (``shared.domain.idempotency``
+        decides the answer; storage decides the same when two retries crossed in flight)."""
+        if isinstance(repeated, ApiError):
+            return Answer.error(repeated)
+        body = repeated.body
+        body["items"] = await itemstore.items_by_keys(self.db, repeated.item_keys)
+        headers = {"Idempotent-Replayed": "true"} if repeated.replayed else {}
+        return Answer(repeated.status, body, headers, session_id=session_id or body.get("id"))
 
     async def _hand_over(self, record: Json) -> Answer:
         """Publish to storage with acks=all, then wait for the stored answer. With the store

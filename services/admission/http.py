@@ -149,23 +149,35 @@ def build_http_app(
             chunks.append(chunk)
         return parse_json(b"".join(chunks))
 
-    @app.post("/v1/sessions", status_code=201)
-    async def create_session(request: Request) -> Response:
+    async def read_write(request: Request) -> tuple[waiting.WaitRequest, Any] | Response:
+        """A write's ``wait`` query and JSON body, or the error answer for either."""
         wr = waiting.parse_wait(request.query_params)
         if isinstance(wr, errors.ApiError):
             return _err(wr)
         body = await read_body(request)
         if isinstance(body, errors.ApiError):
             return _err(body)
+        return wr, body
+
+    async def admit(request: Request, wr: waiting.WaitRequest,
+                    admit: Callable[[], Awaitable[Answer]], session_id: str | None) -> Response:
+        if not wr.wait:
+            return _json(await admit())
+        return await _waiting(request, wr, admit, session_id)
+
+    @app.post("/v1/sessions", status_code=201)
+    async def create_session(request: Request) -> Response:
+        read = await read_write(request)
+        if isinstance(read, Response):
+            return read
+        wr, body = read
         adm = get_admission()
         if isinstance(body, dict) and body.get("stream") is True:
             if wr.wait:
                 return _err(errors.invalid("stream and wait cannot be combined", "wait"))
             return await _stream_create(adm, body, _tenant(request))
-        if not wr.wait:
-            return _json(await adm.create_session(body, tenant=_tenant(request)))
-        return await _waiting(request, wr,
-                              lambda: adm.create_session(body, tenant=_tenant(request)), None)
+        return await admit(request, wr,
+                           lambda: adm.create_session(body, tenant=_tenant(request)), None)
 
     async def _stream_create(adm: Admission, body: dict[str, Any], tenant: str) -> Response:
         # Validate and store first: an admission error is a plain JSON answer, never a stream.
@@ -197,13 +209,10 @@ def build_http_app(
                 for it in await adm.items_after(sid, after):
                     if fresh(it):
                         yield _sse("item", it)
-                while True:
-                    try:
-                        it = await asyncio.wait_for(q.get(), 15)
-                    except TimeoutError:
-                        yield b": keep-alive\n\n"
-                        continue
-                    if fresh(it):
+                async for it in _live(q):
+                    if it is None:
+                        yield KEEP_ALIVE
+                    elif fresh(it):
                         yield _sse("item", it)
             finally:
                 adm.items.unlisten(sid, q)
@@ -215,18 +224,14 @@ def build_http_app(
 
     @app.post("/v1/sessions/{session_id}/events", status_code=202)
     async def add_event(session_id: str, request: Request) -> Response:
-        wr = waiting.parse_wait(request.query_params)
-        if isinstance(wr, errors.ApiError):
-            return _err(wr)
-        body = await read_body(request)
-        if isinstance(body, errors.ApiError):
-            return _err(body)
+        read = await read_write(request)
+        if isinstance(read, Response):
+            return read
+        wr, body = read
         adm = get_admission()
-        if not wr.wait:
-            return _json(await adm.add_event(session_id, body, tenant=_tenant(request)))
-        return await _waiting(request, wr,
-                              lambda: adm.add_event(session_id, body, tenant=_tenant(request)),
-                              session_id)
+        return await admit(request, wr,
+                           lambda: adm.add_event(session_id, body, tenant=_tenant(request)),
+                           session_id)
 
     async def _waiting(request: Request, wr: waiting.WaitRequest,
                        admit: Callable[[], Awaitable[Answer]], session_id: str | None
@@ -316,14 +321,12 @@ def build_http_app(
         async def events() -> AsyncIterator[bytes]:
             last = after
             try:
-                async for it in adm.stored_items(session_id, last):
-                    last = it["sequence"]
-                    yield _sse("item", it)
-                while True:
-                    try:
-                        it = await asyncio.wait_for(q.get(), 15)
-                    except TimeoutError:
-                        yield b": keep-alive\n\n"
+                async for doc in adm.stored_items(session_id, last):
+                    last = doc["sequence"]
+                    yield _sse("item", doc)
+                async for it in _live(q):
+                    if it is None:
+                        yield KEEP_ALIVE
                         continue
                     seq = it.get("sequence")
                     if not isinstance(seq, int) or seq <= last:
@@ -410,6 +413,18 @@ async def _disconnected(request: Request) -> None:
 
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+KEEP_ALIVE = b": keep-alive\n\n"  # an SSE comment: proxies keep a silent stream open
+
+
+async def _live(q: asyncio.Queue[dict[str, Any]]) -> AsyncIterator[dict[str, Any] | None]:
+    """Items as the Item tail hands them over; ``None`` after 15 s without one."""
+    while True:
+        try:
+            yield await asyncio.wait_for(q.get(), 15)
+        except TimeoutError:
+            yield None
 
 
 def _sse(event: str, data: Any) -> bytes:

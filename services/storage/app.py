@@ -19,6 +19,7 @@ from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
 from pymongo.errors import AutoReconnect, ConnectionFailure, ServerSelectionTimeoutError
 
+from services.storage.decided import DecidedState
 from services.storage.handler import (
     RECORD_TYPES,
     Outputs,
@@ -59,10 +60,10 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     """Partitions move. One writer per Session holds only if a replica finishes the batch it is
     writing BEFORE it gives its partitions up: aiokafka awaits ``on_partitions_revoked`` before
     this member rejoins, and no member is assigned anything before every member has revoked, so
-    waiting here for the batch lock fences the old owner off. (Without it, a replica went on
-    writing a batch while the new owner decided the same Sessions from the store: two Items at
-    one sequence, an admitted message missing from the store — found by the chaos suite.)
-    What this replica remembers of its Sessions may be stale afterwards."""
+    waiting here for the batch lock fences the old owner off. (Otherwise a replica could go on
+    writing a batch while the new owner decides the same Sessions from the store: two Items at
+    one sequence, an admitted message missing from the store.) What this replica remembers of
+    its Sessions may be stale afterwards (``DecidedState``)."""
 
     def __init__(self, service: StorageService) -> None:
         self.service = service
@@ -70,20 +71,18 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_revoked(self, revoked: Any) -> None:
         svc = self.service
         async with svc.batch_lock:
-            # Hand over exactly what was written: commit the processed offsets of the revoked
+            # Hand over exactly what was written: commit the written offsets of the revoked
             # partitions (the framework's commit after the batch may come too late, mid-
             # rebalance), so the new owner starts after them instead of re-deciding them.
-            done = {tp: svc.processed.pop(tp) for tp in revoked if tp in svc.processed}
+            done = svc.decided.revoked(revoked)
             if done and svc.consumer is not None:
                 try:
                     await svc.consumer.commit(done)
                 except Exception as exc:  # the new owner replays them from the journal
                     log.warning("storage.revoke_commit_failed", error=repr(exc))
-            svc.handler.invalidate()
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
-        self.service.fresh |= set(assigned)
-        self.service.handler.invalidate()
+        self.service.decided.assigned(assigned)
 
 
 class StorageService:
@@ -97,7 +96,10 @@ class StorageService:
             settings.inline_image_max_bytes,
             settings.image_chunk_bytes,
         )
-        self.handler = StorageHandler(self.repo, now_rfc3339)
+        # what this replica may take from memory, and which records another writer may have
+        # decided (services/storage/decided.py)
+        self.decided = DecidedState(settings.storage_batch_max)
+        self.handler = StorageHandler(self.repo, now_rfc3339, self.decided)
         self.dlq = DeadLetters(broker_send(self.broker), self.topics)
         self.types = {
             self.topics.session_admitted: RECORD_TYPES[records.ADMITTED],
@@ -105,13 +107,7 @@ class StorageService:
             self.topics.runtime_observations: RECORD_TYPES[records.OBSERVATION],
         }
         self.batch_lock = asyncio.Lock()  # held while a batch is decided and written
-        self.processed: dict[TopicPartition, int] = {}  # next offset after written records
         self.consumer: Any = None  # the subscriber's AIOKafkaConsumer (seen with a batch)
-        # After an assignment, the previous owner of a partition (crashed, or its commit lost
-        # in the rebalance) may have written up to one batch past the committed offset:
-        # records before verify_until are checked against the journal even when trusted.
-        self.fresh: set[TopicPartition] = set()
-        self.verify_until: dict[TopicPartition, int] = {}
         self.broker.subscriber(
             self.topics.session_admitted,
             self.topics.core_facts,
@@ -145,31 +141,15 @@ class StorageService:
             try:
                 with Stopwatch(STORAGE_BATCH_SECONDS):
                     await self._on_batch(mine)
-            except BaseException:
-                self.handler.invalidate()  # the batch will be redelivered: trust only the store
-                self.verify_again(mine)
+            except BaseException:  # the batch will be redelivered, perhaps decided in part
+                self.decided.batch_failed(_positions(mine))
                 raise
-            for r in mine:
-                tp = TopicPartition(r.topic, r.partition)
-                self.processed[tp] = max(self.processed.get(tp, 0), r.offset + 1)
-
-    def verify_again(self, raws: tuple[Any, ...]) -> None:
-        """A failed batch may have been decided and journaled in part. Its records come back
-        — possibly split over several batches and interleaved differently across the three
-        topics — after the handler trusts its memory again (the first good batch makes it so):
-        each of them is checked against the journal whenever it comes (replayed, never decided
-        again at another sequence; the chaos store outage saw an Item published at a sequence
-        the store gave another decision)."""
-        for r in raws:
-            tp = TopicPartition(r.topic, r.partition)
-            self.verify_until[tp] = max(self.verify_until.get(tp, 0), r.offset + 1)
+            self.decided.batch_done(_positions(mine))
 
     async def _on_batch(self, raws: tuple[Any, ...]) -> None:
-        for r in raws:
-            tp = TopicPartition(r.topic, r.partition)
-            if tp in self.fresh:  # the first record since it was assigned: the committed one
-                self.fresh.discard(tp)
-                self.verify_until[tp] = r.offset + self.settings.storage_batch_max
+        # records another writer may have decided (in partition order: the first record of a
+        # just-assigned partition opens its window)
+        suspects = {(tp, off) for tp, off in _positions(raws) if self.decided.arrived(tp, off)}
         decoded = await decode_records(self.dlq, raws, self.types)
         inputs = []
         verify: set[str] = set()
@@ -183,7 +163,7 @@ class StorageService:
             for inp in found:
                 source[id(inp)] = raw
             inputs.extend(found)
-            if raw.offset < self.verify_until.get(TopicPartition(raw.topic, raw.partition), 0):
+            if (TopicPartition(raw.topic, raw.partition), raw.offset) in suspects:
                 verify.update(source_key(inp) for inp in found)
         try:
             out = await self.handler.handle(inputs, frozenset(verify))
@@ -193,7 +173,7 @@ class StorageService:
         except RETRY_ERRORS:
             raise  # the store or broker is away: rewind the batch and retry it
         except Exception:
-            self.handler.invalidate()
+            self.decided.forget()
             # A record this code cannot process must not stall its partition forever:
             # process one by one and dead-letter the ones that fail.
             log.exception("storage.batch_failed_isolating")
@@ -207,7 +187,7 @@ class StorageService:
                 except RETRY_ERRORS:
                     raise
                 except Exception as exc:
-                    self.handler.invalidate()
+                    self.decided.forget()
                     await self.dlq.record(source[id(inp)], Poison(
                         UNPROCESSABLE, f"processing failed: {exc!r}"[:300]))
                     continue
@@ -253,3 +233,7 @@ class StorageService:
     async def stop(self) -> None:
         await self.broker.stop()
         await self.client.close()
+
+
+def _positions(raws: tuple[Any, ...]) -> list[tuple[TopicPartition, int]]:
+    return [(TopicPartition(r.topic, r.partition), r.offset) for r in raws]

@@ -5,14 +5,14 @@ every decision replayable, so redelivery never duplicates or re-numbers an Item.
 from __future__ import annotations
 
 import copy
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.storage.decided import DecidedState
 from services.storage.repository import StorageRepository
 from shared import itemstore, records, typedrecords
-from shared.domain import errors
+from shared.domain import errors, idempotency
 from shared.domain.observations import CallOpened, TurnEnded, classify_all
 from shared.domain.sessions import (
     Decision,
@@ -144,64 +144,37 @@ def _reply(request_id: str, err: errors.ApiError) -> Json:
 
 
 class StorageHandler:
-    """While this replica owns its partitions and nothing failed, it is the only writer of
-    their Sessions: it keeps their state in memory and knows no record of the batch was decided
-    before. After start-up, a rebalance or a failed batch (``invalidate``) it trusts only the
-    store: it reads the journal (redelivered records replay their decisions) and every
-    Session's state again."""
+    """Decides batches. What it may take from memory — Session states, which records cannot have
+    been decided before — is ``DecidedState``'s to say (``services/storage/decided.py``)."""
 
     def __init__(self, repo: StorageRepository, now: Callable[[], str],
-                 cache_size: int = 100_000) -> None:
+                 decided: DecidedState | None = None) -> None:
         self.repo = repo
         self.now = now
-        self.cache: OrderedDict[str, SessionState] = OrderedDict()
-        self.cache_size = cache_size
-        self.recent: OrderedDict[str, None] = OrderedDict()  # source keys decided lately
-        self.trusted = False
-
-    def invalidate(self) -> None:
-        self.cache.clear()
-        self.recent.clear()
-        self.trusted = False
+        self.decided = decided if decided is not None else DecidedState(batch_max=0)
 
     async def _states(self, session_ids: set[str]) -> dict[str, SessionState]:
         states: dict[str, SessionState] = {}
         missing = []
         for sid in session_ids:
-            if self.trusted and sid in self.cache:
-                states[sid] = self.cache[sid]
+            known = self.decided.session(sid)
+            if known is not None:
+                states[sid] = known
             else:
                 missing.append(sid)
         loaded = await self.repo.sessions(missing)
         states.update(await self.repo.roll_forward(loaded, missing))
         return states
 
-    def _remember(self, states: dict[str, SessionState]) -> None:
-        for sid, st in states.items():
-            self.cache[sid] = st
-            self.cache.move_to_end(sid)
-        while len(self.cache) > self.cache_size:
-            self.cache.popitem(last=False)
-
     async def handle(self, inputs: list[Json], verify: frozenset[str] = frozenset()
                      ) -> Outputs:
-        """``verify``: source keys that another writer may have decided although this replica
-        is trusted (records just after a partition was assigned to it)."""
-        out = await self._handle(inputs, verify)
-        if inputs:  # an empty batch read nothing from the store: it proves nothing
-            self.trusted = True
-        return out
-
-    async def _handle(self, inputs: list[Json], verify: frozenset[str]) -> Outputs:
+        """``verify``: source keys that another writer may have decided although memory is
+        trusted (``DecidedState.arrived``)."""
         out = Outputs()
         if not inputs:
             return out
         keys = [source_key(r) for r in inputs]
-        # Trusted, only a record this replica decided lately can be a repeat (the same record
-        # twice in the log), or one the previous owner of its partition may have decided;
-        # otherwise any record may have been decided before.
-        lookup = ([k for k in keys if k in self.recent or k in verify] if self.trusted
-                  else keys)
+        lookup = [k for k in keys if self.decided.needs_lookup(k, k in verify)]
         journal = await self.repo.journal(lookup)
         states = await self._states({r["session_id"] for r in inputs})
         stored = {sid: st.version for sid, st in states.items() if st is not None}
@@ -262,12 +235,7 @@ class StorageHandler:
             docs.append(doc)
             chunks.extend(ch)
         await self.repo.write(docs, chunks)
-        self._remember({k: v for k, v in states.items() if v is not None})
-        for k in keys:
-            self.recent[k] = None
-            self.recent.move_to_end(k)
-        while len(self.recent) > self.cache_size:
-            self.recent.popitem(last=False)
+        self.decided.decided(keys, {k: v for k, v in states.items() if v is not None})
         for d in fresh + repeats:  # a repeat answers again, with the same Items (same ids)
             out.items.extend(d.items)
             if d.stored is not None:
@@ -332,7 +300,8 @@ class StorageHandler:
         rid = r["request_id"]
         if r["op"] == records.OP_CREATE:
             if r.get("client_request_id") and _create_key(r) in idem:
-                self._duplicate(idem[_create_key(r)], r, out, 201)
+                self._answer(rid, idempotency.repeat(idem[_create_key(r)], r["fingerprint"],
+                                                     "create"), out)
                 return None
             if state is not None:  # the same request already decided under this session id
                 return None
@@ -344,39 +313,29 @@ class StorageHandler:
             return None
         ceid = r.get("client_event_id")
         if ceid and event_key(sid, ceid) in idem:
-            self._duplicate(idem[event_key(sid, ceid)], r, out, 202)
+            self._answer(rid, idempotency.repeat(idem[event_key(sid, ceid)], r["fingerprint"],
+                                                 "event"), out)
             return None
         if r["event_type"] == records.EV_MESSAGE:
             return decide_message(state, r, now)
         call = calls.get(call_key(sid, r["call_id"]))
-        if call is None:
-            out.replies.append(
-                _reply(rid, errors.not_found("the Session never issued this call", "call_id"))
-            )
+        repeated = idempotency.result_repeat(call, r["submission_fingerprint"])
+        if repeated is not None:
+            self._answer(rid, repeated, out)
             return None
-        if call.get("submission") is not None:
-            if call.get("fingerprint") == r["submission_fingerprint"]:
-                body = copy.deepcopy(call["answer"])
-                body["delivery"] = "duplicate"
-                out.replies.append({"request_id": rid, "status": 202, "body": body,
-                                    "item_keys": [call.get("output_item_key")]})
-            else:
-                out.replies.append(_reply(rid, errors.conflict(
-                    "a different result for this call is already stored", "call_id")))
-            return None
+        assert call is not None  # result_repeat answered an unknown call
         return decide_tool_result(state, {**r, "name": call.get("name")}, now)
 
-    def _duplicate(self, stored: Json, r: Json, out: Outputs, status: int) -> None:
-        if stored.get("fingerprint") != r["fingerprint"]:
-            param = "client_request_id" if status == 201 else "client_event_id"
-            out.replies.append(_reply(r["request_id"], errors.conflict(
-                "a different request under this idempotency id is already stored", param)))
-            return
-        body = copy.deepcopy(stored["body"])
-        if status == 202:
-            body["delivery"] = "duplicate"
-        out.replies.append({"request_id": r["request_id"], "status": status, "body": body,
-                            "item_keys": stored.get("item_keys", []), "duplicate": True})
+    @staticmethod
+    def _answer(request_id: str, repeated: idempotency.Replay | errors.ApiError, out: Outputs
+                ) -> None:
+        """A retry answered again (``shared.domain.idempotency``, the rule admission applies
+        before the hand-over); ``load_reply_items`` adds the Items."""
+        if isinstance(repeated, errors.ApiError):
+            out.replies.append(_reply(request_id, repeated))
+        else:
+            out.replies.append({"request_id": request_id, "status": repeated.status,
+                                "body": repeated.body, "item_keys": repeated.item_keys})
 
     async def _replay_outputs(self, j: Json, out: Outputs) -> None:
         items = await self.repo.rehydrate(copy.deepcopy(j["items"]))
@@ -407,7 +366,7 @@ def _forward(states: dict[str, SessionState], replayed: SessionState) -> None:
     before a crash can come back after later records of its Session were decided — from
     another topic, or after the roll-forward took the store's state: setting the Session back
     would decide the next record at a sequence already taken (its Item dropped by the unique
-    index and published anyway: an admitted input lost, seen in the chaos suite)."""
+    index and published anyway: an admitted input lost)."""
     current = states.get(replayed.session_id)
     if current is None or current.version < replayed.version:
         states[replayed.session_id] = replayed
@@ -416,7 +375,6 @@ def _forward(states: dict[str, SessionState], replayed: SessionState) -> None:
 async def load_reply_items(repo: StorageRepository, reply: Json) -> Json:
     """Duplicate answers carry Item ids; fill in the stored Items."""
     keys = reply.pop("item_keys", None)
-    reply.pop("duplicate", None)
     if keys:
         reply["body"]["items"] = await itemstore.items_by_keys(repo.db, [k for k in keys if k])
     return reply

@@ -155,8 +155,8 @@ class StorageRepository:
         store going away mid-write) can leave a decided record's Items and journal entry
         written but its Session document not advanced; the next record of that Session —
         possibly from another topic, so before the redelivery of the first — would then be
-        decided at the same sequence, and its Items silently lost to the unique index (seen
-        in the chaos suite). So, while not trusted, for each Session: if an Item exists just
+        decided at the same sequence, and its Items silently lost to the unique index. So,
+        while not trusted, for each Session: if an Item exists just
         after its ``last_sequence``, finish that Item's journal entry and take its state;
         Items without a journal entry that holds them (the crash came between the two
         writes: nobody was answered, nothing published; or a record decided a second time,

@@ -1,4 +1,4 @@
-"""The Runtime registry model and the binding choice, pure (issue 5).
+"""The Runtime registry model and the binding choice, pure.
 
 Core binds a Session to a Runtime by what the Runtime *reports* (its registration on
 ``runtime.registrations``), and checks the same report again at every delivery. The harness
@@ -8,8 +8,8 @@ Decisions:
 * A Claude Code Runtime is eligible only with ``bridge_protocol`` in
   ``CLAUDE_BRIDGE_PROTOCOLS`` = {3} — exactly 3, not "≥ 3". The daemon requires protocol 3; an
   unknown future protocol is not known to keep protocol 3's guarantees (64-message bound,
-  reject-before-submit, per-message UUIDs), so Core binds it only once this set is extended.
-  (Later this should read ``shared.domain.harness.PROFILES["claude_code"]``.)
+  reject-before-submit, per-message UUIDs), so Core binds it only once the harness profile's
+  ``bridge_protocols`` is extended.
 * Alive = ``now - heartbeat_at <= heartbeat_timeout``; a status of ``gone`` or a missed
   heartbeat both mean gone. ``draining`` takes no new Sessions but keeps the ones it has.
 * ``choose`` picks the least-loaded eligible Runtime; ties break by a rendezvous hash of
@@ -25,11 +25,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from shared.domain.harness import CLAUDE_CODE
+
 RuntimeStatus = Literal["ready", "draining", "gone"]
 REGISTRATION_SCHEMA = "runtime.registration/1"
 
-# Bridge protocols Core's Claude Code adapter speaks. Move to the harness profile later.
-CLAUDE_BRIDGE_PROTOCOLS: frozenset[int] = frozenset({3})
+# Bridge protocols Core's Claude Code adapter speaks (its harness profile's).
+CLAUDE_BRIDGE_PROTOCOLS: frozenset[int] = CLAUDE_CODE.bridge_protocols or frozenset()
 
 # Refusal codes returned (as the prefix of the reason) by ``check_delivery`` / ``ineligibility``.
 MESSAGE_IMAGES_UNSUPPORTED = "message_images_unsupported"
@@ -112,19 +114,6 @@ def ineligibility(
     return None
 
 
-def eligible(
-    rt: RuntimeInfo,
-    harness: str,
-    placement: str,
-    needs_message_images: bool,
-    now: datetime,
-    heartbeat_timeout: timedelta,
-) -> bool:
-    return (
-        ineligibility(rt, harness, placement, needs_message_images, now, heartbeat_timeout) is None
-    )
-
-
 def _tie_break(session_id: str | None, runtime_id: str) -> tuple[bytes, str]:
     if session_id is None:
         return (b"", runtime_id)
@@ -147,7 +136,8 @@ def choose(
     candidates = [
         rt
         for rt in runtimes
-        if eligible(rt, harness, placement, needs_message_images, now, heartbeat_timeout)
+        if ineligibility(rt, harness, placement, needs_message_images, now,
+                         heartbeat_timeout) is None
     ]
     if not candidates:
         return None

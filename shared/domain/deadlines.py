@@ -1,4 +1,4 @@
-"""One timer structure for every pending call (issue 6 "Scale").
+"""One timer structure for every pending call, so waiting calls cost memory, not timers.
 
 A binary heap with lazy deletion: ``add`` pushes ``(deadline, seq, key)``; ``cancel`` forgets
 the key's live sequence number so its heap entry is skipped when it surfaces; ``pop_due`` pops

@@ -124,6 +124,19 @@ def message_input(message: Mapping[str, Any]) -> MessageInput:
     return {"role": "user", "content": copy_content(message["content"])}
 
 
+def _head(delivery_id: str, runtime_id: str, session_id: str, turn_id: str, kind: str
+          ) -> dict[str, Any]:
+    """What every ``runtime.delivery/1`` record starts with (key order as on the topic)."""
+    return {
+        "schema": DELIVERY_SCHEMA,
+        "delivery_id": delivery_id,
+        "runtime_id": runtime_id,
+        "session_id": session_id,
+        "turn_id": turn_id,
+        "kind": kind,
+    }
+
+
 def message_delivery(
     *,
     delivery_id: str,
@@ -134,12 +147,7 @@ def message_delivery(
     messages: Iterable[Mapping[str, Any]],
 ) -> dict[str, Any]:
     return {
-        "schema": DELIVERY_SCHEMA,
-        "delivery_id": delivery_id,
-        "runtime_id": runtime_id,
-        "session_id": session_id,
-        "turn_id": turn_id,
-        "kind": kind,
+        **_head(delivery_id, runtime_id, session_id, turn_id, kind),
         "messages": [message_input(m) for m in messages],
     }
 
@@ -158,12 +166,7 @@ def function_result_delivery(
     fields_present: Collection[str] | None = None,
 ) -> dict[str, Any]:
     return {
-        "schema": DELIVERY_SCHEMA,
-        "delivery_id": delivery_id,
-        "runtime_id": runtime_id,
-        "session_id": session_id,
-        "turn_id": turn_id,
-        "kind": "function_result",
+        **_head(delivery_id, runtime_id, session_id, turn_id, "function_result"),
         "call_id": call_id,
         "name": name,
         "success": success,

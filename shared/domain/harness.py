@@ -2,8 +2,9 @@
 spec's three tables (message images, whitespace-only messages, function results).
 
 Admission reads ``message_images``, ``whitespace_only``, ``function_results``, ``placements``
-and ``max_user_messages_per_batch``; the dispatcher reads ``bridge_protocols`` and
-``max_user_messages_per_turn``. Nothing here does I/O.
+and ``max_user_messages_per_batch``; the binding choice (``shared.domain.binding``) reads
+``bridge_protocols``, and the Claude Code adapter both (``shared.domain.adapters.claude``).
+Nothing here does I/O.
 
 Spec table → field:
 

@@ -83,7 +83,7 @@ def parse_json(raw: bytes) -> Any | ApiError:
         return invalid(f"duplicate key {exc.args[0]!r} in a JSON object", None)
     except ValueError as exc:
         return invalid(f"malformed JSON: {exc}", None)
-    except RecursionError:  # was an unhandled error: a 500 for a 10 000-deep body
+    except RecursionError:  # a 10 000-deep body is the client's error, not a 500
         return invalid("request is nested too deeply", None)
     # Valid UTF-8 cannot encode a surrogate, so one can only come from a \uD800–\uDFFF escape:
     # walk the value only when the text has one.

@@ -1,5 +1,5 @@
 """Application receipts: exact native confirmation per harness, and the monotonic per-call
-state machine (issue 6). Pure: the receipt tracker service feeds observations, refusals and
+state machine. Pure: the receipt tracker service feeds observations, refusals and
 timer expiries in, and publishes what comes out (through storage, the single Item writer).
 
 Matching (``match_native``) returns a verdict value:
@@ -49,7 +49,7 @@ from shared.domain.harnesses import claude_code as claude
 from shared.domain.harnesses import codex
 
 OBSERVATION_SCHEMA = "runtime.observation/1"
-# Later: shared.domain.harness.PROFILES[harness] / Settings.receipt_window_s.
+# The spec's receipt window; the service takes Settings.receipt_window_s (at most this).
 RECEIPT_WINDOW_S = 10.0
 
 
@@ -199,17 +199,23 @@ def match_native(expected: Expected, native: Mapping[str, Any]) -> Verdict:
     return NotAMatch("harness", f"harness: {expected.harness!r} has no application receipts")
 
 
+def _released(native: Mapping[str, Any], want: tuple[tuple[str, Any], ...]) -> Verdict:
+    """A release names the call: ``RELEASED`` if each field is as expected, else the first that
+    differs."""
+    for name, value in want:
+        if native.get(name) != value:
+            return _differs(name, value, native.get(name))
+    return RELEASED
+
+
 # --------------------------------------------------------------------------- Claude Code
 
 
 def match_claude(expected: Expected, native: Mapping[str, Any]) -> Verdict:
     kind = native.get("type")
     if kind == "tool_release":
-        if native.get("session_id") != expected.native_session_id:
-            return _differs("session_id", expected.native_session_id, native.get("session_id"))
-        if native.get("tool_use_id") != expected.call_id:
-            return _differs("tool_use_id", expected.call_id, native.get("tool_use_id"))
-        return RELEASED
+        return _released(native, (("session_id", expected.native_session_id),
+                                  ("tool_use_id", expected.call_id)))
     if kind != "user":
         return _differs("type", "user", kind)
     dead = claude.dead_flag(native)  # one classifier with the adapter and storage
@@ -280,13 +286,8 @@ def match_codex(expected: Expected, native: Mapping[str, Any]) -> Verdict:
     if not isinstance(params, Mapping):
         return NotAMatch("params", "params: not an object")
     if method == "item/released":
-        if params.get("threadId") != expected.thread_id:
-            return _differs("threadId", expected.thread_id, params.get("threadId"))
-        if params.get("turnId") != expected.turn_id:
-            return _differs("turnId", expected.turn_id, params.get("turnId"))
-        if params.get("callId") != expected.call_id:
-            return _differs("callId", expected.call_id, params.get("callId"))
-        return RELEASED
+        return _released(params, (("threadId", expected.thread_id),
+                                  ("turnId", expected.turn_id), ("callId", expected.call_id)))
     if method != "item/completed":
         return _differs("method", "item/completed", method)
     item = params.get("item")

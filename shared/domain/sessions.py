@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -96,12 +95,6 @@ class Decision:
     log: list[str] = field(default_factory=list)
 
 
-def fingerprint(value: Any) -> str:
-    """Identity of a submission: canonical JSON (sorted keys) — which fields were present counts."""
-    raw = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 class IdSource:
     """Deterministic ids derived from the source record so a re-decision (never expected, but
     possible after a lost journal write) mints the same ids."""
@@ -128,9 +121,12 @@ def _item(sess: SessionState, seq: int, ids: IdSource, now: str, kind: str, **bo
 
 
 class _Builder:
-    def __init__(self, state: SessionState, ids: IdSource, now: str) -> None:
+    """The Items one decision adds, numbered after the Session's last, their ids minted from the
+    decided record's source key."""
+
+    def __init__(self, state: SessionState, source_key: str, now: str) -> None:
         self.state = state
-        self.ids = ids
+        self.ids = IdSource(source_key)
         self.now = now
         self.items: list[Json] = []
 
@@ -212,7 +208,6 @@ def _idempotency(key: str, record: Json, status: int, body: Json) -> Json:
 def decide_create(record: Json, now: str) -> Decision:
     sid = record["session_id"]
     key = request_source(record["request_id"])
-    ids = IdSource(key)
     state = SessionState(
         session_id=sid,
         harness=record["harness"],
@@ -221,8 +216,8 @@ def decide_create(record: Json, now: str) -> Decision:
         metadata=copy.deepcopy(record.get("metadata")),
         tenant=record.get("tenant") or DEFAULT_TENANT,
     )
-    turn_id = ids.next("turn")
-    b = _Builder(state, ids, now)
+    b = _Builder(state, key, now)
+    turn_id = b.ids.next("turn")
     extra = _passthrough(record)
     msgs = _message_items(b, record["messages"], record["event_id"], turn_id, extra)
     b.add("turn", turn_id=turn_id, state="started", reason=None)
@@ -250,15 +245,14 @@ def decide_create(record: Json, now: str) -> Decision:
 
 def decide_message(state: SessionState, record: Json, now: str) -> Decision:
     key = request_source(record["request_id"])
-    ids = IdSource(key)
-    b = _Builder(state, ids, now)
+    b = _Builder(state, key, now)
     if state.turn_running and state.turn_id:
         delivery: Delivery = "steered"
         turn_id = state.turn_id
         kind = "steer"
     else:
         delivery = "started"
-        turn_id = ids.next("turn")
+        turn_id = b.ids.next("turn")
         kind = "start"
     msgs = _message_items(b, record["messages"], record["event_id"], turn_id, _passthrough(record))
     if delivery == "started":
@@ -284,8 +278,7 @@ def decide_steer_refused(state: SessionState, fact: Json, messages: list[Json], 
     then for an inactive Turn). ``messages`` are the event's stored message Items (storage
     reads them back: nothing is kept per steer on the hot path)."""
     key = fact_source(fact["fact_id"])
-    ids = IdSource(key)
-    b = _Builder(state, ids, now)
+    b = _Builder(state, key, now)
     d = Decision(source_key=key, session_id=state.session_id)
     event_id = fact["event_id"]
     if not messages:
@@ -301,7 +294,7 @@ def decide_steer_refused(state: SessionState, fact: Json, messages: list[Json], 
         kind = "steer"
     else:
         kind = "start"
-        turn_id = ids.next("turn")
+        turn_id = b.ids.next("turn")
         b.add("turn", turn_id=turn_id, state="started",
               reason=f"a message steered into {ended} reached the runtime after that Turn "
                      "ended; it starts this Turn")
@@ -318,8 +311,7 @@ def decide_steer_refused(state: SessionState, fact: Json, messages: list[Json], 
 
 def decide_tool_result(state: SessionState, record: Json, now: str) -> Decision:
     key = request_source(record["request_id"])
-    ids = IdSource(key)
-    b = _Builder(state, ids, now)
+    b = _Builder(state, key, now)
     sub = record["submission"]
     call_id = record["call_id"]
     item = b.add(
@@ -367,8 +359,7 @@ def decide_tool_result(state: SessionState, record: Json, now: str) -> Decision:
 def decide_fact(state: SessionState, fact: Json, now: str) -> Decision:
     """Facts from the dispatcher, the receipt tracker and runtime observations."""
     key = fact_source(fact["fact_id"])
-    ids = IdSource(key)
-    b = _Builder(state, ids, now)
+    b = _Builder(state, key, now)
     kind = fact["kind"]
     d = Decision(source_key=key, session_id=state.session_id)
     new = state

@@ -395,7 +395,7 @@ async def test_a_decision_from_stale_state_is_never_published(core: System) -> N
     texts = [(i["sequence"], p["text"]) for i in await all_items(core, sid)
              if i["type"] == "message" for p in i["content"]]
     assert texts == [(1, "two writers"), (3, "B, up to date"), (4, "C, behind B's back")]
-    b.invalidate()
+    b.decided.forget()
     out = await b.handle([late])
     assert [i["sequence"] for i in out.items] == [5]
     texts = [p["text"] for i in await all_items(core, sid) if i["type"] == "message"
@@ -419,7 +419,7 @@ async def test_a_record_decided_twice_is_caught_and_its_extra_items_removed(
     first = await a.handle([ev])
     with pytest.raises(StaleDecision):
         await b.handle([ev])
-    b.invalidate()
+    b.decided.forget()
     again = await b.handle([ev])
     assert json.dumps(again.items) == json.dumps(first.items)
     items = await all_items(core, sid)

@@ -15,7 +15,6 @@ from shared.domain.binding import (
     RuntimeInfo,
     check_delivery,
     choose,
-    eligible,
     from_registration,
     ineligibility,
     is_alive,
@@ -135,7 +134,7 @@ def test_eligibility(
     over: dict[str, Any], harness: str, placement: str, images: bool, expected: bool
 ) -> None:
     r = rt(**over)
-    assert eligible(r, harness, placement, images, NOW, TIMEOUT) is expected
+    assert (ineligibility(r, harness, placement, images, NOW, TIMEOUT) is None) is expected
     reason = ineligibility(r, harness, placement, images, NOW, TIMEOUT)
     assert (reason is None) is expected
 
@@ -302,7 +301,7 @@ def test_from_registration() -> None:
     assert r.bridge_protocol == 3
     assert r.message_images is True and r.function_result_images is False
     assert r.heartbeat_at == NOW - timedelta(seconds=1)
-    assert eligible(r, "claude_code", "none", True, NOW, TIMEOUT)
+    assert ineligibility(r, "claude_code", "none", True, NOW, TIMEOUT) is None
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from shared.domain.adapters import claude
 from shared.domain.errors import ApiError
 from shared.domain.harness import CLAUDE_CODE, PROFILES
 from shared.domain.validation import (
@@ -215,6 +216,9 @@ def test_profiles_match_the_spec_tables() -> None:
         assert p.text_only == (h == "minimax_code")
     assert PROFILES["claude_code"].bridge_protocols == frozenset({3})
     assert PROFILES["claude_code"].max_user_messages_per_turn == 64
+    # the Claude adapter's own constants state the same facts
+    assert claude.MAX_USER_MESSAGES_PER_TURN == CLAUDE_CODE.max_user_messages_per_turn
+    assert CLAUDE_CODE.bridge_protocols == frozenset({claude.BRIDGE_PROTOCOL})
     assert PROFILES["codex"].bridge_protocols is None
     assert not PROFILES["minimax_code"].function_results.public_functions
     assert PROFILES["claude_code"].function_results.image_formats == {"png", "jpeg"}

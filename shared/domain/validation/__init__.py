@@ -35,6 +35,7 @@ from shared.domain.validation.admitted import (
     AdmittedMessageEvent,
     AdmittedToolResult,
     Envelope,
+    Stamp,
 )
 from shared.domain.validation.envelope import check_body_size
 from shared.domain.validation.limits import Limits
@@ -48,6 +49,7 @@ __all__ = [
     "AdmittedToolResult",
     "Envelope",
     "Limits",
+    "Stamp",
     "check_body_size",
     "validate_create",
     "validate_event",

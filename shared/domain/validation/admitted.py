@@ -1,12 +1,16 @@
 """What admission returns for a valid body: the values exactly as sent (defensive deep copies)
-and their JSON-ready ``record()``. Built by the envelope step; handed out only after the images
-and the harness profile have passed too."""
+and their JSON-ready ``record()``; ``admitted_record(stamp)`` is the ``session.admitted/1`` record
+admission hands to storage. Built by the envelope step; handed out only after the images and the
+harness profile have passed too."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from typing import Any, Final, Literal
+
+from shared import records
+from shared.domain.idempotency import fingerprint
 
 MESSAGE_EVENT: Final = "agent.session.input.message"
 TOOL_RESULT_EVENT: Final = "agent.session.input.tool_result"
@@ -39,6 +43,30 @@ class Envelope:
 
 
 NO_ENVELOPE: Final = Envelope(None, None, None)
+
+
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    """What admission adds to an admitted body: the ids it minted, the time, the retry identity
+    of the body as sent (``fingerprint``) and the tenant."""
+
+    request_id: str
+    session_id: str
+    event_id: str
+    admitted_at: str
+    fingerprint: str
+    tenant: str
+
+    def head(self, op: str) -> dict[str, Any]:
+        return {
+            "schema": records.ADMITTED,
+            "op": op,
+            "request_id": self.request_id,
+            "session_id": self.session_id,
+            "event_id": self.event_id,
+            "admitted_at": self.admitted_at,
+            "fingerprint": self.fingerprint,
+        }
 
 
 class _Counted:
@@ -75,6 +103,21 @@ class AdmittedCreate(_Counted):
             "has_images": self.has_images,
         }
 
+    def admitted_record(self, stamp: Stamp) -> dict[str, Any]:
+        """``session.admitted/1``, ``op: sessions.create`` (key order as on the topic)."""
+        return {
+            **stamp.head(records.OP_CREATE),
+            "harness": self.harness,
+            "placement": self.placement,
+            "input_was_string": self.input_was_string,
+            "stream": self.stream,
+            "client_request_id": self.client_request_id,
+            **self.envelope.record(),
+            "has_images": self.has_images,
+            "messages": _copy(self.input),
+            "tenant": stamp.tenant,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class AdmittedMessageEvent(_Counted):
@@ -91,6 +134,19 @@ class AdmittedMessageEvent(_Counted):
             "client_event_id": self.client_event_id,
             **self.envelope.record(),
             "has_images": self.has_images,
+        }
+
+    def admitted_record(self, stamp: Stamp) -> dict[str, Any]:
+        """``session.admitted/1``, ``op: events.create``, a message (key order as on the
+        topic)."""
+        return {
+            **stamp.head(records.OP_EVENT),
+            "client_event_id": self.client_event_id,
+            **self.envelope.record(),
+            "has_images": self.has_images,
+            "event_type": self.type,
+            "messages": _copy(self.input),
+            "tenant": stamp.tenant,
         }
 
 
@@ -133,4 +189,22 @@ class AdmittedToolResult(_Counted):
             "client_event_id": self.client_event_id,
             **self.envelope.record(),
             "has_images": self.has_images,
+        }
+
+    def admitted_record(self, stamp: Stamp) -> dict[str, Any]:
+        """``session.admitted/1``, ``op: events.create``, a function result: the result as
+        ``submission`` and its identity as ``submission_fingerprint`` (key order as on the
+        topic)."""
+        submission = self.submission()
+        return {
+            **stamp.head(records.OP_EVENT),
+            "call_id": self.call_id,
+            "fields_present": list(self.fields_present),
+            "client_event_id": self.client_event_id,
+            **self.envelope.record(),
+            "has_images": self.has_images,
+            "event_type": self.type,
+            "submission": submission,
+            "tenant": stamp.tenant,
+            "submission_fingerprint": fingerprint(submission),
         }

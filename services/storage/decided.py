@@ -1,0 +1,106 @@
+"""What storage may take from its memory, and which records may already be decided.
+
+While this replica owns its partitions and nothing failed, it is the only writer of their
+Sessions: it keeps their states in memory and knows that no record of a batch was decided before,
+except one it decided itself lately (the same record twice in the log). Everything else it must
+learn from the store (the journal replays a decided record, the Session documents give the
+states). Three things make memory untrustworthy, and each has its window:
+
+- **assignment** (and start-up): the previous owner of a partition may have written up to one
+  batch (``batch_max`` records) past the committed offset without committing it (``kill -9``, a
+  commit lost in the rebalance), so the records from the first one seen up to ``batch_max`` later
+  are checked against the journal;
+- **revocation**: another replica may write the Sessions from now on;
+- **a failed batch**: it may have been decided and journaled in part. Its records come back —
+  possibly split over several batches, interleaved differently across the three topics — after
+  memory is trusted again (the first good batch makes it so), and each is checked whenever it
+  comes (replayed, never decided again at another sequence).
+
+Until a batch is decided from the store, nothing is trusted (every record is looked up, every
+Session state read). An empty batch read nothing from the store: it proves nothing.
+
+One object, shared by the app (offsets, rebalances), the handler (look-ups, Session states) and
+the rebalance listener, so the rules are read in one place and tested without a broker
+(tests/unit/test_storage_decided.py)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable
+
+from shared.domain.sessions import SessionState
+
+Partition = Hashable  # aiokafka's TopicPartition; any hashable name in tests
+Position = tuple[Partition, int]  # a record's partition and offset
+
+
+class DecidedState:
+    def __init__(self, batch_max: int, cache_size: int = 100_000) -> None:
+        self.batch_max = batch_max
+        self.cache_size = cache_size
+        self.trusted = False
+        self.recent: OrderedDict[str, None] = OrderedDict()  # source keys decided lately
+        self.sessions: OrderedDict[str, SessionState] = OrderedDict()
+        self.processed: dict[Partition, int] = {}  # next offset after written records
+        self.fresh: set[Partition] = set()  # assigned; no record seen since
+        self.verify_until: dict[Partition, int] = {}  # records before it: look up always
+
+    # ---- partitions ----------------------------------------------------------------
+    def assigned(self, partitions: Iterable[Partition]) -> None:
+        self.fresh |= set(partitions)
+        self.forget()
+
+    def revoked(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
+        """The written offsets of the revoked partitions, to commit before they are given up
+        (the new owner starts after them instead of deciding them again)."""
+        done = {tp: self.processed.pop(tp) for tp in partitions if tp in self.processed}
+        self.forget()
+        return done
+
+    def arrived(self, tp: Partition, offset: int) -> bool:
+        """A record comes in a batch: true if another writer (the partition's previous owner, or
+        a failed batch) may have decided it, so it is looked up even when memory is trusted."""
+        if tp in self.fresh:  # the first record since the assignment: the committed one
+            self.fresh.discard(tp)
+            self.verify_until[tp] = offset + self.batch_max
+        return offset < self.verify_until.get(tp, 0)
+
+    def batch_failed(self, positions: Iterable[Position]) -> None:
+        self.forget()
+        for tp, offset in positions:
+            self.verify_until[tp] = max(self.verify_until.get(tp, 0), offset + 1)
+
+    def batch_done(self, positions: Iterable[Position]) -> None:
+        for tp, offset in positions:
+            self.processed[tp] = max(self.processed.get(tp, 0), offset + 1)
+
+    def forget(self) -> None:
+        """Trust only the store until a batch is decided from it."""
+        self.sessions.clear()
+        self.recent.clear()
+        self.trusted = False
+
+    # ---- records and Sessions (the handler) ----------------------------------------
+    def needs_lookup(self, key: str, suspect: bool) -> bool:
+        """Whether the journal is read for the record with source key ``key``; ``suspect``: what
+        ``arrived`` said of it."""
+        return not self.trusted or suspect or key in self.recent
+
+    def session(self, session_id: str) -> SessionState | None:
+        """The Session's state as this replica last decided it, if that can be trusted."""
+        return self.sessions.get(session_id) if self.trusted else None
+
+    def decided(self, keys: Iterable[str], states: dict[str, SessionState]) -> None:
+        """A non-empty batch was decided from what the store and memory held, and written:
+        memory holds what the store holds."""
+        self.trusted = True
+        for sid, st in states.items():
+            self.sessions[sid] = st
+            self.sessions.move_to_end(sid)
+        while len(self.sessions) > self.cache_size:
+            self.sessions.popitem(last=False)
+        for k in keys:
+            self.recent[k] = None
+            self.recent.move_to_end(k)
+        while len(self.recent) > self.cache_size:
+            self.recent.popitem(last=False)
