@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from shared.domain.adapters import claude
 from shared.domain.errors import ApiError
 from shared.domain.harness import CLAUDE_CODE, PROFILES
+from shared.domain.harnesses import claude_code as claude
 from shared.domain.validation import (
     AdmittedCreate,
     AdmittedMessageEvent,
