@@ -28,15 +28,21 @@ class Watch:
         self._last_ok: float | None = None
         self._up = False
 
+    async def check(self) -> bool:
+        """Probe now, whatever the last probe's age, and return what it found. ``require``
+        goes by it from then on, so a readiness probe that finds the dependency gone also
+        refuses the next write (instead of one more hand-over on an older good probe)."""
+        ok = await self.probe()
+        self._checked = time.monotonic()
+        if ok:
+            self._last_ok = self._checked
+        self._up = ok or (self._last_ok is not None
+                          and self._checked - self._last_ok < self.grace_s)
+        return ok
+
     async def up(self) -> bool:
-        now = time.monotonic()
-        if now - self._checked > self.fresh_s:
-            ok = await self.probe()
-            self._checked = time.monotonic()
-            if ok:
-                self._last_ok = self._checked
-            self._up = ok or (self._last_ok is not None
-                              and self._checked - self._last_ok < self.grace_s)
+        if time.monotonic() - self._checked > self.fresh_s:
+            await self.check()
         return self._up
 
     async def require(self) -> None:

@@ -32,7 +32,7 @@ from shared.kafka import (
 from shared.logging import bound, get_logger
 from shared.service import raw_decoder
 from shared.settings import Settings
-from shared.store import database, make_client, ping, store_watch
+from shared.store import database, make_client, store_watch
 from shared.topics import topics_for
 
 log = get_logger(__name__)
@@ -64,9 +64,9 @@ class AdmissionService:
         self.dlq = DeadLetters(broker_send(self.broker), self.topics)
         self.replies = ReplyTail(settings, self.topics.storage_replies, self.dlq)
         self.items = ItemTail(settings, self.topics.session_items, self.dlq)
+        self.watches = (store_watch(self.client), broker_watch(self.broker))
         self.admission = Admission(settings, self.topics, self.broker, self.db, self.replies,
-                                   self.items,
-                                   (store_watch(self.client), broker_watch(self.broker)))
+                                   self.items, self.watches)
         self.http = build_http_app(settings, lambda: self.admission, self.ready)
         self.server: uvicorn.Server | None = None
         self.server_task: asyncio.Task[None] | None = None
@@ -123,8 +123,9 @@ class AdmissionService:
             "op must be 'sessions.create' or 'events.create'", "op"))
 
     async def ready(self) -> bool:
-        return (self.replies.ready.is_set() and await ping(self.client)
-                and await self.broker.ping(timeout=2.0))
+        # through the watches: what readiness finds, the next hand-over goes by
+        store, broker = self.watches
+        return self.replies.ready.is_set() and await store.check() and await broker.check()
 
     async def start(self, serve_http: bool = True) -> None:
         await ensure_topics(self.settings, self.topics)

@@ -68,3 +68,17 @@ async def test_a_failed_probe_within_the_grace_after_a_success_does_not_refuse()
     never.probe.answer = False  # type: ignore[attr-defined]
     with pytest.raises(KafkaConnectionError):
         await never.require()  # no success ever: no grace
+
+
+async def test_a_readiness_check_that_fails_refuses_the_next_request_at_once() -> None:
+    """/readyz probing the store gone must also stop the next hand-over: without it a write
+    right after /readyz turned 503 went on a good probe up to ``fresh_s`` old and answered 504
+    after the storage budget instead of 503 at once."""
+    probe = Probe()
+    w = Watch(probe, lambda: ConnectionFailure("store away"), fresh_s=60.0)
+    await w.require()  # a good probe, fresh for a minute
+    probe.answer = False
+    assert await w.check() is False
+    with pytest.raises(ConnectionFailure):
+        await w.require()
+    assert probe.calls == 2  # require went by the check, no third probe
