@@ -3,7 +3,8 @@ spec's three tables (message images, whitespace-only messages, function results)
 
 Admission reads ``message_images``, ``whitespace_only``, ``function_results``, ``placements``
 and ``max_user_messages_per_batch``; the binding choice (``shared.domain.binding``) reads
-``bridge_protocols``, and the Claude Code harness module both (``shared.domain.harnesses.claude_code``).
+``bridge_protocols``, and the Claude Code harness module
+(``shared.domain.harnesses.claude_code``) both.
 Nothing here does I/O.
 
 Spec table → field:
