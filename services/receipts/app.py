@@ -69,7 +69,10 @@ class ReceiptService:
     async def start(self) -> None:
         await ensure_topics(self.settings, self.topics)
         await self.repo.ensure_indexes()
-        await self.tracker.recover()  # every pending deadline is tracked before a consumer runs
+        # Every pending deadline is tracked before a consumer runs; the producer is connected
+        # first: a reloaded call may take a reloaded kept receipt at once, and publish.
+        await self.broker.connect()
+        await self.tracker.recover()
         await self.broker.start()
         # Calls that fell due while no tracker ran are decided like every other deadline: once
         # the observations consumer has read what was published before them.

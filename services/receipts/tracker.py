@@ -123,6 +123,31 @@ class Tracker:
         for d in sorted(await self.store.early(), key=lambda d: d["at"]):
             if d["at"] >= horizon:
                 self._keep_early(d["session_id"], json.loads(d["obs"]), d["at"], save=False)
+        await self._offer_kept()
+
+    async def _offer_kept(self) -> None:
+        """Offer the reloaded kept observations to the reloaded calls of their Sessions. A
+        tracker killed after a call's pending record was stored but before the call took the
+        receipt kept for it (or before its verdict's claim landed) leaves both in the store,
+        and neither is read again: the observation's offset is committed, and a delivery read
+        again does not reopen a tracked call. Before, a kept observation was offered only to
+        calls opened later, and such a call ended ``uncertain`` at its deadline."""
+        sids = [sid for sid in self.early if sid in self.by_session]
+        if not sids:
+            return
+        await self.resolve(sids)
+        for sid in sids:
+            for seen_at, obs in list(self.early.get(sid, ())):
+                for cid in list(self.by_session.get(sid, ())):
+                    key = (sid, cid)
+                    rec = self.calls.get(key)
+                    if rec is None or rec.state is not State.PENDING:
+                        continue
+                    with bound(session_id=sid, call_id=cid):
+                        try:
+                            await self._offer(key, rec, obs, seen_at)
+                        except Exception:  # its verdict is held for the timer to send again
+                            log.warning("receipts.kept_offer_failed", exc_info=True)
 
     def _track(self, expected: Expected, deadline: float, resolved: bool = True) -> CallRecord:
         key = (expected.session_id, expected.call_id)
