@@ -417,3 +417,43 @@ def test_a_kept_receipt_is_offered_to_the_call_a_restarted_tracker_reloads(kille
 
     run(scenario())
     assert [f["state"] for f in facts.verdicts()["s/a"]] == ["applied"]
+
+
+class OpensDuringLookup(MemoryReceiptStore):
+    """The deliveries consumer runs beside the observations consumer: while the ``n``-th
+    look-up of announced calls is in the store, ``during`` (a delivery batch) runs."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+        self.during: Any = None
+
+    async def calls(self, ids: list[str]) -> dict[str, Doc]:
+        self.n -= 1
+        if self.n == 0 and self.during is not None:
+            await self.during
+        return await super().calls(ids)
+
+
+def test_a_receipt_read_while_its_call_is_opened_is_offered_once_the_call_is_resolved() -> None:
+    """Session s has call c pending whose announcement is not read yet (after a restart the
+    deliveries are read ahead of the observations). B's receipt is read; while the tracker looks
+    up the Session's calls, B's delivery is read and B opened — with nothing kept for it yet.
+    The receipt was then offered to B before B's announced ids were filled in (no match) and
+    kept, but a kept observation is offered only to calls opened later: B ended `uncertain`."""
+    store, facts, clock = OpensDuringLookup(n=2), Facts(), Clock()
+    t = tracker(store, facts, clock)
+    handed = clock()
+
+    async def scenario() -> None:
+        await t.observe_batch([(announced("s", "b"), handed - 1)])
+        await t.open_call(delivery("s", "c"), handed - 2)  # c's announcement: not read yet
+        store.during = t.open_call(delivery("s", "b"), handed)
+        await t.observe_batch([(receipt("s", "b"), handed + 0.01)])
+        clock.now = handed + WINDOW + 1
+        t.read_up_to = clock()
+        await t.fire_due(t.decidable(clock()))
+        await t.drain()
+
+    run(scenario())
+    assert [f["state"] for f in facts.verdicts()["s/b"]] == ["applied"]
