@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 from faststream import AckPolicy
@@ -69,7 +70,10 @@ class ReceiptService:
     async def start(self) -> None:
         await ensure_topics(self.settings, self.topics)
         await self.repo.ensure_indexes()
-        await self.tracker.recover()  # every pending deadline is tracked before a consumer runs
+        # Every pending deadline is tracked before a consumer runs; the producer is connected
+        # first: a reloaded call may take a reloaded kept receipt at once, and publish.
+        await self.broker.connect()
+        await self.tracker.recover()
         await self.broker.start()
         # Calls that fell due while no tracker ran are decided like every other deadline: once
         # the observations consumer has read what was published before them.
@@ -105,4 +109,8 @@ class ReceiptService:
         batch = await decode_batch(self.dlq, msg.raw_message, self.schemas)
         await self.tracker.observe_batch([(rec, raw.timestamp / 1000.0) for raw, rec in batch])
         raws = msg.raw_message
-        self.reader.handled(raws if isinstance(raws, tuple) else (raws,))
+        recs = raws if isinstance(raws, tuple) else (raws,)
+        if recs and log.is_enabled_for(logging.DEBUG):
+            log.debug("receipts.observations_handled", first=[recs[0].partition, recs[0].offset],
+                      last=[recs[-1].partition, recs[-1].offset], n=len(recs))
+        self.reader.handled(recs)

@@ -134,6 +134,8 @@ class StreamReader(ConsumerRebalanceListener):  # type: ignore[misc]
             firsts = await consumer.beginning_offsets(unknown)
             for tp in unknown:
                 committed = await consumer.committed(tp)
+                log.debug("receipts.read_start", topic=tp.topic, partition=tp.partition,
+                          committed=committed, first=firsts.get(tp, 0))
                 # records before the log's start are gone: nothing there to wait for
                 self.read.start_at(tp.partition, max(committed or 0, firsts.get(tp, 0)))
         tps = [TopicPartition(self.topic, p) for p in sorted(self.read.assigned or ())]

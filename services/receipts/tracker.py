@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 import uuid
 from collections import defaultdict, deque
@@ -56,6 +57,27 @@ EARLY_KEPT = 4096  # observations no tracked call took, kept for a delivery that
 
 Key = tuple[str, str]  # (session_id, call_id)
 SendFacts = Callable[[list[Doc]], Awaitable[None]]
+
+
+def obs_ids(obs: Doc) -> list[str]:
+    """The call ids an observation is about (diagnostics: debug lines only)."""
+    refusal = obs.get("refusal")
+    if isinstance(refusal, dict):
+        return [str(refusal.get("call_id"))]
+    native = obs.get("native")
+    if not isinstance(native, dict):
+        return []
+    params = native.get("params")
+    if isinstance(params, dict):
+        item = params.get("item")
+        cid = item.get("id") if isinstance(item, dict) else params.get("callId")
+        return [f"{native.get('method')}:{cid}:{params.get('turnId')}"]
+    message = native.get("message")
+    blocks = message.get("content") if isinstance(message, dict) else None
+    if isinstance(blocks, list):
+        return [f"{native.get('type')}:{b.get('tool_use_id') or b.get('id')}" for b in blocks
+                if isinstance(b, dict) and b.get("type") in ("tool_result", "tool_use")]
+    return [str(native.get("type") or native.get("method"))]
 
 
 def fact(sid: str, cid: str, step: Publish) -> Doc:
@@ -123,6 +145,35 @@ class Tracker:
         for d in sorted(await self.store.early(), key=lambda d: d["at"]):
             if d["at"] >= horizon:
                 self._keep_early(d["session_id"], json.loads(d["obs"]), d["at"], save=False)
+        if log.is_enabled_for(logging.DEBUG):
+            log.debug("receipts.recovered", pending=sorted(f"{s}/{c}" for s, c in self.calls),
+                      early=[f"{s}:{i}" for s, q in self.early.items() for _, o in q
+                             for i in obs_ids(o)])
+        await self._offer_kept()
+
+    async def _offer_kept(self) -> None:
+        """Offer the reloaded kept observations to the reloaded calls of their Sessions. A
+        tracker killed after a call's pending record was stored but before the call took the
+        receipt kept for it (or before its verdict's claim landed) leaves both in the store,
+        and neither is read again: the observation's offset is committed, and a delivery read
+        again does not reopen a tracked call. Before, a kept observation was offered only to
+        calls opened later, and such a call ended ``uncertain`` at its deadline."""
+        sids = [sid for sid in self.early if sid in self.by_session]
+        if not sids:
+            return
+        await self.resolve(sids)
+        for sid in sids:
+            for seen_at, obs in list(self.early.get(sid, ())):
+                for cid in list(self.by_session.get(sid, ())):
+                    key = (sid, cid)
+                    rec = self.calls.get(key)
+                    if rec is None or rec.state is not State.PENDING:
+                        continue
+                    with bound(session_id=sid, call_id=cid):
+                        try:
+                            await self._offer(key, rec, obs, seen_at)
+                        except Exception:  # its verdict is held for the timer to send again
+                            log.warning("receipts.kept_offer_failed", exc_info=True)
 
     def _track(self, expected: Expected, deadline: float, resolved: bool = True) -> CallRecord:
         key = (expected.session_id, expected.call_id)
@@ -234,6 +285,12 @@ class Tracker:
         await self.resolve({e.session_id for e, _ in opened if e.session_id in self.early})
         for expected, _ in opened:
             key = (expected.session_id, expected.call_id)
+            if log.is_enabled_for(logging.DEBUG):
+                log.debug("receipts.opened", session_id=key[0], call_id=key[1],
+                          unresolved=key in self.unresolved,
+                          early=[i for _, o in self.early.get(key[0], ()) for i in obs_ids(o)])
+            if key in self.unresolved and self.early.get(key[0]):
+                await self.resolve([key[0]])  # kept while the look-up above was under way
             for seen_at, obs in list(self.early.get(key[0], ())):
                 call = self.calls.get(key)
                 if call is None:
@@ -266,18 +323,31 @@ class Tracker:
             if late is not None and not isinstance(late, NotAMatch):
                 with bound(session_id=sid, call_id=cid):
                     await self._step((sid, cid), done.observe(late, at))
-        await self.resolve([sid])
+        # Offered to every call of the Session, each once its announced ids are filled in. A
+        # call opened while this runs (the deliveries consumer runs beside it) is offered too:
+        # it may have looked for kept observations before this one is kept. Only once no call
+        # is left is the observation kept, with no wait in between — a call opened from then
+        # on finds it kept.
         taken = False
-        for cid in list(self.by_session.get(sid, ())):
-            key = (sid, cid)
-            rec = self.calls.get(key)
-            if rec is None:
-                continue
-            with bound(session_id=sid, call_id=cid):
-                taken = await self._offer(key, rec, obs, at) or taken
-        if not taken and may_decide(obs):
+        offered: set[str] = set()
+        while todo := [c for c in self.by_session.get(sid, ()) if c not in offered]:
+            await self.resolve([sid])  # the calls in ``todo``, tracked before it
+            for cid in todo:
+                offered.add(cid)
+                key = (sid, cid)
+                rec = self.calls.get(key)
+                if rec is None:
+                    continue
+                with bound(session_id=sid, call_id=cid):
+                    taken = await self._offer(key, rec, obs, at) or taken
+        kept = not taken and may_decide(obs)
+        if kept:
             # its delivery may be read later (another topic): kept, other calls pending or not
             self._keep_early(sid, obs, at)
+        if log.is_enabled_for(logging.DEBUG):
+            log.debug("receipts.observed", session_id=sid, ids=obs_ids(obs), at=at,
+                      taken=taken, kept=kept, offered=sorted(offered),
+                      unresolved=sorted(c for c in offered if (sid, c) in self.unresolved))
 
     async def _offer(self, key: Key, rec: CallRecord, obs: Doc, at: float) -> bool:
         """Apply one observation to one tracked call; ``True`` when it was about that call."""
@@ -325,6 +395,10 @@ class Tracker:
         docs, self.unsaved_early = self.unsaved_early, []
         if docs:
             await self.store.keep_early(docs)
+            if log.is_enabled_for(logging.DEBUG):
+                log.debug("receipts.early_saved", ids=[
+                    f"{d['session_id']}:{i}" for d in docs
+                    for i in obs_ids(json.loads(d["obs"]))])
         now = self.clock()
         if now - self.early_swept > EARLY_SWEEP_S:
             self.early_swept = now

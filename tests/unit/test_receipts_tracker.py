@@ -13,8 +13,10 @@ clock ticks, and checks after every step:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -121,6 +123,30 @@ def test_read_up_to_needs_an_assignment_and_every_partition_handled() -> None:
     assert r.reached({})  # a member with no partitions has nothing to wait for
 
 
+class Killed(BaseException):
+    """kill -9: the store got the write, the tracker never saw the answer."""
+
+
+class KilledAfter(MemoryReceiptStore):
+    """The store a tracker is killed against: the write named ``after`` lands, then the
+    tracker dies (its task never resumes)."""
+
+    def __init__(self, after: str) -> None:
+        super().__init__()
+        self.after = after
+
+    async def open_pending(self, docs: list[Doc]) -> dict[str, float]:
+        kept = await super().open_pending(docs)
+        if self.after == "open_pending":
+            raise Killed
+        return kept
+
+    async def claim(self, docs: list[Doc]) -> set[int]:
+        if self.after == "before_claim":
+            raise Killed  # the claim never reached the store
+        return await super().claim(docs)
+
+
 # ---- the state machine ---------------------------------------------------------------------------
 
 SIDS = ("s1", "s2")
@@ -132,7 +158,7 @@ class TrackerMachine(RuleBasedStateMachine):
     @initialize()
     def setup(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.store, self.facts, self.clock = MemoryReceiptStore(), Facts(), Clock()
+        self.store, self.facts, self.clock = KilledAfter(""), Facts(), Clock()
         self.t: Tracker = self.new_tracker()
         self.queue: list[tuple[Doc, float]] = []  # observations printed, not read yet
         self.announced: set[Key] = set()
@@ -223,9 +249,13 @@ class TrackerMachine(RuleBasedStateMachine):
         self.printed.setdefault(key, []).append((self.clock(), "refusal"))
 
     @precondition(lambda self: any(k not in self.handed for k in self.announced))
-    @rule(data=st.data(), crash_between=st.booleans())
-    def receipt_overtakes_delivery(self, data: st.DataObject, crash_between: bool) -> None:
-        """The receipt is read before its delivery record (two topics, two consumers)."""
+    @rule(data=st.data(), crash_between=st.booleans(),
+          crash_in=st.sampled_from(["", "open_pending", "before_claim"]))
+    def receipt_overtakes_delivery(self, data: st.DataObject, crash_between: bool,
+                                   crash_in: str) -> None:
+        """The receipt is read before its delivery record (two topics, two consumers); the
+        tracker may be killed before the delivery is read, or while it opens the call (after
+        the pending record is stored, or before the verdict's claim lands)."""
         key = data.draw(st.sampled_from(sorted(k for k in self.announced
                                                if k not in self.handed)))
         handed = self.clock()
@@ -237,7 +267,17 @@ class TrackerMachine(RuleBasedStateMachine):
         if crash_between:
             self.restart(kill=True)
         self.clock.now += 0.01
+        if crash_in:
+            self.store.after = crash_in
+            self.loop.run_until_complete(self.killed(self.t.open_call(delivery(*key), handed)))
+            self.store.after = ""
+            self.restart(kill=True)
         self.open(key)
+
+    @staticmethod
+    async def killed(coro: Any) -> None:
+        with contextlib.suppress(Killed):
+            await coro
 
     # -- the tracker's consumers, clock and faults
     @rule(n=st.integers(min_value=1, max_value=4))
@@ -342,3 +382,78 @@ def test_a_receipt_kept_for_its_delivery_is_not_crowded_out_by_other_observation
 
     run(scenario())
     assert [f["state"] for f in facts.verdicts()["s/a"]] == ["applied"]
+
+
+
+@pytest.mark.parametrize("killed", ["open_pending", "before_claim"])
+def test_a_kept_receipt_is_offered_to_the_call_a_restarted_tracker_reloads(killed: str) -> None:
+    """The chaos row `kill -9 receipts`: the receipt (printed 10 ms after the delivery) is read
+    first and kept (stored, its offset committed); the delivery is read and its pending record
+    stored, then the tracker is killed before the call took the kept receipt (or before the
+    verdict's claim landed). The restarted tracker reloads both the call and the receipt; the
+    delivery is not read again (or is, and is skipped: the call is tracked already). Before the
+    fix the kept receipt was offered only to calls opened later, never to a reloaded one, and
+    the call ended `uncertain` at its deadline."""
+    store, facts, clock = KilledAfter(killed), Facts(), Clock()
+    t = tracker(store, facts, clock)
+    handed = clock()
+
+    async def scenario() -> None:
+        await t.observe_batch([(announced("s", "a"), handed - 1)])
+        await t.observe_batch([(receipt("s", "a"), handed + 0.01)])  # overtook its delivery
+        assert len(store.early_observations) == 1
+        with pytest.raises(Killed):
+            await t.open_call(delivery("s", "a"), handed)
+        assert "s/a" in store.pending_receipts and not store.receipt_verdicts
+        store.after = ""
+        clock.now += 3  # down 3 s
+        restarted = tracker(store, facts, clock)
+        await restarted.recover()
+        await restarted.open_call(delivery("s", "a"), handed)  # read again: skipped
+        clock.now = handed + WINDOW + 1
+        restarted.read_up_to = clock()
+        await restarted.fire_due(restarted.decidable(clock()))
+        await restarted.drain()
+
+    run(scenario())
+    assert [f["state"] for f in facts.verdicts()["s/a"]] == ["applied"]
+
+
+class OpensDuringLookup(MemoryReceiptStore):
+    """The deliveries consumer runs beside the observations consumer: while the ``n``-th
+    look-up of announced calls is in the store, ``during`` (a delivery batch) runs."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+        self.during: Any = None
+
+    async def calls(self, ids: list[str]) -> dict[str, Doc]:
+        self.n -= 1
+        if self.n == 0 and self.during is not None:
+            await self.during
+        return await super().calls(ids)
+
+
+def test_a_receipt_read_while_its_call_is_opened_is_offered_once_the_call_is_resolved() -> None:
+    """Session s has call c pending whose announcement is not read yet (after a restart the
+    deliveries are read ahead of the observations). B's receipt is read; while the tracker looks
+    up the Session's calls, B's delivery is read and B opened — with nothing kept for it yet.
+    The receipt was then offered to B before B's announced ids were filled in (no match) and
+    kept, but a kept observation is offered only to calls opened later: B ended `uncertain`."""
+    store, facts, clock = OpensDuringLookup(n=2), Facts(), Clock()
+    t = tracker(store, facts, clock)
+    handed = clock()
+
+    async def scenario() -> None:
+        await t.observe_batch([(announced("s", "b"), handed - 1)])
+        await t.open_call(delivery("s", "c"), handed - 2)  # c's announcement: not read yet
+        store.during = t.open_call(delivery("s", "b"), handed)
+        await t.observe_batch([(receipt("s", "b"), handed + 0.01)])
+        clock.now = handed + WINDOW + 1
+        t.read_up_to = clock()
+        await t.fire_due(t.decidable(clock()))
+        await t.drain()
+
+    run(scenario())
+    assert [f["state"] for f in facts.verdicts()["s/b"]] == ["applied"]
