@@ -12,7 +12,6 @@ from typing import Any, TypeAlias, TypeVar
 from aiokafka.structs import ConsumerRecord
 
 from shared.domain.poison import UNEXPECTED_SCHEMA, Poison
-from shared.domain.recordcheck import accept
 from shared.kafka import DeadLetters
 from shared.logging import get_logger
 from shared.typedrecords import Decoded, RecordType
@@ -28,16 +27,6 @@ async def raw_decoder(msg: Any) -> Any:
 
 Raw: TypeAlias = "ConsumerRecord[bytes, bytes]"
 T = TypeVar("T")
-
-
-async def decode_batch(
-    dlq: DeadLetters, raws: tuple[Raw, ...] | Any, schemas: Mapping[str, frozenset[str]],
-) -> list[tuple[Raw, dict[str, Any]]]:
-    """The records of a batch that are one of their topic's ``schemas``
-    (``shared.domain.recordcheck``); every other one goes to its topic's DLQ, and the batch goes
-    on without it."""
-    return await _sift(dlq, raws,
-                       lambda r: accept(r.value or b"", schemas.get(r.topic, frozenset())))
 
 
 async def decode_records(

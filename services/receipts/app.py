@@ -16,11 +16,11 @@ from faststream.kafka.annotations import KafkaMessage
 from services.receipts.progress import StreamReader
 from services.receipts.repository import ReceiptRepository
 from services.receipts.tracker import Tracker
-from shared import records
+from shared import typedrecords
 from shared.kafka import DeadLetters, broker_send, ensure_topics, make_broker, max_record_bytes
 from shared.kafka import publish as publish_record
 from shared.logging import get_logger
-from shared.service import decode_batch, raw_decoder
+from shared.service import decode_records, raw_decoder
 from shared.settings import Settings
 from shared.store import Doc, database, make_client, ping
 from shared.topics import topics_for
@@ -39,8 +39,9 @@ class ReceiptService:
         self.repo = ReceiptRepository(self.db)
         self.tracker = Tracker(self.repo, self.send_facts, settings.receipt_window_s)
         self.dlq = DeadLetters(broker_send(self.broker), self.topics)
-        self.schemas = {self.topics.runtime_deliveries: frozenset({records.DELIVERY}),
-                        self.topics.runtime_observations: frozenset({records.OBSERVATION})}
+        self.types: typedrecords.TopicTypes = {
+            self.topics.runtime_deliveries: typedrecords.DELIVERY,
+            self.topics.runtime_observations: typedrecords.OBSERVATION}
         self.tasks: list[asyncio.Task[None]] = []
         common: dict[str, Any] = {
             "auto_offset_reset": "earliest", "max_partition_fetch_bytes":
@@ -97,17 +98,18 @@ class ReceiptService:
         return await ping(self.client) and await self.broker.ping(timeout=2.0)
 
     async def on_deliveries(self, body: Any, msg: KafkaMessage) -> None:
-        batch = [(rec, raw.timestamp / 1000.0)
-                 for raw, rec in await decode_batch(self.dlq, msg.raw_message, self.schemas)
-                 if rec.get("kind") == "function_result"]
+        batch = [(got.value, raw.timestamp / 1000.0)
+                 for raw, got in await decode_records(self.dlq, msg.raw_message, self.types)
+                 if got.value.get("kind") == "function_result"]
         if batch:
             await self.tracker.open_calls(batch)
         raws = msg.raw_message
         self.deliveries_reader.handled(raws if isinstance(raws, tuple) else (raws,))
 
     async def on_observations(self, body: Any, msg: KafkaMessage) -> None:
-        batch = await decode_batch(self.dlq, msg.raw_message, self.schemas)
-        await self.tracker.observe_batch([(rec, raw.timestamp / 1000.0) for raw, rec in batch])
+        batch = await decode_records(self.dlq, msg.raw_message, self.types)
+        await self.tracker.observe_batch([(got.value, raw.timestamp / 1000.0)
+                                          for raw, got in batch])
         raws = msg.raw_message
         recs = raws if isinstance(raws, tuple) else (raws,)
         if recs and log.is_enabled_for(logging.DEBUG):

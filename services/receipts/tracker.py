@@ -81,9 +81,9 @@ def obs_ids(obs: Doc) -> list[str]:
 
 
 def fact(sid: str, cid: str, step: Publish) -> Doc:
-    return {"schema": records.FACT, "fact_id": f"rcpt:{sid}/{cid}", "session_id": sid,
-            "kind": "application", "call_id": cid, "state": str(step.state),
-            "reason": step.reason}
+    return records.fact_record(sid, f"rcpt:{sid}/{cid}", {
+        "kind": "application", "call_id": cid, "state": str(step.state),
+        "reason": step.reason})
 
 
 class Tracker:

@@ -1,6 +1,6 @@
-"""Which records the receipt tracker accepts from its topics (shared.domain.recordcheck, until
-it decodes with shared.typedrecords like every other consumer): everything else is poison, with
-a reason code for the metric label."""
+"""Which records the receipt tracker accepts from its topics (``runtime.deliveries`` and
+``runtime.observations``, decoded with ``shared.typedrecords`` like every other consumer):
+everything else is poison, with a reason code for the metric label."""
 
 from __future__ import annotations
 
@@ -12,15 +12,13 @@ from typing import Any
 
 import pytest
 
-from shared import records
-from shared.domain.recordcheck import (
+from shared import records, typedrecords
+from shared.domain.poison import (
     INVALID_FIELDS,
     NO_SCHEMA,
-    REQUIRED,
     UNDECODABLE,
     UNEXPECTED_SCHEMA,
     Poison,
-    accept,
 )
 from shared.health import serve_health
 from shared.kafka import DLQ_RECORDS, dlq_envelope
@@ -34,8 +32,21 @@ GOOD: dict[str, dict[str, Any]] = {
 }
 
 
+TYPES = {records.OBSERVATION: typedrecords.OBSERVATION, records.DELIVERY: typedrecords.DELIVERY,
+         records.CONTROL: typedrecords.CONTROL}
+REQUIRED = {records.OBSERVATION: ("runtime_id", "session_id"),
+            records.DELIVERY: ("delivery_id", "runtime_id", "session_id", "kind")}
+
+
 def _raw(v: Any) -> bytes:
     return json.dumps(v).encode()
+
+
+def accept(raw: bytes, schemas: frozenset[str]) -> Any:
+    """The decoded record as the tracker hands it on, or the poison."""
+    (schema,) = schemas
+    got = TYPES[schema].decode(raw)
+    return got if isinstance(got, Poison) else got.value
 
 
 @pytest.mark.parametrize("schema", sorted(GOOD))
