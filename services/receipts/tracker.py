@@ -45,6 +45,7 @@ from shared.domain.receipts import (
 from shared.logging import bound, get_logger
 from shared.metrics import RECEIPT_VERDICT_SECONDS, RECEIPT_VERDICTS
 from shared.store import Doc
+from shared.storekeys import call_key
 
 log = get_logger(__name__)
 DONE_KEPT = 10_000  # terminal calls remembered to log late receipts
@@ -146,7 +147,7 @@ class Tracker:
             if d["at"] >= horizon:
                 self._keep_early(d["session_id"], json.loads(d["obs"]), d["at"], save=False)
         if log.is_enabled_for(logging.DEBUG):
-            log.debug("receipts.recovered", pending=sorted(f"{s}/{c}" for s, c in self.calls),
+            log.debug("receipts.recovered", pending=sorted(call_key(s, c) for s, c in self.calls),
                       early=[f"{s}:{i}" for s, q in self.early.items() for _, o in q
                              for i in obs_ids(o)])
         await self._offer_kept()
@@ -218,9 +219,9 @@ class Tracker:
                 if (sid, cid) in self.unresolved]
         if not keys:
             return
-        found = await self.store.calls([f"{sid}/{cid}" for sid, cid in keys])
+        found = await self.store.calls([call_key(sid, cid) for sid, cid in keys])
         for key in keys:
-            call = found.get(f"{key[0]}/{key[1]}")
+            call = found.get(call_key(*key))
             if call is not None:
                 self._resolve_with(key, call)
 
@@ -233,7 +234,7 @@ class Tracker:
                 continue
             for c in classify_all(harness, obs.get("native")):
                 if isinstance(c, CallOpened):
-                    doc = {"_id": f"{sid}/{c.call_id}", "session_id": sid, "harness": harness,
+                    doc = {"_id": call_key(sid, c.call_id), "session_id": sid, "harness": harness,
                            "name": c.name, "native": c.native_ids}
                     docs.append(doc)
                     if (sid, c.call_id) in self.unresolved:
@@ -267,14 +268,14 @@ class Tracker:
             )
             deadline = handed_at + self.window
             opened.append((expected, deadline))
-            docs.append({"_id": f"{sid}/{cid}", "session_id": sid,
+            docs.append({"_id": call_key(sid, cid), "session_id": sid,
                          "expected": expected_doc(expected), "resolved": False,
                          "deadline": deadline, "handed_at": handed_at})
         stored = await self.store.open_pending(docs)
         now = self.clock()
         for expected, deadline in opened:
             sid, cid = expected.session_id, expected.call_id
-            deadline = stored.get(f"{sid}/{cid}", deadline)
+            deadline = stored.get(call_key(sid, cid), deadline)
             self._track(expected, deadline, resolved=False)
             if len(opened) <= 10:
                 with bound(session_id=sid, call_id=cid):
@@ -425,7 +426,7 @@ class Tracker:
         if not verdicts:
             return
         now = self.clock()
-        docs = [{"_id": f"{sid}/{cid}", "state": str(step.state), "reason": step.reason,
+        docs = [{"_id": call_key(sid, cid), "state": str(step.state), "reason": step.reason,
                  "by": id(self), "at": now} for (sid, cid), step in verdicts]
         lost = await self.store.claim(docs)
         mine = [v for i, v in enumerate(verdicts) if i not in lost]
@@ -451,7 +452,7 @@ class Tracker:
             # Off the timer's path. Should the tracker stop before it lands, the restarted one
             # finds the claim and only forgets the call.
             task = asyncio.create_task(self.store.settle(  # noqa: RUF006
-                [f"{s}/{c}" for (s, c), _ in mine]))
+                [call_key(s, c) for (s, c), _ in mine]))
             self.settling.add(task)
             task.add_done_callback(self.settling.discard)
         for key, step in mine:
