@@ -57,3 +57,15 @@ def test_the_environment_names_the_stack_unless_infrastructure_is_given(tmp_path
     given = Stack(tmp_path, external_kafka="kafka:9092", external_mongo="mongodb://db/")
     assert given.env() == {"KAFKA_BOOTSTRAP_SERVERS": "kafka:9092",
                            "MONGODB_URI": "mongodb://db/"}
+
+
+def test_the_controller_port_is_never_the_brokers_own() -> None:
+    """A reused state dir stored the port this run picked for the broker as its controller
+    port: Kafka's format refused two listeners on one port (seen in CI)."""
+    from deploy.local.stack.components import pick_controller_port
+
+    free = iter([9092, 9200, 9300])
+    assert pick_controller_port(9092, 9092, 27017, lambda p: p != 9093,
+                                lambda: next(free)) == 9200
+    assert pick_controller_port(9500, 9092, 27017, lambda p: True) == 9500
+    assert pick_controller_port(None, 9092, 9093, lambda p: True, lambda: 9400) == 9400

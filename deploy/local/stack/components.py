@@ -120,6 +120,23 @@ def mongodb_uri(opts: Options) -> str:
     return opts.external_mongo or f"mongodb://127.0.0.1:{opts.mongo_port}/"
 
 
+def pick_controller_port(stored: object, kafka_port: int, mongo_port: int,
+                         is_free: Callable[[int], bool] = port_free,
+                         fresh: Callable[[], int] = free_port) -> int:
+    """The KRaft controller's port: the one stored with the data (kept across restarts), else
+    the broker's + 1, else any free one — never the broker's or the store's own port (a state
+    dir reused by a later run may hold, as controller port, the port picked for the broker)."""
+    taken = {kafka_port, mongo_port}
+    if isinstance(stored, int) and stored not in taken and is_free(stored):
+        return stored
+    if kafka_port + 1 not in taken and is_free(kafka_port + 1):
+        return kafka_port + 1
+    port = fresh()
+    while port in taken:
+        port = fresh()
+    return port
+
+
 def kafka_component(opts: Options) -> Component:
     libs = install_kafka()
     st = opts.state
@@ -129,12 +146,7 @@ def kafka_component(opts: Options) -> Component:
     cport = opts.controller_port
     stored = st.data.get("kafka_controller_port")
     if cport is None:
-        if isinstance(stored, int) and port_free(stored):
-            cport = stored
-        elif opts.kafka_port + 1 != opts.mongo_port and port_free(opts.kafka_port + 1):
-            cport = opts.kafka_port + 1
-        else:
-            cport = free_port()
+        cport = pick_controller_port(stored, opts.kafka_port, opts.mongo_port)
     if (data / "meta.properties").exists() and stored != cport:
         log(f"kafka: controller port changed ({stored} -> {cport}); wiping {data} and reformatting")
         shutil.rmtree(data)
