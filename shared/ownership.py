@@ -19,6 +19,7 @@ OWNERS: dict[str, str] = {
     "idempotency": "storage",
     "image_chunks": "storage",
     "journal": "storage",
+    "applications": "storage",  # each call's verdict, inserted once
     # dispatcher: bindings, input waiting for a Runtime, the sweeper's lease
     "bindings": "dispatcher",
     "pending_deliveries": "dispatcher",
@@ -31,7 +32,8 @@ OWNERS: dict[str, str] = {
 }
 
 READ_GRANTS: dict[str, frozenset[str]] = {
-    "admission": frozenset({"sessions", "items", "calls", "idempotency", "image_chunks"}),
+    "admission": frozenset({"sessions", "items", "calls", "applications",
+                                        "idempotency", "image_chunks"}),
 }
 
 

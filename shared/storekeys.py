@@ -49,3 +49,10 @@ def request_source(request_id: str) -> str:
 def fact_source(fact_id: str) -> str:
     """The journal key of a fact's decision."""
     return f"fact:{fact_id}"
+
+
+def skipped_source(source_key: str) -> str:
+    """The journal's tombstone of a record that decided nothing (or was dead-lettered): it keeps
+    a partition's journaled records a prefix of its log (``services/storage/decided.py``). Its
+    own key, so the record may still be decided for real when it comes again."""
+    return f"skip:{source_key}"

@@ -6,6 +6,7 @@ with 503 ``unavailable`` (the HTTP layer's one mapping of "unreachable" exceptio
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
@@ -27,6 +28,7 @@ class Watch:
         self._checked = -1e9
         self._last_ok: float | None = None
         self._up = False
+        self._probing: asyncio.Future[bool] | None = None
 
     async def check(self) -> bool:
         """Probe now, whatever the last probe's age, and return what it found. ``require``
@@ -42,7 +44,11 @@ class Watch:
 
     async def up(self) -> bool:
         if time.monotonic() - self._checked > self.fresh_s:
-            await self.check()
+            # one probe in flight, whatever the number of requests that find the last one old
+            # (each probing would send a burst of probes every ``fresh_s`` under load)
+            if self._probing is None or self._probing.done():
+                self._probing = asyncio.ensure_future(self.check())
+            await asyncio.shield(self._probing)
         return self._up
 
     async def require(self) -> None:

@@ -152,7 +152,7 @@ class StorageService:
         suspects = {(tp, off) for tp, off in _positions(raws) if self.decided.arrived(tp, off)}
         decoded = await decode_records(self.dlq, raws, self.types)
         inputs = []
-        verify: set[str] = set()
+        held: list[tuple[tuple[Any, int], list[Any]]] = []  # each record's position, inputs
         source: dict[int, Any] = {}  # id(input) → the record it came from
         for raw, rec in decoded:
             try:
@@ -163,10 +163,12 @@ class StorageService:
             for inp in found:
                 source[id(inp)] = raw
             inputs.extend(found)
-            if (TopicPartition(raw.topic, raw.partition), raw.offset) in suspects:
-                verify.update(source_key(inp) for inp in found)
+            held.append(((TopicPartition(raw.topic, raw.partition), raw.offset), found))
+        await self._probe(held)
+        verify = {source_key(inp) for pos, found in held
+                  if pos in suspects and self.decided.in_window(*pos) for inp in found}
         try:
-            out = await self.handler.handle(inputs, frozenset(verify))
+            out = await self.handler.handle(inputs, frozenset(verify), defer_rest=True)
         except StaleDecision as exc:
             log.warning("storage.stale_decision", error=str(exc))
             raise
@@ -190,27 +192,40 @@ class StorageService:
                     self.decided.forget()
                     await self.dlq.record(source[id(inp)], Poison(
                         UNPROCESSABLE, f"processing failed: {exc!r}"[:300]))
+                    await self.repo.skipped({source_key(inp): inp["session_id"]})
                     continue
                 out.merge(one)
-        # Durable now: publish Items (by id, in sequence order) and inputs to deliver, then the
-        # answers. Each wave is sent without awaiting every record (the idempotent producer keeps
-        # the send order per partition, so per Session), then awaited as a whole before the next
-        # wave and before the offsets are committed.
-        wave = [self._send(self.topics.session_items,
-                           item_record(item, out.tenants[item["session_id"]]),
-                           item["session_id"]) for item in out.items]
-        wave += [self._send(self.topics.session_stored, records.stored_record(stored),
-                            stored["session_id"]) for stored in out.stored]
-        await asyncio.gather(*[await f for f in wave])
-        answers = []
+        # Durable now (Items and journal): hand the Items (by id, in sequence order) and the
+        # inputs to deliver to the producer without awaiting each (the idempotent producer keeps
+        # the send order per partition, so per Session); meanwhile write what derives from the
+        # journal (calls, verdicts, idempotency, Sessions), which a retry's answer and the next
+        # batch read; then the answers; then await every ack before the offsets are committed.
+        sent = [await self._send(self.topics.session_items,
+                                 item_record(item, out.tenants[item["session_id"]]),
+                                 item["session_id"]) for item in out.items]
+        sent += [await self._send(self.topics.session_stored, records.stored_record(stored),
+                                  stored["session_id"]) for stored in out.stored]
+        await self.repo.apply_rest(out.rest)
         for reply in out.replies:
             reply = await load_reply_items(self.repo, reply)
-            answers.append(await self._send(self.topics.storage_replies,
-                                            {"schema": records.STORAGE_REPLY, **reply},
-                                            reply["request_id"]))
-        await asyncio.gather(*answers)
+            sent.append(await self._send(self.topics.storage_replies,
+                                         {"schema": records.STORAGE_REPLY, **reply},
+                                         reply["request_id"]))
+        await asyncio.gather(*sent)
         if inputs:
             log.debug("storage.batch", records=len(inputs), items=len(out.items))
+
+    async def _probe(self, held: list[tuple[tuple[Any, int], list[Any]]]) -> None:
+        """Look up the first record (standing for any input) of each just-assigned partition:
+        if the journal does not hold it, it holds nothing after it (``DecidedState.probed``)."""
+        firsts: dict[Any, str] = {}
+        for (tp, _), found in held:
+            if found and tp in self.decided.unprobed and tp not in firsts:
+                firsts[tp] = source_key(found[0])
+        if firsts:
+            journaled = await self.repo.journaled(firsts.values())
+            for tp, key in firsts.items():
+                self.decided.probed(tp, key in journaled)
 
     async def _send(self, topic: str, record: dict[str, Any], key: str
                     ) -> Awaitable[Any]:

@@ -9,7 +9,12 @@ states). Three things make memory untrustworthy, and each has its window:
 - **assignment** (and start-up): the previous owner of a partition may have written up to one
   batch (``batch_max`` records) past the committed offset without committing it (``kill -9``, a
   commit lost in the rebalance), so the records from the first one seen up to ``batch_max`` later
-  are checked against the journal;
+  are checked against the journal — unless the first of them is not in the journal. Every
+  writer journals a partition's records in offset order (one ordered insert per batch; a record
+  that decides nothing leaves a tombstone, a dead-lettered one too), so what a previous owner
+  journaled past the committed offset is a prefix of the records from it: if the first record
+  (the first that stands for any input) was not journaled, none after it was, and the window
+  closes (``probed``) — one look-up per assignment instead of one per record;
 - **revocation**: another replica may write the Sessions from now on;
 - **a failed batch**: it may have been decided and journaled in part. Its records come back —
   possibly split over several batches, interleaved differently across the three topics — after
@@ -43,7 +48,10 @@ class DecidedState:
         self.sessions: OrderedDict[str, SessionState] = OrderedDict()
         self.processed: dict[Partition, int] = {}  # next offset after written records
         self.fresh: set[Partition] = set()  # assigned; no record seen since
-        self.verify_until: dict[Partition, int] = {}  # records before it: look up always
+        self.assigned_until: dict[Partition, int] = {}  # an assignment's window (see above)
+        self.unprobed: set[Partition] = set()  # an assignment window whose first record is
+        # not looked up yet
+        self.failed_until: dict[Partition, int] = {}  # a failed batch's records: look up always
 
     # ---- partitions ----------------------------------------------------------------
     def assigned(self, partitions: Iterable[Partition]) -> None:
@@ -62,13 +70,25 @@ class DecidedState:
         a failed batch) may have decided it, so it is looked up even when memory is trusted."""
         if tp in self.fresh:  # the first record since the assignment: the committed one
             self.fresh.discard(tp)
-            self.verify_until[tp] = offset + self.batch_max
-        return offset < self.verify_until.get(tp, 0)
+            self.assigned_until[tp] = offset + self.batch_max
+            self.unprobed.add(tp)
+        return self.in_window(tp, offset)
+
+    def in_window(self, tp: Partition, offset: int) -> bool:
+        return (offset < self.assigned_until.get(tp, 0)
+                or offset < self.failed_until.get(tp, 0))
+
+    def probed(self, tp: Partition, journaled: bool) -> None:
+        """The first record (standing for any input) of ``tp``'s assignment window was looked
+        up: not journaled means nothing after it was either, and the window closes."""
+        self.unprobed.discard(tp)
+        if not journaled:
+            self.assigned_until.pop(tp, None)
 
     def batch_failed(self, positions: Iterable[Position]) -> None:
         self.forget()
         for tp, offset in positions:
-            self.verify_until[tp] = max(self.verify_until.get(tp, 0), offset + 1)
+            self.failed_until[tp] = max(self.failed_until.get(tp, 0), offset + 1)
 
     def batch_done(self, positions: Iterable[Position]) -> None:
         for tp, offset in positions:

@@ -50,12 +50,17 @@ class Outputs:
     # name it (a multi-tenant consumer routes by it); the HTTP answers, one tenant's own view,
     # do not
     tenants: dict[str, str] = field(default_factory=dict)
+    # journaled decisions whose derived writes (calls, verdicts, idempotency, Sessions) are
+    # still to do: ``handle(…, defer_rest=True)`` leaves them to the caller, who does them while
+    # the Items are being published and before any answer is sent
+    rest: list[Json] = field(default_factory=list)
 
     def merge(self, other: Outputs) -> None:
         self.items += other.items
         self.stored += other.stored
         self.replies += other.replies
         self.tenants.update(other.tenants)
+        self.rest += other.rest
 
 
 # What storage reads from each of its topics' schemas.
@@ -166,10 +171,12 @@ class StorageHandler:
         states.update(await self.repo.roll_forward(loaded, missing))
         return states
 
-    async def handle(self, inputs: list[Json], verify: frozenset[str] = frozenset()
-                     ) -> Outputs:
+    async def handle(self, inputs: list[Json], verify: frozenset[str] = frozenset(),
+                     defer_rest: bool = False) -> Outputs:
         """``verify``: source keys that another writer may have decided although memory is
-        trusted (``DecidedState.arrived``)."""
+        trusted (``DecidedState.arrived``). ``defer_rest``: return after the commit point (Items
+        and journal written) with the derived writes in ``Outputs.rest``; the caller must
+        ``repo.apply_rest`` them before it answers anyone or decides the next batch."""
         out = Outputs()
         if not inputs:
             return out
@@ -194,6 +201,8 @@ class StorageHandler:
 
         replayed: list[Json] = []
         fresh: list[Decision] = []
+        skipped: list[Json] = []  # inputs that decided nothing: their tombstones
+        journaled: list[Decision | Json] = []  # fresh decisions and tombstones, in input order
         decided: dict[str, Decision] = {}
         repeats: list[Decision] = []  # a record redelivered within this same batch
         for r, key in zip(inputs, keys, strict=True):
@@ -210,8 +219,12 @@ class StorageHandler:
                        call_id=r.get("call_id")):
                 d = self._decide(r, states, idem, calls, refused, out)
             if d is None:
+                tomb = self.repo.tombstone(key, r["session_id"])
+                skipped.append(tomb)
+                journaled.append(tomb)
                 continue
             fresh.append(d)
+            journaled.append(d)
             decided[key] = d
             if d.state is not None:
                 states[d.session_id] = d.state
@@ -230,11 +243,18 @@ class StorageHandler:
             for j in replayed:
                 await self._replay_outputs(j, out)
         docs, chunks = [], []
-        for d in fresh:
-            doc, ch = self.repo.journal_doc(d)
-            docs.append(doc)
-            chunks.extend(ch)
-        await self.repo.write(docs, chunks)
+        for entry in journaled:
+            if isinstance(entry, Decision):
+                doc, ch = self.repo.journal_doc(entry)
+                chunks.extend(ch)
+                docs.append(doc)
+            else:
+                docs.append(entry)
+        await self.repo.commit(docs, chunks)
+        if defer_rest:
+            out.rest = docs
+        else:
+            await self.repo.apply_rest(docs)
         self.decided.decided(keys, {k: v for k, v in states.items() if v is not None})
         for d in fresh + repeats:  # a repeat answers again, with the same Items (same ids)
             out.items.extend(d.items)

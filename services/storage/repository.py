@@ -17,7 +17,7 @@ from shared import itemstore
 from shared.domain.sessions import Decision, SessionState
 from shared.store import Doc, find_by_ids
 from shared.storecodec import dumps, item_doc, pack, unpack
-from shared.storekeys import item_key
+from shared.storekeys import item_key, skipped_source
 
 DUPLICATE_KEY = 11000
 # Session updates per ``update`` command. FerretDB v1.24 keeps every statement's query cursor of
@@ -111,14 +111,39 @@ class StorageRepository:
             "stored": _strip_stored(stored),
             "call_updates": d.call_updates,
             "idempotency": [_strip_idem(x) for x in d.idempotency],
+            "applications": d.applications,
         }
         return doc, chunks
 
+    @staticmethod
+    def tombstone(source_key: str, session_id: str) -> Doc:
+        """The journal entry of a record that decided nothing (``storekeys.skipped_source``)."""
+        return {"_id": skipped_source(source_key), "session_id": session_id, "state": None,
+                "items": [], "reply": None, "stored": None, "call_updates": [],
+                "idempotency": [], "applications": [], "tombstone": True}
+
+    async def skipped(self, source_keys: dict[str, str]) -> None:
+        """Tombstones of dead-lettered records (source key → session id)."""
+        await insert_ignoring_duplicates(self.db.journal, [
+            _journal_row(self.tombstone(k, sid)) for k, sid in source_keys.items()])
+
+    async def journaled(self, source_keys: Iterable[str]) -> set[str]:
+        """Which of these records are in the journal, decided or as a tombstone."""
+        keys = list(source_keys)
+        found = await find_by_ids(self.db.journal, keys + [skipped_source(k) for k in keys])
+        return {k for k in keys if k in found or skipped_source(k) in found}
+
     async def write(self, journal_docs: list[Doc], chunks: list[Doc]) -> None:
-        """Apply decided records: chunks, Items, journal (the commit point), calls, idempotency,
-        Sessions. Items go before the journal so that a crash in between leaves Items without a
-        journal entry — found and removed by ``roll_forward`` — never a journal entry that
-        nothing points to."""
+        """Apply decided records: ``commit`` then ``apply_rest``."""
+        await self.commit(journal_docs, chunks)
+        await self.apply_rest(journal_docs)
+
+    async def commit(self, journal_docs: list[Doc], chunks: list[Doc]) -> None:
+        """Make decided records durable: chunks, Items, journal (the commit point). Items go
+        before the journal so that a crash in between leaves Items without a journal entry —
+        found and removed by ``roll_forward`` — never a journal entry that nothing points to.
+        What follows (``apply_rest``: calls, verdicts, idempotency, Sessions) is derived from
+        the journal and may lag behind it: ``roll_forward`` and replays finish it."""
         await insert_ignoring_duplicates(self.db.image_chunks, _dedupe(chunks))
         items = _item_docs(journal_docs)
         taken = await insert_in_order(self.db.items, items)
@@ -128,14 +153,12 @@ class StorageRepository:
                      if held.get(d["_id"], {}).get("source_key") != d["source_key"]]
             if other:
                 raise StaleDecision(f"Items already held by other decisions: {other[:5]}")
-        taken = await insert_in_order(
-            self.db.journal,
-            [{"_id": j["_id"], "session_id": j["session_id"], "payload": dumps(j)}
-             for j in journal_docs],
-        )
+        taken = await insert_in_order(self.db.journal, [_journal_row(j) for j in journal_docs])
+        # a tombstone may be there already: the record decided nothing before, either
+        tombstones = {j["_id"] for j in journal_docs if j.get("tombstone")}
+        taken = [d for d in taken if d["_id"] not in tombstones]
         if taken:
             raise StaleDecision(f"records decided before: {[d['_id'] for d in taken][:5]}")
-        await self._apply_rest(journal_docs)
 
     async def apply(self, journal_docs: list[Doc], stored: dict[str, int] | None = None
                     ) -> None:
@@ -144,7 +167,7 @@ class StorageRepository:
         replica); a replayed state not newer than it is not written (a Session never moves
         back)."""
         await self._insert_items(journal_docs)
-        await self._apply_rest(journal_docs, stored)
+        await self.apply_rest(journal_docs, stored)
 
     async def _insert_items(self, journal_docs: list[Doc]) -> None:
         await insert_ignoring_duplicates(self.db.items, _item_docs(journal_docs))
@@ -196,10 +219,11 @@ class StorageRepository:
             await self.db.items.delete_one({"_id": doc["_id"]})
             seq += 1
 
-    async def _apply_rest(self, journal_docs: list[Doc], stored: dict[str, int] | None = None
-                          ) -> None:
+    async def apply_rest(self, journal_docs: list[Doc], stored: dict[str, int] | None = None
+                         ) -> None:
         call_ops: list[UpdateOne] = []
         idem: list[Doc] = []
+        verdicts: list[Doc] = []
         latest: dict[str, Doc] = {}
         for j in journal_docs:
             for cu in j["call_updates"]:
@@ -210,11 +234,13 @@ class StorageRepository:
                     upd["$setOnInsert"] = pack(cu["set_on_insert"])
                 call_ops.append(UpdateOne({"_id": cu["_id"]}, upd, upsert=True))
             idem.extend(pack(x) for x in j["idempotency"])
+            verdicts.extend(j.get("applications", ()))
             if j["state"] is not None:
                 latest[j["session_id"]] = j["state"]
         if call_ops:
             await self.db.calls.bulk_write(call_ops, ordered=True)
         await insert_ignoring_duplicates(self.db.idempotency, idem)
+        await insert_ignoring_duplicates(self.db.applications, _dedupe(verdicts))
         await self._advance_sessions(
             {sid: st for sid, st in latest.items()
              if stored is None or st["version"] > stored.get(sid, -1)})
@@ -238,6 +264,10 @@ class StorageRepository:
     # ---- image rehydration for published / read Items ------------------------------
     async def rehydrate(self, items: list[Doc]) -> list[Doc]:
         return await itemstore.rehydrate(self.db, items)
+
+
+def _journal_row(j: Doc) -> Doc:
+    return {"_id": j["_id"], "session_id": j["session_id"], "payload": dumps(j)}
 
 
 def _item_docs(journal_docs: list[Doc]) -> list[Doc]:

@@ -92,6 +92,9 @@ class Decision:
     stored: Json | None = None  # the input the dispatcher must deliver
     call_updates: list[Json] = field(default_factory=list)  # {"_id", "$set": {...}}
     idempotency: list[Json] = field(default_factory=list)  # docs for the idempotency collection
+    # a call's final verdict, {"_id": call key, "state", "reason", "at"}: written once, never
+    # updated (an insert, not a per-call update statement: verdicts come in bursts)
+    applications: list[Json] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
 
 
@@ -411,13 +414,8 @@ def decide_fact(state: SessionState, fact: Json, now: str) -> Decision:
             reason=fact.get("reason"),
         )
         new = b.state
-        d.call_updates.append(
-            {
-                "_id": call_key(state.session_id, call_id),
-                "set": {"application": {"state": fact["state"], "reason": fact.get("reason"),
-                                        "at": now}},
-            }
-        )
+        d.applications.append({"_id": call_key(state.session_id, call_id),
+                               "state": fact["state"], "reason": fact.get("reason"), "at": now})
     elif kind == "binding":
         new = replace(
             state,

@@ -28,6 +28,7 @@ from services.storage.handler import StorageHandler, source_key
 from services.storage.repository import StaleDecision
 from shared import records
 from shared.kafka import encode, now_rfc3339
+from shared.storecodec import unpack
 from shared.settings import Settings
 from tests.integration.test_admission import open_call, read_topic, store_counts
 from tests.integration.test_foundation import admitted_create
@@ -312,6 +313,29 @@ async def test_a_record_the_previous_owner_decided_is_replayed_after_a_rebalance
     assert [i["sequence"] for i in stored] == [1, 2, 3]
     texts = [p["text"] for i in stored if i["type"] == "message" for p in i["content"]]
     assert texts.count("decided by A, not committed") == 1
+
+
+async def test_a_record_that_decides_nothing_leaves_a_tombstone_in_the_journal(
+        core: System) -> None:
+    """What a writer journaled past the committed offset must be a prefix of the partition's
+    records (services/storage/decided.py: a new owner that finds the first record missing from
+    the journal trusts that nothing after it is there). So a record that decides nothing — here
+    a fact for a Session not stored yet — is journaled too, as a tombstone; and the tombstone
+    does not stop it from being decided when it comes again and its Session exists."""
+    repo = core.storage.repo
+    h = StorageHandler(repo, now_rfc3339)
+    create = admitted_create("tombstone")
+    sid = create["session_id"]
+    early = {"schema": records.FACT, "fact_id": f"test:{uuid.uuid4().hex}", "session_id": sid,
+             "kind": "binding", "status": "bound", "runtime_id": "rt_tomb", "reason": None}
+    other = admitted_create("decided after it")
+    await h.handle([early, other])
+    keys = [source_key(early), source_key(other)]
+    assert await repo.journaled(keys) == set(keys)
+    await h.handle([create])
+    await h.handle([early], verify=frozenset({source_key(early)}))
+    doc = unpack(await repo.db.sessions.find_one({"_id": sid}))
+    assert doc is not None and doc["binding"]["runtime_id"] == "rt_tomb"
 
 
 async def _crash_after_items(core: System, orphan: bool

@@ -48,6 +48,22 @@ def test_the_window_after_an_assignment_is_one_batch_from_the_first_record() -> 
     assert not d.arrived("b", 0)  # never assigned since this object was made: no window
 
 
+def test_an_assignment_window_closes_when_its_first_record_was_not_journaled() -> None:
+    """What a previous owner journaled past the committed offset is a prefix: the first record
+    not journaled means none after it was, and nothing more is looked up; journaled, the whole
+    window is. A failed batch's records are looked up whatever a probe said."""
+    d = DecidedState(BATCH_MAX)
+    d.assigned(["a", "b"])
+    assert d.arrived("a", 10) and d.arrived("b", 20)
+    assert d.unprobed == {"a", "b"}
+    d.probed("a", journaled=False)
+    d.probed("b", journaled=True)
+    assert [d.arrived("a", o) for o in (11, 12)] == [False, False]
+    assert [d.arrived("b", o) for o in (21, 22, 23, 24)] == [True, True, True, False]
+    d.batch_failed([("a", 11), ("a", 12)])
+    assert d.arrived("a", 11) and d.arrived("a", 12) and not d.arrived("a", 13)
+
+
 def test_revocation_hands_over_the_written_offsets() -> None:
     d = DecidedState(BATCH_MAX)
     d.batch_done([("a", 3), ("a", 4), ("b", 9)])
@@ -116,17 +132,22 @@ class Storage(RuleBasedStateMachine):
         if not positions:
             return
         suspects = {p for p in positions if self.d.arrived(*p)}
+        for tp in sorted({tp for tp, _ in positions} & self.d.unprobed):  # as the app probes
+            first = min(p for p in positions if p[0] == tp)
+            self.d.probed(tp, first in self.maybe_decided)
+        suspects = {p for p in suspects if self.d.in_window(*p)}
         for p in positions:
             if p in self.maybe_decided:
                 assert self.d.needs_lookup(f"{p}", p in suspects), (p, self.d.__dict__)
         outcome = data.draw(st.sampled_from(["done", "done_commit_lost", "failed"]))
         if outcome == "failed":
-            # decided and journaled in part, in any order across partitions; redelivered. The
-            # rules assume a writer is never more than one batch past the committed offset
-            # (docs/storage.md), so not after a lost commit.
-            within = [(tp, o) for tp, o in positions if o < self.committed[tp] + BATCH_MAX]
-            if within:
-                self.maybe_decided |= set(data.draw(st.lists(st.sampled_from(within))))
+            # decided and journaled in part — a prefix of the batch (one ordered insert; a
+            # record deciding nothing leaves a tombstone); redelivered. The rules assume a
+            # writer is never more than one batch past the committed offset (docs/storage.md),
+            # so not after a lost commit.
+            prefix = positions[:data.draw(st.integers(0, len(positions)))]
+            self.maybe_decided |= {(tp, o) for tp, o in prefix
+                                   if o < self.committed[tp] + BATCH_MAX}
             self.d.batch_failed(positions)
             return
         self.maybe_decided |= set(positions)

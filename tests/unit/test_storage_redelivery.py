@@ -53,8 +53,8 @@ class Handler:
     def invalidate(self) -> None:
         pass
 
-    async def handle(self, inputs: list[Json], verify: frozenset[str] = frozenset()
-                     ) -> Outputs:
+    async def handle(self, inputs: list[Json], verify: frozenset[str] = frozenset(),
+                     defer_rest: bool = False) -> Outputs:
         self.asked.append(([i["fact_id"] for i in inputs], verify))
         if self.fail:
             raise OSError("the store went away mid-write")

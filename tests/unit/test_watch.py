@@ -82,3 +82,23 @@ async def test_a_readiness_check_that_fails_refuses_the_next_request_at_once() -
     with pytest.raises(ConnectionFailure):
         await w.require()
     assert probe.calls == 2  # require went by the check, no third probe
+
+
+async def test_concurrent_requests_share_one_probe() -> None:
+    """One probe per ``fresh_s`` whatever the request rate: 50 requests that all find the last
+    probe old wait for one probe together (each probing sent 50 broker/store probes at once
+    every second under load)."""
+    probe = Probe()
+
+    async def slow() -> bool:
+        await asyncio.sleep(0.05)
+        return await probe()
+
+    w = Watch(slow, lambda: ConnectionFailure("store away"), fresh_s=60.0)
+    await asyncio.gather(*(w.require() for _ in range(50)))
+    assert probe.calls == 1
+    probe.answer = False
+    w._checked = -1e9  # the last probe is old again
+    results = await asyncio.gather(*(w.require() for _ in range(50)), return_exceptions=True)
+    assert probe.calls == 2
+    assert all(isinstance(r, ConnectionFailure) for r in results)

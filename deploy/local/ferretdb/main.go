@@ -36,6 +36,13 @@ func main() {
 	certFile := flag.String("tls-cert-file", "", "server certificate (PEM) for -listen-tls")
 	keyFile := flag.String("tls-key-file", "", "its private key (PEM)")
 	caFile := flag.String("tls-ca-file", "", "CA (PEM) whose client certificates are required")
+	// WAL with synchronous=NORMAL is SQLite's own advice for WAL databases: a commit is
+	// durable once it is in the WAL file, which survives a crash (kill -9) of this process or of
+	// any client; only an operating-system crash or power loss can lose the last commits (as
+	// Kafka's default flush policy can). FULL fsyncs every statement, and FerretDB v1 runs every
+	// statement of a bulk write as its own transaction: ~1 ms each (docs/local-stack.md).
+	syncMode := flag.String("sqlite-synchronous", "normal",
+		"SQLite synchronous pragma for every connection: off, normal, full or extra")
 	idEvery := flag.Duration("id-index-interval", 200*time.Millisecond,
 		"how often to give new collections the exact _id index (idindex.go); 0 turns it off")
 	flag.Parse()
@@ -64,7 +71,7 @@ func main() {
 		},
 		Logger:    logger,
 		Handler:   "sqlite",
-		SQLiteURL: "file:" + abs + "/",
+		SQLiteURL: "file:" + abs + "/?_pragma=synchronous(" + *syncMode + ")",
 	})
 	if err != nil {
 		logger.Error("start", "err", err)
