@@ -176,13 +176,15 @@ class Tracker:
                         except Exception:  # its verdict is held for the timer to send again
                             log.warning("receipts.kept_offer_failed", exc_info=True)
 
-    def _track(self, expected: Expected, deadline: float, resolved: bool = True) -> CallRecord:
+    def _track(self, expected: Expected, deadline: float, resolved: bool = True,
+               schedule: bool = True) -> CallRecord:
         key = (expected.session_id, expected.call_id)
         rec = CallRecord(expected=expected, window=self.window)
         rec.deadline = deadline
         self.calls[key] = rec
         self.by_session[expected.session_id].add(expected.call_id)
-        self.deadlines.add(key, deadline)
+        if schedule:
+            self.deadlines.add(key, deadline)
         if not resolved:
             self.unresolved.add(key)
         self.wake.set()
@@ -276,15 +278,34 @@ class Tracker:
         for expected, deadline in opened:
             sid, cid = expected.session_id, expected.call_id
             deadline = stored.get(call_key(sid, cid), deadline)
-            self._track(expected, deadline, resolved=False)
+            # not on the timer yet: only once offered what was kept for it (below)
+            self._track(expected, deadline, resolved=False, schedule=False)
             if len(opened) <= 10:
                 with bound(session_id=sid, call_id=cid):
                     log.info("receipts.pending", deadline_in_s=round(deadline - now, 3))
         if len(opened) > 10:
             log.info("receipts.pending_batch", opened=len(opened), pending=len(self.calls))
-        # Observations that overtook their delivery, offered to the calls just opened only
-        await self.resolve({e.session_id for e, _ in opened if e.session_id in self.early})
-        for expected, _ in opened:
+        try:
+            await self._offer_early([e for e, _ in opened])
+        finally:
+            self._schedule([(e.session_id, e.call_id) for e, _ in opened])
+
+    def _schedule(self, keys: list[Key]) -> None:
+        """Put opened calls on the timer. Only now: a call opened after its deadline (read
+        late: a restart, a rebalance, a lagging deliveries consumer) whose receipt was read
+        first, and kept, was otherwise decided ``uncertain`` by the timer — the observations
+        being read past its deadline — while ``_offer_early`` was still on its way to it (a
+        store look-up, the verdicts of the calls before it in the batch)."""
+        for key in keys:
+            rec = self.calls.get(key)
+            if rec is not None and rec.deadline is not None and key not in self.deadlines:
+                self.deadlines.add(key, rec.deadline)  # a verdict retried is there already
+        self.wake.set()
+
+    async def _offer_early(self, opened: list[Expected]) -> None:
+        """Observations that overtook their delivery, offered to the calls just opened only."""
+        await self.resolve({e.session_id for e in opened if e.session_id in self.early})
+        for expected in opened:
             key = (expected.session_id, expected.call_id)
             if log.is_enabled_for(logging.DEBUG):
                 log.debug("receipts.opened", session_id=key[0], call_id=key[1],
