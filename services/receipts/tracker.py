@@ -285,10 +285,20 @@ class Tracker:
                     log.info("receipts.pending", deadline_in_s=round(deadline - now, 3))
         if len(opened) > 10:
             log.info("receipts.pending_batch", opened=len(opened), pending=len(self.calls))
+        keys = [(e.session_id, e.call_id) for e, _ in opened]
         try:
             await self._offer_early([e for e, _ in opened])
+        except BaseException:
+            # The batch fails and is read again: the calls it opened that are undecided yet
+            # are forgotten, so reading it again opens them again (with the stored deadline)
+            # and offers them what was kept. Tracked, they were skipped and never offered it.
+            for key in keys:
+                rec = self.calls.get(key)
+                if rec is not None and rec.state is State.PENDING:
+                    self._forget(key)
+            raise
         finally:
-            self._schedule([(e.session_id, e.call_id) for e, _ in opened])
+            self._schedule(keys)
 
     def _schedule(self, keys: list[Key]) -> None:
         """Put opened calls on the timer. Only now: a call opened after its deadline (read

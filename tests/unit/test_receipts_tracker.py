@@ -507,3 +507,43 @@ def test_a_call_opened_after_its_deadline_takes_its_kept_receipt_before_the_time
     run(scenario())
     assert {k: [f["state"] for f in v] for k, v in facts.verdicts().items()} == {
         f"s/{c}": ["applied"] for c in cids}
+
+
+class LookupFailsOnce(MemoryReceiptStore):
+    """The store is away for one look-up of announced calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_lookup = False
+
+    async def calls(self, ids: list[str]) -> dict[str, Doc]:
+        if self.fail_lookup:
+            self.fail_lookup = False
+            raise ConnectionError("store away")
+        return await super().calls(ids)
+
+
+def test_a_delivery_batch_that_failed_while_offering_kept_receipts_offers_them_when_read_again(
+        ) -> None:
+    """The store is away while a delivery batch is offered the receipts kept for it: the batch
+    fails and is read again. Its calls were tracked already, so reading it again skipped them
+    and nothing offered them their kept receipts again: `uncertain` at the deadline."""
+    store, facts, clock = LookupFailsOnce(), Facts(), Clock()
+    t = tracker(store, facts, clock)
+    handed = clock()
+
+    async def scenario() -> None:
+        await t.observe_batch([(announced("s", "a"), handed - 1)])
+        await t.observe_batch([(receipt("s", "a"), handed + 0.01)])  # kept
+        store.fail_lookup = True
+        with pytest.raises(ConnectionError):
+            await t.open_calls([(delivery("s", "a"), handed)])
+        await t.open_calls([(delivery("s", "a"), handed)])  # the batch, read again
+        clock.now = handed + WINDOW + 1
+        t.read_to(clock())
+        await t.fire_due(t.decidable(clock()))
+        await t.drain()
+
+    run(scenario())
+    assert [f["state"] for f in facts.verdicts()["s/a"]] == ["applied"]
+    assert store.pending_receipts == {}
