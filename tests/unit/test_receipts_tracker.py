@@ -28,7 +28,8 @@ from hypothesis.stateful import (
 )
 
 from services.receipts.progress import ReadUpTo
-from services.receipts.tracker import EARLY_KEPT, RETRY_S, Tracker
+from services.receipts.tracker import EARLY_KEPT, Tracker
+from services.receipts.verdicts import RETRY_S
 from tests.support.fakes.receipts import (
     Clock,
     Facts,
