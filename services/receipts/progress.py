@@ -24,7 +24,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from services.receipts.tracker import RETRY_S
+from services.receipts.verdicts import RETRY_S
 from shared.logging import get_logger
 
 log = get_logger(__name__)

@@ -105,17 +105,9 @@ def kill_restart(core: Core, *names: str) -> tuple[Callable[[], None], Callable[
     return inject, restore
 
 
-# Quarantined (xfail, non-strict): two causes of receipts lost across a tracker kill -9 were
-# found and fixed (12 of 12 runs passed on a quiet machine), but the CI run of 6547b99, on a
-# machine also running the benchmark, still ended 1 of 60 calls uncertain (docs/chaos.md).
-_RECEIPTS_RESTART = pytest.mark.xfail(
-    strict=False, reason="open: under heavy load a tracker kill -9 still ends 1 of 60 calls "
-    "uncertain although its receipt was printed in time (docs/chaos.md)")
-
-
 @pytest.mark.parametrize("names", [
     ("admission",), ("storage",), ("dispatcher",),
-    pytest.param(("receipts",), marks=_RECEIPTS_RESTART), ("admission", "storage"),
+    ("receipts",), ("admission", "storage"),
 ], ids=lambda names: "+".join(names))
 async def test_kill_services(chaos_core: Core, api: httpx.AsyncClient,
                              record: Callable[[Row], None], names: tuple[str, ...]) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from services.receipts.tracker import RETRY_S
+from services.receipts.verdicts import RETRY_S
 from shared.domain.receipts import REASON_TIMEOUT, Expected, State
 from tests.support.fakes.receipts import Clock, Facts, MemoryReceiptStore, tracker
 

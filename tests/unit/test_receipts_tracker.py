@@ -28,7 +28,8 @@ from hypothesis.stateful import (
 )
 
 from services.receipts.progress import ReadUpTo
-from services.receipts.tracker import EARLY_KEPT, RETRY_S, Tracker
+from services.receipts.tracker import EARLY_KEPT, Tracker
+from services.receipts.verdicts import RETRY_S
 from tests.support.fakes.receipts import (
     Clock,
     Facts,
@@ -457,3 +458,93 @@ def test_a_receipt_read_while_its_call_is_opened_is_offered_once_the_call_is_res
 
     run(scenario())
     assert [f["state"] for f in facts.verdicts()["s/b"]] == ["applied"]
+
+
+class RoundTrips(MemoryReceiptStore):
+    """A store whose every call is a round trip: the event loop runs other tasks (the timer)
+    while it is under way, as with the real store."""
+
+    async def calls(self, ids: list[str]) -> dict[str, Doc]:
+        await asyncio.sleep(0)
+        return await super().calls(ids)
+
+    async def claim(self, docs: list[Doc]) -> set[int]:
+        await asyncio.sleep(0)
+        return await super().claim(docs)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_call_opened_after_its_deadline_takes_its_kept_receipt_before_the_timer_decides_it(
+        batch: int) -> None:
+    """The chaos row `kill -9 receipts` under load: the restarted tracker's observations consumer
+    is assigned first and reads the backlog — the receipts of deliveries it has not read yet
+    are kept — and moves ``read_up_to`` past their deadlines (the deadlines of the reloaded
+    calls ask it to). Then the deliveries consumer, assigned later (the killed member's session
+    timeout), reads the deliveries handed over just before and during the outage, some already
+    past their deadline, and opens them in one batch. The timer ran while ``open_calls`` looked
+    up the Sessions' calls and published the verdicts of the calls before it in the batch, and
+    decided such a call ``uncertain`` ("no matching native receipt within 10 s") before the
+    call was offered its kept receipt (seen in a chaos run: 54 calls opened in one batch 40 ms
+    after the restart, one decided by the timer 300 ms later, between the others' `applied`)."""
+    store, facts, clock = RoundTrips(), Facts(), Clock()
+    t = tracker(store, facts, clock)
+    handed = clock()
+    cids = [f"c{i}" for i in range(batch)]
+
+    async def scenario() -> None:
+        timer = asyncio.create_task(t.run_timer())
+        await t.observe_batch([(announced("s", c), handed - 1) for c in cids])
+        await t.observe_batch([(receipt("s", c), handed + 0.01) for c in cids])  # kept
+        assert len(t.early_order) == batch
+        clock.now = handed + WINDOW + 0.5  # the deliveries are read past their deadline ...
+        t.read_to(clock())  # ... the observations up to now
+        await t.open_calls([(delivery("s", c), handed) for c in cids])
+        await asyncio.sleep(0.05)  # the timer has its turn
+        timer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await timer
+        await t.drain()
+
+    run(scenario())
+    assert {k: [f["state"] for f in v] for k, v in facts.verdicts().items()} == {
+        f"s/{c}": ["applied"] for c in cids}
+
+
+class LookupFailsOnce(MemoryReceiptStore):
+    """The store is away for one look-up of announced calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_lookup = False
+
+    async def calls(self, ids: list[str]) -> dict[str, Doc]:
+        if self.fail_lookup:
+            self.fail_lookup = False
+            raise ConnectionError("store away")
+        return await super().calls(ids)
+
+
+def test_a_delivery_batch_that_failed_while_offering_kept_receipts_offers_them_when_read_again(
+        ) -> None:
+    """The store is away while a delivery batch is offered the receipts kept for it: the batch
+    fails and is read again. Its calls were tracked already, so reading it again skipped them
+    and nothing offered them their kept receipts again: `uncertain` at the deadline."""
+    store, facts, clock = LookupFailsOnce(), Facts(), Clock()
+    t = tracker(store, facts, clock)
+    handed = clock()
+
+    async def scenario() -> None:
+        await t.observe_batch([(announced("s", "a"), handed - 1)])
+        await t.observe_batch([(receipt("s", "a"), handed + 0.01)])  # kept
+        store.fail_lookup = True
+        with pytest.raises(ConnectionError):
+            await t.open_calls([(delivery("s", "a"), handed)])
+        await t.open_calls([(delivery("s", "a"), handed)])  # the batch, read again
+        clock.now = handed + WINDOW + 1
+        t.read_to(clock())
+        await t.fire_due(t.decidable(clock()))
+        await t.drain()
+
+    run(scenario())
+    assert [f["state"] for f in facts.verdicts()["s/a"]] == ["applied"]
+    assert store.pending_receipts == {}

@@ -1,0 +1,216 @@
+"""The receipt tracker's verdicts and its one timer (docs/receipts.md, "The deadline path"):
+claim a verdict in the store, publish it, settle the call; pop the deadlines that are due and
+decidable (``read_up_to``), turn them ``uncertain`` and publish them in batches beside the
+timer loop; retry a batch that failed.
+
+``Verdicts`` is that part of ``tracker.Tracker`` (its base class): the state it works on is the
+tracker's, declared here and set in ``Tracker.__init__``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+from services.receipts.repository import Store
+from shared import records
+from shared.domain.deadlines import DeadlineQueue
+from shared.domain.receipts import REASON_TIMEOUT, CallRecord, Log, Publish, State
+from shared.logging import get_logger
+from shared.metrics import RECEIPT_VERDICT_SECONDS, RECEIPT_VERDICTS
+from shared.store import Doc
+from shared.storekeys import call_key
+
+log = get_logger(__name__)
+DONE_KEPT = 10_000  # terminal calls remembered to log late receipts
+LATENESS_KEPT = 100_000  # the last timeout verdicts' lateness (diagnostics, bench)
+FIRING_MAX = 4  # verdict batches in flight at once (claim + publish), so one slow round trip
+# does not hold back the deadlines that fall due while it runs
+RETRY_S = 0.5  # a failed verdict batch goes again after this
+
+Key = tuple[str, str]  # (session_id, call_id)
+SendFacts = Callable[[list[Doc]], Awaitable[None]]
+
+
+def fact(sid: str, cid: str, step: Publish) -> Doc:
+    return records.fact_record(sid, f"rcpt:{sid}/{cid}", {
+        "kind": "application", "call_id": cid, "state": str(step.state),
+        "reason": step.reason})
+
+
+class Verdicts:
+    store: Store
+    send: SendFacts
+    window: float
+    clock: Callable[[], float]
+    calls: dict[Key, CallRecord]
+    deadlines: DeadlineQueue[Key]
+    done: dict[str, dict[str, CallRecord]]
+    done_order: deque[Key]
+    lateness: deque[float]
+    unsent: dict[Key, Publish]
+    read_up_to: float
+    want_read: asyncio.Event
+    wake: asyncio.Event
+    fire_slots: asyncio.Semaphore
+    firing: set[asyncio.Task[None]]
+    settling: set[asyncio.Task[None]]
+
+    def _forget(self, key: Key) -> None:
+        """Stop tracking a call (the tracker's)."""
+        raise NotImplementedError
+
+    # ---- verdicts ---------------------------------------------------------------------------
+    async def publish_verdicts(self, verdicts: list[tuple[Key, Publish]]) -> None:
+        """Claim, publish and settle verdicts in bulk: one insert for the claims, the facts
+        sent together, one delete per collection for what the calls leave behind."""
+        if not verdicts:
+            return
+        now = self.clock()
+        docs = [{"_id": call_key(sid, cid), "state": str(step.state), "reason": step.reason,
+                 "by": id(self), "at": now} for (sid, cid), step in verdicts]
+        lost = await self.store.claim(docs)
+        mine = [v for i, v in enumerate(verdicts) if i not in lost]
+        claimed: list[tuple[Key, Publish]] = []
+        if lost:
+            # Someone claimed these first. Its verdict may never have been published (a crash
+            # between claim and publish), so publish the *claimed* verdict again: the fact id
+            # is the call's, and storage applies one fact id once — one Item, never two
+            # different verdicts.
+            lost_ids = [str(docs[i]["_id"]) for i in lost]
+            for c in (await self.store.claims(lost_ids)).values():
+                sid, _, cid = c["_id"].partition("/")
+                claimed.append(((sid, cid), Publish(cid, State(c["state"]), c["reason"])))
+        await self.send([fact(sid, cid, step) for (sid, cid), step in [*mine, *claimed]])
+        if lost:  # settled only once sent: a failed send is retried, also after a restart
+            await self.store.settle([str(docs[i]["_id"]) for i in lost])
+        for i in sorted(lost):
+            log.info("receipts.verdict_already_claimed", session_id=verdicts[i][0][0],
+                     call_id=verdicts[i][0][1])
+            self._forget(verdicts[i][0])
+        published = self.clock()
+        if mine:
+            # Off the timer's path. Should the tracker stop before it lands, the restarted one
+            # finds the claim and only forgets the call.
+            task = asyncio.create_task(self.store.settle(  # noqa: RUF006
+                [call_key(s, c) for (s, c), _ in mine]))
+            self.settling.add(task)
+            task.add_done_callback(self.settling.discard)
+        for key, step in mine:
+            self._decided(key, step, published, log_it=len(mine) <= 10)
+        if len(mine) > 10:
+            log.info("receipts.verdict_batch", published=len(mine))
+
+    def _decided(self, key: Key, step: Publish, published: float, log_it: bool) -> None:
+        sid, cid = key
+        if log_it:
+            log.info("receipts.verdict", session_id=sid, call_id=cid, state=str(step.state),
+                     reason=step.reason)
+        rec = self.calls.get(key)
+        RECEIPT_VERDICTS.labels(str(step.state)).inc()
+        if rec is not None and rec.deadline:  # handed over at deadline − window
+            RECEIPT_VERDICT_SECONDS.observe(max(0.0, published - rec.deadline + self.window))
+        self._forget(key)
+        if rec is None:
+            return
+        if step.reason == REASON_TIMEOUT.format(window=self.window) and rec.deadline:
+            self.lateness.append(published - rec.deadline)
+        # Terminal: kept a while so a late receipt is logged, never acted on.
+        self.done[sid][cid] = rec
+        self.done_order.append(key)
+        while len(self.done_order) > DONE_KEPT:
+            osid, ocid = self.done_order.popleft()
+            self.done.get(osid, {}).pop(ocid, None)
+            if not self.done.get(osid):
+                self.done.pop(osid, None)
+
+    # ---- the one timer ----------------------------------------------------------------------
+    def decidable(self, now: float) -> float:
+        """The latest deadline that may be decided now: passed, and with every observation
+        appended before it read."""
+        return min(now, self.read_up_to)
+
+    def expire_due(self, now: float) -> list[tuple[Key, Publish]]:
+        """Pop every call whose deadline is at or before ``now`` (the heap: no scan of pending
+        calls) and turn it ``uncertain``; a verdict whose publication failed before comes
+        back as it was."""
+        verdicts: list[tuple[Key, Publish]] = []
+        for key in self.deadlines.pop_due(now):
+            unsent = self.unsent.pop(key, None)
+            if unsent is not None:
+                verdicts.append((key, unsent))
+                continue
+            rec = self.calls.get(key)
+            if rec is None:
+                continue
+            step = rec.expire(now)
+            if isinstance(step, Publish):
+                verdicts.append((key, step))
+            elif isinstance(step, Log):
+                log.warning(f"receipts.{step.event}", session_id=key[0], call_id=key[1])
+        return verdicts
+
+    async def fire_due(self, now: float) -> int:
+        """Decide, in one batch, every call whose deadline is at or before ``now``."""
+        verdicts = self.expire_due(now)
+        await self._publish_or_retry(verdicts)
+        return len(verdicts)
+
+    async def _publish_or_retry(self, verdicts: list[tuple[Key, Publish]]) -> None:
+        try:
+            await self.publish_verdicts(verdicts)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The store or the broker is away: the same verdicts go again shortly (a claim
+            # that did land makes the retry republish the claimed verdict, never a second).
+            log.exception("receipts.timer_failed", verdicts=len(verdicts))
+            self._retry_later(verdicts)
+
+    def _retry_later(self, verdicts: list[tuple[Key, Publish]]) -> None:
+        retry_at = self.clock() + RETRY_S
+        for key, step in verdicts:
+            if key in self.calls:
+                self.unsent[key] = step
+                self.deadlines.add(key, retry_at)
+
+    async def run_timer(self) -> None:
+        """Sleep until the earliest deadline (or a new call), pop what is decidable, and hand it
+        to a verdict batch that runs beside the loop (at most FIRING_MAX at once). A deadline
+        that has passed but is not read up to yet asks the reader to move on, and waits."""
+        while True:
+            nxt = self.deadlines.next_deadline()
+            now = self.clock()
+            delay = 1.0 if nxt is None else max(0.0, min(1.0, nxt - now))
+            if nxt is not None and self.read_up_to < nxt <= now:
+                self.want_read.set()
+                delay = 1.0  # the reader wakes the loop when it has read on
+            self.wake.clear()
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), delay)
+            if not self.deadlines.due(self.decidable(self.clock())):
+                continue
+            await self.fire_slots.acquire()
+            verdicts = self.expire_due(self.decidable(self.clock()))
+            if not verdicts:
+                self.fire_slots.release()
+                continue
+            task = asyncio.create_task(self._fire_batch(verdicts))
+            self.firing.add(task)
+            task.add_done_callback(self.firing.discard)
+
+    async def _fire_batch(self, verdicts: list[tuple[Key, Publish]]) -> None:
+        try:
+            await self._publish_or_retry(verdicts)
+        finally:
+            self.fire_slots.release()
+
+    async def drain(self) -> None:
+        """Let verdict batches under way finish (their claims are in the store) and the
+        settling deletes land."""
+        for tasks in (self.firing, self.settling):
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+
