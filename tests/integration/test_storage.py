@@ -28,8 +28,8 @@ from services.storage.handler import StorageHandler, source_key
 from services.storage.repository import StaleDecision
 from shared import records
 from shared.kafka import encode, now_rfc3339
-from shared.storecodec import unpack
 from shared.settings import Settings
+from shared.storecodec import unpack
 from tests.integration.test_admission import open_call, read_topic, store_counts
 from tests.integration.test_foundation import admitted_create
 from tests.support.system import System
