@@ -48,8 +48,8 @@ def install_timings() -> None:
     from services.storage import app as storage_app
     from services.storage.repository import StorageRepository
 
-    for n in ("journal", "sessions", "idempotency", "calls", "write", "apply",
-              "_advance_session", "_advance_sessions"):
+    for n in ("journal", "journaled", "sessions", "idempotency", "calls", "commit",
+              "apply_rest", "apply", "_advance_sessions"):
         _timed(StorageRepository, n, f"storage.repo.{n}")
     _timed(StorageService, "on_batch", "storage.on_batch")
     _timed(storage_app, "publish", "storage.publish (each)")

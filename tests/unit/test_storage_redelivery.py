@@ -70,7 +70,7 @@ async def test_every_record_of_a_failed_batch_is_verified_when_it_comes_again() 
     svc = StorageService(Settings(kafka_bootstrap_servers="127.0.0.1:1",
                                   mongodb_uri="mongodb://127.0.0.1:1/"))
     handler = Handler()
-    svc.handler = handler  # type: ignore[assignment]
+    svc.batches.handler = handler  # type: ignore[assignment]
     topic = svc.topics.core_facts
     tp = TopicPartition(topic, 0)
     consumer = Consumer({tp})

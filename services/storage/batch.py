@@ -1,0 +1,179 @@
+"""One storage batch, from the records fetched to the answers sent: decode, find which records
+another writer may have decided (``DecidedState``; one journal probe per assigned partition),
+decide and write them (``StorageHandler``), then publish the Items and the inputs to deliver,
+finish the derived writes meanwhile, and answer admission. Also the rebalance listener that
+fences a replica off its Sessions when its partitions move."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+from pymongo.errors import AutoReconnect, ConnectionFailure, ServerSelectionTimeoutError
+
+from services.storage.decided import DecidedState
+from services.storage.handler import (
+    Outputs,
+    StorageHandler,
+    inputs_of,
+    load_reply_items,
+    source_key,
+)
+from services.storage.repository import StaleDecision, StorageRepository
+from shared import records, typedrecords
+from shared.domain.poison import UNPROCESSABLE, Poison
+from shared.kafka import DeadLetters, encode
+from shared.logging import get_logger
+from shared.records import item_record
+from shared.service import decode_records
+from shared.topics import Topics
+
+log = get_logger(__name__)
+# The batch is rewound and decided again from the store: the store or broker is away, or a
+# decision met the store holding another one at its place (stale state; nothing published).
+RETRY_ERRORS = (ConnectionFailure, AutoReconnect, ServerSelectionTimeoutError, OSError,
+                StaleDecision)
+Publish = Callable[..., Awaitable[Any]]
+
+
+class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Partitions move. One writer per Session holds only if a replica finishes the batch it is
+    writing BEFORE it gives its partitions up: aiokafka awaits ``on_partitions_revoked`` before
+    this member rejoins, and no member is assigned anything before every member has revoked, so
+    waiting here for the batch lock fences the old owner off. (Otherwise a replica could go on
+    writing a batch while the new owner decides the same Sessions from the store: two Items at
+    one sequence, an admitted message missing from the store.) What this replica remembers of
+    its Sessions may be stale afterwards (``DecidedState``)."""
+
+    def __init__(self, lock: asyncio.Lock, decided: DecidedState,
+                 consumer: Callable[[], Any]) -> None:
+        self.lock = lock
+        self.decided = decided
+        self.consumer = consumer
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        async with self.lock:
+            # Hand over exactly what was written: commit the written offsets of the revoked
+            # partitions (the framework's commit after the batch may come too late, mid-
+            # rebalance), so the new owner starts after them instead of re-deciding them.
+            done = self.decided.revoked(revoked)
+            consumer = self.consumer()
+            if done and consumer is not None:
+                try:
+                    await consumer.commit(done)
+                except Exception as exc:  # the new owner replays them from the journal
+                    log.warning("storage.revoke_commit_failed", error=repr(exc))
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.decided.assigned(assigned)
+
+
+class BatchWriter:
+    """Writes one batch (``write``); the app holds the batch lock around it."""
+
+    def __init__(self, repo: StorageRepository, handler: StorageHandler,
+                 decided: DecidedState, dlq: DeadLetters, topics: Topics,
+                 types: dict[str, typedrecords.RecordType[Any]], publish: Publish) -> None:
+        self.repo = repo
+        self.handler = handler
+        self.decided = decided
+        self.dlq = dlq
+        self.topics = topics
+        self.types = types
+        self.publish = publish
+
+    async def write(self, raws: tuple[Any, ...]) -> None:
+        # records another writer may have decided (in partition order: the first record of a
+        # just-assigned partition opens its window)
+        suspects = {(tp, off) for tp, off in positions(raws) if self.decided.arrived(tp, off)}
+        decoded = await decode_records(self.dlq, raws, self.types)
+        inputs = []
+        held: list[tuple[tuple[Any, int], list[Any]]] = []  # each record's position, inputs
+        source: dict[int, Any] = {}  # id(input) → the record it came from
+        for raw, rec in decoded:
+            try:
+                found = inputs_of(rec)
+            except (AttributeError, KeyError, TypeError, ValueError) as exc:
+                await self.dlq.record(raw, Poison(UNPROCESSABLE, repr(exc)[:300]))
+                continue
+            for inp in found:
+                source[id(inp)] = raw
+            inputs.extend(found)
+            held.append(((TopicPartition(raw.topic, raw.partition), raw.offset), found))
+        await self._probe(held)
+        verify = {source_key(inp) for pos, found in held
+                  if pos in suspects and self.decided.in_window(*pos) for inp in found}
+        try:
+            out = await self.handler.handle(inputs, frozenset(verify), defer_rest=True)
+        except StaleDecision as exc:
+            log.warning("storage.stale_decision", error=str(exc))
+            raise
+        except RETRY_ERRORS:
+            raise  # the store or broker is away: rewind the batch and retry it
+        except Exception:
+            self.decided.forget()
+            # A record this code cannot process must not stall its partition forever:
+            # process one by one and dead-letter the ones that fail.
+            log.exception("storage.batch_failed_isolating")
+            out = Outputs()
+            # the failed attempt may have journaled some: every one is checked, not only the
+            # first (the first good one makes the handler trusted again)
+            everything = frozenset(source_key(i) for i in inputs)
+            for inp in inputs:
+                try:
+                    one = await self.handler.handle([inp], everything)
+                except RETRY_ERRORS:
+                    raise
+                except Exception as exc:
+                    self.decided.forget()
+                    await self.dlq.record(source[id(inp)], Poison(
+                        UNPROCESSABLE, f"processing failed: {exc!r}"[:300]))
+                    await self.repo.skipped({source_key(inp): inp["session_id"]})
+                    continue
+                out.merge(one)
+        # Durable now (Items and journal): hand the Items (by id, in sequence order) and the
+        # inputs to deliver to the producer without awaiting each (the idempotent producer keeps
+        # the send order per partition, so per Session); meanwhile write what derives from the
+        # journal (calls, verdicts, idempotency, Sessions), which a retry's answer and the next
+        # batch read; then the answers; then await every ack before the offsets are committed.
+        sent = [await self._send(self.topics.session_items,
+                                 item_record(item, out.tenants[item["session_id"]]),
+                                 item["session_id"]) for item in out.items]
+        sent += [await self._send(self.topics.session_stored, records.stored_record(stored),
+                                  stored["session_id"]) for stored in out.stored]
+        await self.repo.apply_rest(out.rest)
+        for reply in out.replies:
+            reply = await load_reply_items(self.repo, reply)
+            sent.append(await self._send(self.topics.storage_replies,
+                                         {"schema": records.STORAGE_REPLY, **reply},
+                                         reply["request_id"]))
+        await asyncio.gather(*sent)
+        if inputs:
+            log.debug("storage.batch", records=len(inputs), items=len(out.items))
+
+    async def _probe(self, held: list[tuple[tuple[Any, int], list[Any]]]) -> None:
+        """Look up the first record (standing for any input) of each just-assigned partition:
+        if the journal does not hold it, it holds nothing after it (``DecidedState.probed``)."""
+        firsts: dict[Any, str] = {}
+        for (tp, _), found in held:
+            if found and tp in self.decided.unprobed and tp not in firsts:
+                firsts[tp] = source_key(found[0])
+        if firsts:
+            journaled = await self.repo.journaled(firsts.values())
+            for tp, key in firsts.items():
+                self.decided.probed(tp, key in journaled)
+
+    async def _send(self, topic: str, record: dict[str, Any], key: str
+                    ) -> Awaitable[Any]:
+        """Hand one record to the producer; the returned future resolves when it is acked."""
+        fut: Awaitable[Any] = await self.publish(
+            encode(record), topic=topic, key=key.encode(),
+            headers={"content-type": "application/json"}, no_confirm=True,
+        )
+        return fut
+
+
+def positions(raws: tuple[Any, ...]) -> list[tuple[TopicPartition, int]]:
+    return [(TopicPartition(r.topic, r.partition), r.offset) for r in raws]
