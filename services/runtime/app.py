@@ -45,6 +45,11 @@ from shared.topics import topics_for
 log = get_logger(__name__)
 
 STATUSES = ("ready", "draining", "gone")
+# How long the broker holds an empty fetch. A record ends the wait at once (the long poll
+# returns on data, and aiokafka sends no fetch to a broker while fetched records wait to be
+# read), so this bounds only the idle polling: 2 fetches a second per consumer, not 20, while
+# the harness works on the same machine (docs/harnesses.md, Bench).
+FETCH_MAX_WAIT_MS = 500
 
 
 @dataclass
@@ -111,14 +116,17 @@ class RuntimeService:
         self.live = live
         self.status = config.status
         # A plain producer (acks=all, idempotent, like shared.kafka.make_broker's): ``send``
-        # only queues, so a Turn's records go out in one request, in order, without waiting for
-        # each acknowledgement; ``flush`` waits for them before offsets are committed.
+        # only queues, so a Turn's records go out in order without waiting for each
+        # acknowledgement; ``flush`` waits for them before offsets are committed. No linger:
+        # aiokafka keeps one produce request in flight per broker, so records printed while
+        # one is in flight still leave together in the next; a linger would only hold every
+        # first record (a Turn's end, a receipt) back (docs/harnesses.md, Bench).
         self.producer = AIOKafkaProducer(
             bootstrap_servers=settings.kafka_bootstrap_servers,
             client_id=f"runtime-{config.runtime_id}",
             acks="all",
             enable_idempotence=True,
-            linger_ms=2,
+            linger_ms=0,
             max_request_size=max_record_bytes(settings),
             **client_security(settings),
         )
@@ -157,7 +165,7 @@ class RuntimeService:
             enable_auto_commit=False,
             max_partition_fetch_bytes=max_record_bytes(self.settings),
             fetch_max_bytes=max_record_bytes(self.settings) * 2,
-            fetch_max_wait_ms=50,
+            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
             **client_security(self.settings),
         )
         await deliveries.start()
@@ -303,7 +311,8 @@ class RuntimeService:
     # ------------------------------------------------------------------ control
 
     async def _assigned_consumer(self, topic: str) -> AIOKafkaConsumer:
-        c = await assigned_consumer(self.settings, topic, at_end=False)
+        c = await assigned_consumer(self.settings, topic, at_end=False,
+                                    fetch_max_wait_ms=FETCH_MAX_WAIT_MS)
         self._consumers.append(c)
         return c
 
