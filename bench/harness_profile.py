@@ -119,8 +119,8 @@ def wrap() -> None:
             mark("5 written to stdin")
         await lwrite(self, s, record)
 
-    CodexLive._dispatch = dispatch_  # type: ignore[method-assign]
-    CodexLive._write = cwrite_  # type: ignore[method-assign]
+    CodexLive._dispatch = dispatch_  # type: ignore[method-assign,assignment]
+    CodexLive._write = cwrite_  # type: ignore[method-assign,assignment]
     ClaudeLive._write = lwrite_  # type: ignore[method-assign]
 
     class Printed(list[dict[str, Any]]):
