@@ -85,8 +85,8 @@ def wrap() -> None:
                                                               time.perf_counter()))
         return fut
 
-    AIOKafkaConsumer.getmany = getmany_  # type: ignore[method-assign]
-    AIOKafkaProducer.send = send_  # type: ignore[method-assign]
+    AIOKafkaConsumer.getmany = getmany_
+    AIOKafkaProducer.send = send_
 
     handle_raw, enqueue = DeliveryLoop.handle_raw, ObservationOutbox.enqueue
 
