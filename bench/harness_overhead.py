@@ -61,20 +61,34 @@ async def runtime_over_kafka(infra: Infra, harness: str, live: Any,
                              is_end: Callable[[dict[str, Any]], bool]) -> AsyncIterator[TurnFn]:
     """A Runtime (in this process) driving ``live``; a Turn is a ``start`` delivery published
     on Kafka until the observation ``is_end`` accepts is read back from Kafka."""
+    from aiokafka import AIOKafkaProducer
+
     from bench.common import prepare_topics
     from services.runtime.app import RuntimeConfig, RuntimeService
     from services.runtime.conformance import Wire
     from shared.domain.delivery import message_delivery
     from shared.ids import new_id
+    from shared.kafka import encode, max_record_bytes
+    from shared.logging import configure_logging
 
+    # logs as the Runtime writes them in production (INFO, JSON), not structlog's default
+    # (every DEBUG line, rendered for a console) in the timed path
+    configure_logging("INFO", "json", service="runtime")
     tag = new_tag(f"harness-{harness}")
     await prepare_topics(infra, tag)  # leaders before the Runtime starts (docs/benchmarks.md)
     settings = infra.settings(tag)
     config = RuntimeConfig(runtime_id=live.options.runtime_id, harness=harness)
     svc = RuntimeService(settings, config, live=live)
     await svc.start()
-    wire = Wire(settings)
+    wire = Wire(settings)  # Core's side: reads the observations back
     await wire.start()
+    # The delivery is published as Core's dispatcher does (acks=all, idempotent) but without
+    # its 2 ms linger: the figure is the Runtime's overhead, and the dispatcher's batching
+    # delay is Core's (docs/benchmarks.md, case 5).
+    publisher = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers,
+                                 acks="all", enable_idempotence=True, linger_ms=0,
+                                 max_request_size=max_record_bytes(settings))
+    await publisher.start()
     try:
         sid = new_id("session")
         q = wire.listen(sid)
@@ -88,7 +102,8 @@ async def runtime_over_kafka(infra: Infra, harness: str, live: Any,
                 messages=[{"role": "user", "content": [{"type": "input_text",
                                                         "text": TEXT[0]["text"]}]}])
             t0 = time.perf_counter()
-            await wire.deliver(record)
+            await publisher.send_and_wait(wire.topics.runtime_deliveries, encode(record),
+                                          key=config.runtime_id.encode())
             while True:
                 obs = await asyncio.wait_for(q.get(), 120)
                 if DEBUG:
@@ -100,6 +115,7 @@ async def runtime_over_kafka(infra: Infra, harness: str, live: Any,
 
         yield turn
     finally:
+        await publisher.stop()
         await wire.stop()
         await svc.stop()
 

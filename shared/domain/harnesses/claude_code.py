@@ -30,6 +30,17 @@ from shared.domain.harnesses.errors import (
     TurnEnded,
     UnsupportedContent,
 )
+from shared.domain.receipt_types import (
+    CONFIRMED,
+    Expected,
+    NotAMatch,
+    PartKey,
+    Verdict,
+    differs,
+    digest,
+    is_bool,
+    released,
+)
 from shared.domain.whitespace import has_non_whitespace
 
 HARNESS = "claude_code"
@@ -382,3 +393,87 @@ class ClaudeTurn:
         """The native Turn ended (a ``result`` record); later input needs a new Turn."""
         if self.ended is None:
             self.ended = TurnEnded(message=reason)
+
+
+# --------------------------------------------------------------------------- receipts
+
+
+def match_receipt(expected: Expected, native: Mapping[str, Any]) -> Verdict:
+    """The receipt matcher (``shared.domain.receipts.match_native`` dispatches here).
+
+    Claude Code confirms with a ``type: "user"`` record that is live (``isReplay``
+    false/absent), not synthetic (``isSynthetic`` false/absent), root (``parent_tool_use_id``
+    null/absent), of the native session recorded when the call was announced, holding exactly
+    one ``tool_result`` block for the call whose ``is_error`` is ``not success`` (absent =
+    false, as in the Messages API) and whose content blocks match the delivered content list in
+    count and order: a ``text`` block with exactly the same text at every text position, an
+    ``image`` block at every image position (the harness may re-encode images, so the image
+    bytes are not compared). The real Claude Code 2.1.328 prints a *failed* result (``is_error:
+    true``) with its text blocks joined by ``"\n"`` into one string ``content``
+    (tests/data/native/claude_code/tool_result_error.jsonl): that string must equal the
+    delivered text parts joined the same way (``Expected.joined``); a failed result never holds
+    images (Claude Code takes images only in successful results).
+    """
+    kind = native.get("type")
+    if kind == "tool_release":
+        return released(native, (("session_id", expected.native_session_id),
+                                 ("tool_use_id", expected.call_id)))
+    if kind != "user":
+        return differs("type", "user", kind)
+    dead = dead_flag(native)  # one classifier with the adapter and storage
+    if dead == "isReplay":
+        return NotAMatch("isReplay", "isReplay: a replayed record never confirms")
+    if dead == "isSynthetic":
+        return NotAMatch("isSynthetic", "isSynthetic: a synthetic record never confirms")
+    if native.get("parent_tool_use_id") is not None:
+        return NotAMatch("parent_tool_use_id", "parent_tool_use_id: a Subagent record")
+    if expected.native_session_id is None or native.get("session_id") != expected.native_session_id:
+        return differs("session_id", expected.native_session_id, native.get("session_id"))
+    message = native.get("message")
+    blocks = message.get("content") if isinstance(message, Mapping) else None
+    if not isinstance(blocks, list):
+        return NotAMatch("message.content", "message.content: not a list of blocks")
+    results = [
+        b
+        for b in blocks
+        if isinstance(b, Mapping)
+        and b.get("type") == "tool_result"
+        and b.get("tool_use_id") == expected.call_id
+    ]
+    if len(results) != 1:
+        return NotAMatch(
+            "tool_use_id", f"tool_use_id: {len(results)} tool_result blocks for {expected.call_id}"
+        )
+    block = results[0]
+    is_error = block.get("is_error", False)
+    if not is_bool(is_error, not expected.success):
+        return differs("is_error", not expected.success, is_error)
+    got = block.get("content")
+    if isinstance(got, str) and not expected.success:
+        # A failed result as the real binary prints it: the text blocks joined by "\n".
+        if expected.joined is None or digest(got) != expected.joined:
+            return NotAMatch("content", f"content: the joined text differs, got {got!r:.80}")
+        return CONFIRMED
+    return _match_claude_blocks(expected.content, got)
+
+
+def _match_claude_blocks(want: tuple[PartKey, ...], got: object) -> Verdict:
+    if not isinstance(got, list):
+        return NotAMatch("content", "content: not a list of blocks")
+    if len(got) != len(want):
+        return differs("content.count", len(want), len(got))
+    for i, ((kind, key), block) in enumerate(zip(want, got, strict=True)):
+        btype = block.get("type") if isinstance(block, Mapping) else None
+        if kind == "image":
+            if btype != "image":
+                return differs(f"content[{i}].type", "image", btype)
+        else:
+            if btype != "text":
+                return differs(f"content[{i}].type", "text", btype)
+            assert isinstance(block, Mapping)
+            text = block.get("text")
+            if not isinstance(text, str) or digest(text) != key:
+                return NotAMatch(
+                    f"content[{i}].text", f"content[{i}].text: differs, got {text!r:.80}"
+                )
+    return CONFIRMED

@@ -22,6 +22,17 @@ from typing import Any
 from shared.domain.errors import join_path
 from shared.domain.harnesses.errors import AdapterError, UnsupportedContent
 from shared.domain.harnesses.facts import CallOpened, Fact, TurnEnded
+from shared.domain.receipt_types import (
+    CONFIRMED,
+    RELEASED,
+    Expected,
+    NotAMatch,
+    Verdict,
+    differs,
+    digest,
+    is_bool,
+    released,
+)
 
 HARNESS = "codex"
 MESSAGE_SEPARATOR = "\n\n"
@@ -141,3 +152,73 @@ def classify_all(native: Mapping[str, Any]) -> list[Fact]:
         return [TurnEnded("completed" if status == "completed" else "failed",
                           turn_id if isinstance(turn_id, str) else None)]
     return []
+
+
+# --------------------------------------------------------------------------- receipts
+
+
+def match_receipt(expected: Expected, native: Mapping[str, Any]) -> Verdict:
+    """The receipt matcher (``shared.domain.receipts.match_native`` dispatches here).
+
+    Codex confirms with ``item/completed`` for a ``dynamicToolCall`` whose ``threadId`` and
+    ``turnId`` are those of the call's ``item/started``, whose ``id`` / ``tool`` are the call id
+    and function name, whose ``status`` is ``completed`` when the result succeeded else
+    ``failed``, whose ``success`` is the result's flag, and whose ``contentItems`` equal the
+    delivered content's Codex encoding item for item (text equal, ``imageUrl`` equal). Codex
+    releases a call with the same record: when the Turn ends (interrupted) with the call
+    unanswered, the real app-server prints that call's ``item/completed`` with ``status:
+    "failed"``, ``success: false`` and ``contentItems: []`` (there is no ``item/released`` in
+    0.169): for any result other than a failure with no content, that record is a release. The
+    Runtime also reports ``item/released`` (marked ``synthesized``) for calls of a harness
+    process that died.
+    """
+    method = native.get("method")
+    params = native.get("params")
+    if not isinstance(params, Mapping):
+        return NotAMatch("params", "params: not an object")
+    if method == "item/released":
+        return released(params, (("threadId", expected.thread_id),
+                                 ("turnId", expected.turn_id), ("callId", expected.call_id)))
+    if method != "item/completed":
+        return differs("method", "item/completed", method)
+    item = params.get("item")
+    if not isinstance(item, Mapping):
+        return NotAMatch("item", "item: not an object")
+    if item.get("type") != "dynamicToolCall":
+        return differs("item.type", "dynamicToolCall", item.get("type"))
+    if expected.thread_id is None or params.get("threadId") != expected.thread_id:
+        return differs("threadId", expected.thread_id, params.get("threadId"))
+    if expected.turn_id is None or params.get("turnId") != expected.turn_id:
+        return differs("turnId", expected.turn_id, params.get("turnId"))
+    if item.get("id") != expected.call_id:
+        return differs("item.id", expected.call_id, item.get("id"))
+    if item.get("tool") != expected.name:
+        return differs("item.tool", expected.name, item.get("tool"))
+    got = item.get("contentItems")
+    if (item.get("status") == "failed" and item.get("success") is False and got == []
+            and not (expected.success is False and not expected.content)):
+        # What the real app-server prints when the Turn ends (interrupt) with the call
+        # unanswered: the call's item/completed, failed, with no content. Not this result.
+        return RELEASED
+    status = expected_status(expected.success)
+    if item.get("status") != status:
+        return differs("item.status", status, item.get("status"))
+    if not is_bool(item.get("success"), expected.success):
+        return differs("item.success", expected.success, item.get("success"))
+    if not isinstance(got, list):
+        return NotAMatch("contentItems", "contentItems: not a list")
+    if len(got) != len(expected.content):
+        return differs("contentItems.count", len(expected.content), len(got))
+    for i, ((kind, key), g) in enumerate(zip(expected.content, got, strict=True)):
+        wtype, field = ("inputImage", "imageUrl") if kind == "image" else ("inputText", "text")
+        gtype = g.get("type") if isinstance(g, Mapping) else None
+        if gtype != wtype:
+            return differs(f"contentItems[{i}].type", wtype, gtype)
+        assert isinstance(g, Mapping)
+        value = g.get(field)
+        if not isinstance(value, str) or digest(value) != key:
+            return NotAMatch(
+                f"contentItems[{i}].{field}",
+                f"contentItems[{i}].{field}: differs, got {value!r:.80}",
+            )
+    return CONFIRMED

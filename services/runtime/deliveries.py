@@ -1,0 +1,124 @@
+"""The Runtime's delivery loop: ``runtime.deliveries`` in its own consumer group
+``session-core-runtime-<runtime_id>`` (``auto_offset_reset=earliest``: a fresh group reads what
+was sent before it joined, a restarted one resumes at its committed offset). It keeps only the
+records for its ``runtime_id``, hands each to the harness and commits a batch after the
+observations it caused are published (at least once)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+
+from services.runtime.harness import Emit, SimulatedHarness
+from services.runtime.live import LiveHarness
+from services.runtime.outbox import ObservationOutbox
+from services.runtime.registration import consumer_group
+from shared import typedrecords
+from shared.domain.poison import Poison
+from shared.kafka import client_security, max_record_bytes
+from shared.logging import bound, get_logger
+from shared.settings import Settings
+from shared.topics import Topics
+
+log = get_logger(__name__)
+
+# How long the broker holds an empty fetch. A record ends the wait at once (the long poll
+# returns on data, and aiokafka sends no fetch to a broker while fetched records wait to be
+# read), so this bounds only the idle polling: 2 fetches a second per consumer, not 20, while
+# the harness works on the same machine (docs/harnesses.md, Bench).
+FETCH_MAX_WAIT_MS = 500
+
+Handle = Callable[[Mapping[str, Any]], Awaitable[None]]
+DeadLetter = Callable[[Any, Poison], Awaitable[None]]
+
+
+def deliveries_consumer(settings: Settings, topics: Topics, runtime_id: str) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(
+        topics.runtime_deliveries,
+        bootstrap_servers=settings.kafka_bootstrap_servers,
+        group_id=topics.group(consumer_group(runtime_id)),
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=max_record_bytes(settings),
+        fetch_max_bytes=max_record_bytes(settings) * 2,
+        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+        **client_security(settings),
+    )
+
+
+def to_harness(live: LiveHarness | None, harness: SimulatedHarness, clock: Callable[[], float],
+               enqueue: Callable[[list[Emit]], None]) -> Handle:
+    """Where a delivery goes: the live harness, which writes to its process and returns (what
+    the harness prints comes back through ``enqueue``, its ``emit``, in the order it was
+    printed), else the simulated harness, whose records are queued at once."""
+    async def handle(delivery: Mapping[str, Any]) -> None:
+        if live is not None:
+            await live.handle(delivery)
+        else:
+            enqueue(harness.handle(delivery, clock()))
+    return handle
+
+
+class DeliveryLoop:
+    """``handle`` gets each delivery addressed to this Runtime; a poison record keyed by this
+    Runtime goes to ``dead_letter`` (every Runtime reads the whole topic, so only the Runtime
+    a record is addressed to dead-letters it); ``ready`` is set once partitions are assigned."""
+
+    def __init__(self, consumer: AIOKafkaConsumer, runtime_id: str, handle: Handle,
+                 outbox: ObservationOutbox, ready: asyncio.Event,
+                 dead_letter: DeadLetter) -> None:
+        self.consumer = consumer
+        self.runtime_id = runtime_id
+        self.handle = handle
+        self.outbox = outbox
+        self.ready = ready
+        self.dead_letter = dead_letter
+
+    async def run(self) -> None:
+        consumer = self.consumer
+        while True:
+            try:
+                batches = await consumer.getmany(timeout_ms=250)
+                if not self.ready.is_set() and consumer.assignment():
+                    self.ready.set()
+                handled = 0
+                for recs in batches.values():
+                    for r in recs:
+                        handled += await self.handle_raw(r)
+                if batches:
+                    await self.outbox.sent()  # observations out before the offsets move on
+                    await self.outbox.producer.flush()
+                    await consumer.commit()
+                if handled:
+                    log.debug("deliveries.handled", count=handled)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("runtime.deliveries_error")
+                await asyncio.sleep(0.5)
+
+    async def handle_raw(self, r: Any) -> int:
+        got = typedrecords.DELIVERY.decode(r.value or b"")
+        if isinstance(got, Poison):
+            if r.key == self.runtime_id.encode():
+                await self.dead_letter(r, got)
+            return 0
+        if got.model.runtime_id != self.runtime_id:
+            return 0
+        value = got.value
+        with bound(session_id=value.get("session_id"), delivery_id=value.get("delivery_id"),
+                   call_id=value.get("call_id")):
+            log.info("delivery.received", kind=value.get("kind"), turn_id=value.get("turn_id"))
+            await self.handle(value)
+        return 1
+
+
+async def idle_ticks(harness: SimulatedHarness, clock: Callable[[], float],
+                     enqueue: Callable[[list[Emit]], None]) -> None:
+    """The simulated harness's clock: every 50 ms, the Turns that went idle end."""
+    while True:
+        await asyncio.sleep(0.05)
+        enqueue(harness.tick(clock()))

@@ -1,0 +1,94 @@
+"""The Runtime's observations out: ``runtime.observation/1`` records keyed by Core
+``session_id``, through one ordered queue so a Turn's records leave in the order the harness made
+them, on an acks=all idempotent producer."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from services.runtime.harness import Emit
+from shared.kafka import client_security, encode, max_record_bytes, now_rfc3339
+from shared.logging import get_logger
+from shared.settings import Settings
+
+log = get_logger(__name__)
+
+
+def runtime_producer(settings: Settings, runtime_id: str) -> AIOKafkaProducer:
+    """A plain producer (acks=all, idempotent, like shared.kafka.make_broker's): ``send`` only
+    queues, so a Turn's records go out in order without waiting for each acknowledgement;
+    ``flush`` waits for them before offsets are committed. No linger: aiokafka keeps one produce
+    request in flight per broker, so records printed while one is in flight still leave together
+    in the next; a linger would only hold every first record (a Turn's end, a receipt) back
+    (docs/harnesses.md, Bench)."""
+    return AIOKafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap_servers,
+        client_id=f"runtime-{runtime_id}",
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=0,
+        max_request_size=max_record_bytes(settings),
+        **client_security(settings),
+    )
+
+
+class ObservationOutbox:
+    """``enqueue`` from the harness (simulated or live), ``run`` publishes in order."""
+
+    def __init__(self, producer: AIOKafkaProducer, topic: str) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.timers: list[asyncio.TimerHandle] = []
+        self.published = 0
+
+    def enqueue(self, emits: list[Emit]) -> None:
+        """Queue records in order; consecutive records with the same delay leave together."""
+        i = 0
+        while i < len(emits):
+            delay = emits[i].delay_s
+            j = i
+            while j < len(emits) and emits[j].delay_s == delay:
+                j += 1
+            group = [e.record for e in emits[i:j]]
+            if delay <= 0:
+                for rec in group:
+                    self.queue.put_nowait(rec)
+            else:
+                loop = asyncio.get_running_loop()
+                self.timers.append(loop.call_later(delay, self._put_all, group))
+            i = j
+
+    def _put_all(self, group: list[dict[str, Any]]) -> None:
+        for rec in group:
+            self.queue.put_nowait(rec)
+
+    async def run(self) -> None:
+        while True:
+            rec = await self.queue.get()
+            try:
+                rec["observed_at"] = now_rfc3339()
+                fut = await self.producer.send(self.topic, encode(rec),
+                                               key=str(rec["session_id"]).encode())
+                fut.add_done_callback(_log_send_failure)
+                self.published += 1
+            except Exception:
+                log.exception("observation.publish_failed", session_id=rec.get("session_id"))
+            finally:
+                self.queue.task_done()
+
+    async def sent(self) -> None:
+        """Until every queued record is handed to the producer."""
+        await self.queue.join()
+
+    def cancel_timers(self) -> None:
+        for h in self.timers:
+            h.cancel()
+
+
+def _log_send_failure(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error("observation.publish_failed", error=repr(fut.exception()))
