@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from faststream import AckPolicy
-from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
 
 from services.admission import inputs
@@ -15,34 +14,21 @@ from services.admission.core import Admission
 from services.admission.http import build_http_app
 from services.admission.serving import HttpServer
 from services.admission.tails import ItemTail, ReplyTail
+from shared.coreservice import CoreService
 from shared.domain.poison import Poison
-from shared.kafka import (
-    DeadLetters,
-    broker_send,
-    broker_watch,
-    ensure_topics,
-    make_broker,
-    max_record_bytes,
-    publish,
-)
+from shared.kafka import broker_watch, ensure_topics, max_record_bytes, publish
 from shared.logging import bound, get_logger
 from shared.service import raw_decoder
 from shared.settings import Settings
-from shared.store import database, make_client, store_watch
-from shared.topics import topics_for
+from shared.store import store_watch
 
 log = get_logger(__name__)
 GROUP = "session-core-admission"
 
 
-class AdmissionService:
+class AdmissionService(CoreService):
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.topics = topics_for(settings)
-        self.broker: KafkaBroker = make_broker(settings, "session-core-admission")
-        self.client = make_client(settings, settings.store_request_timeout_ms)
-        self.db = database(self.client, settings)
-        self.dlq = DeadLetters(broker_send(self.broker), self.topics)
+        super().__init__(settings, GROUP, settings.store_request_timeout_ms)
         self.replies = ReplyTail(settings, self.topics.storage_replies, self.dlq)
         self.items = ItemTail(settings, self.topics.session_items, self.dlq)
         self.watches = (store_watch(self.client), broker_watch(self.broker))
