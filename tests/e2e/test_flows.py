@@ -19,7 +19,8 @@ from PIL import Image
 from shared.kafka import assigned_consumer, decode, encode
 from shared.topics import topics_for
 from tests.e2e.conftest import Control, Core, sse_events
-from tests.support.system import ItemCollector, image, msg, png_data_uri, text
+from tests.support.builders import image, msg, png_data_uri, text
+from tests.support.system import ItemCollector
 
 pytestmark = pytest.mark.e2e
 

@@ -16,8 +16,9 @@ import pytest
 
 from tests.e2e.conftest import API_KEY
 from tests.e2e.test_flows import MESSAGE, TOOL_RESULT, create, event, stored_items, wait_item
+from tests.support.builders import msg, text
 from tests.support.processes import Core, free_port
-from tests.support.system import ItemCollector, msg, text
+from tests.support.system import ItemCollector
 
 pytestmark = pytest.mark.e2e
 

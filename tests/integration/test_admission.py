@@ -20,7 +20,8 @@ from shared import records
 from shared.kafka import decode, encode
 from shared.settings import Settings
 from shared.topics import topics_for
-from tests.support.system import System, png_data_uri
+from tests.support.builders import png_data_uri
+from tests.support.system import System
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,8 @@ from shared.domain.delivery import REFUSAL_TURN_BOUND_EXCEEDED
 from shared.kafka import decode
 from shared.settings import Settings
 from shared.topics import topics_for
-from tests.support.system import System, TestRuntime, image, msg, png_data_uri, text
+from tests.support.builders import image, msg, png_data_uri, text
+from tests.support.system import System, TestRuntime
 
 pytestmark = pytest.mark.integration
 

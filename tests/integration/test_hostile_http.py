@@ -42,7 +42,8 @@ from hypothesis import strategies as st
 from shared.domain.tenancy import key_entry
 from shared.kafka import encode
 from shared.settings import Settings
-from tests.support.system import System, png_data_uri
+from tests.support.builders import png_data_uri
+from tests.support.system import System
 
 pytestmark = [
     pytest.mark.integration, pytest.mark.hostile,

@@ -31,7 +31,8 @@ from shared import records
 from shared.domain.poison import INVALID_FIELDS, UNDECODABLE, UNEXPECTED_SCHEMA
 from shared.kafka import decode, encode
 from shared.settings import Settings
-from tests.support.system import System, msg, text
+from tests.support.builders import msg, text
+from tests.support.system import System
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,8 @@ import pytest
 
 from shared.domain.receipts import REASON_APPLIED, REASON_RELEASED
 from tests.integration.test_dispatcher import Inbox, create, items, ts
-from tests.support.system import System, TestRuntime, image, png_data_uri, text
+from tests.support.builders import image, png_data_uri, text
+from tests.support.system import System, TestRuntime
 
 pytestmark = pytest.mark.integration
 

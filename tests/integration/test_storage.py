@@ -30,7 +30,7 @@ from shared import records
 from shared.kafka import encode, now_rfc3339
 from shared.settings import Settings
 from tests.integration.test_admission import open_call, read_topic, store_counts
-from tests.integration.test_foundation import admitted_create
+from tests.support.builders import admitted_create, admitted_event
 from tests.support.system import System
 
 pytestmark = pytest.mark.integration
@@ -82,19 +82,6 @@ async def all_items(system: System, session_id: str) -> list[Json]:
     assert r.status_code == 200, r.text
     items: list[Json] = r.json()["items"]
     return items
-
-
-def admitted_event(session_id: str, text: str) -> Json:
-    """A ``session.admitted/1`` record as admission publishes it for a message event."""
-    return {
-        "schema": records.ADMITTED, "op": records.OP_EVENT,
-        "request_id": f"req_{uuid.uuid4().hex}", "session_id": session_id,
-        "event_id": f"evt_{uuid.uuid4().hex}", "admitted_at": now_rfc3339(),
-        "fingerprint": uuid.uuid4().hex, "event_type": records.EV_MESSAGE,
-        "messages": [{"role": "user", "content": [{"type": "input_text", "text": text}]}],
-        "client_event_id": None, "metadata": None, "tags": None, "external_actor": None,
-        "has_images": False,
-    }
 
 
 # ---- images --------------------------------------------------------------------------------

@@ -120,7 +120,7 @@ async def test_the_storage_handler_opens_no_call_from_a_replayed_tool_use(
     from services.storage.handler import StorageHandler, record_to_inputs
     from services.storage.repository import StorageRepository
     from shared.store import database, ensure_indexes, make_client
-    from tests.integration.test_foundation import admitted_create
+    from tests.support.builders import admitted_create
 
     client = make_client(settings)
     db = database(client, settings)

@@ -5,9 +5,7 @@ that registers over Kafka, receives deliveries and publishes native observations
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import io
 import uuid
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -15,7 +13,6 @@ from typing import Any
 
 import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from PIL import Image
 
 from services.admission.app import AdmissionService
 from services.dispatcher.app import DispatcherService
@@ -26,24 +23,6 @@ from shared.settings import Settings
 from shared.topics import topics_for
 
 Json = dict[str, Any]
-
-
-def png_data_uri(w: int = 4, h: int = 3, color: tuple[int, int, int] = (200, 10, 10)) -> str:
-    buf = io.BytesIO()
-    Image.new("RGB", (w, h), color).save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
-def text(t: str) -> Json:
-    return {"type": "input_text", "text": t}
-
-
-def image(uri: str | None = None) -> Json:
-    return {"type": "input_image", "image_url": uri or png_data_uri()}
-
-
-def msg(*parts: Json) -> Json:
-    return {"role": "user", "content": list(parts)}
 
 
 class ItemCollector:
