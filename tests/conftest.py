@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from deploy.local.stack import Stack as LocalStack
+from deploy.local.stack import free_port
 from shared.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,12 +83,6 @@ class Stack:
     def down(self) -> None:
         assert self.local is not None
         self.local.down()
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _docker_reachable() -> bool:
@@ -195,7 +190,7 @@ def settings(stack: Stack) -> Settings:
         "topic_prefix": f"t{tag}.",
         "mongodb_database": f"t{tag}",
         "http_host": "127.0.0.1",
-        "http_port": _free_port(),
+        "http_port": free_port(),
         "health_port": 0,
     }
     return Settings(**values)

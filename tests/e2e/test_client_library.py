@@ -13,8 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
+from deploy.local.stack import free_port
 from session_core_client import AsyncClient, Client, RetryPolicy, message, text_part
-from tests.support.processes import Core, free_port
+from tests.support.processes import Core
 
 pytestmark = pytest.mark.e2e
 

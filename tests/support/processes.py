@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from deploy.local.stack import free_port
 from shared.domain.tenancy import key_entry
 from shared.settings import Settings
 
@@ -25,12 +25,6 @@ TENANT = "e2e"  # the tenant of the API key launch() configures
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = ("storage", "dispatcher", "receipts", "admission")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
