@@ -15,10 +15,17 @@ import httpx
 import pytest
 
 from deploy.local.stack import free_port
-from tests.e2e.conftest import API_KEY
-from tests.e2e.test_flows import MESSAGE, TOOL_RESULT, create, event, stored_items, wait_item
 from tests.support.builders import msg, text
 from tests.support.processes import Core
+from tests.support.public import (
+    API_KEY,
+    MESSAGE,
+    TOOL_RESULT,
+    create,
+    event,
+    stored_items,
+    wait_item,
+)
 from tests.support.system import ItemCollector
 
 pytestmark = pytest.mark.e2e

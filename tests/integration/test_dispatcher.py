@@ -27,12 +27,11 @@ from shared.kafka import decode
 from shared.settings import Settings
 from shared.topics import topics_for
 from tests.support.builders import image, msg, png_data_uri, text
-from tests.support.system import System, TestRuntime
+from tests.support.system import QUIET_S, System, TestRuntime, create, items, ts
 
 pytestmark = pytest.mark.integration
 
 Json = dict[str, Any]
-QUIET_S = 2.5  # how long "no delivery arrives" is watched
 
 
 # ---- helpers -----------------------------------------------------------------------------
@@ -47,32 +46,6 @@ async def short_wait_system(settings: Settings) -> AsyncIterator[System]:
         yield sys_
     finally:
         await sys_.stop()
-
-
-class Inbox:
-    """A Runtime's deliveries sorted by Session, so several Sessions can share one Runtime."""
-
-    def __init__(self, rt: TestRuntime) -> None:
-        self.rt = rt
-        self.queues: dict[str, asyncio.Queue[Json]] = defaultdict(asyncio.Queue)
-        self.task = asyncio.create_task(self._route())
-
-    async def _route(self) -> None:
-        while True:
-            d = await self.rt.deliveries.get()
-            self.queues[d["session_id"]].put_nowait(d)
-
-    async def next(self, sid: str, timeout: float = 20) -> Json:
-        return await asyncio.wait_for(self.queues[sid].get(), timeout)
-
-    async def assert_quiet(self, sid: str, seconds: float = QUIET_S) -> None:
-        await asyncio.sleep(seconds)
-        assert self.queues[sid].empty(), f"unexpected delivery: {self.queues[sid].get_nowait()}"
-
-    async def close(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
 
 
 class Beat:
@@ -130,21 +103,6 @@ async def until(probe: Callable[[], Awaitable[Json]], pred: Callable[[Json], boo
         await asyncio.sleep(0.2)
 
 
-async def items(system: System, sid: str) -> list[Json]:
-    assert system.http is not None
-    r = await system.http.get(f"/v1/sessions/{sid}/items", params={"limit": 1000})
-    assert r.status_code == 200, r.text
-    out: list[Json] = r.json()["items"]
-    return out
-
-
-async def create(system: System, harness: str, input: Any) -> str:
-    r = await system.create(harness, input)
-    assert r.status_code == 201, r.text
-    sid: str = r.json()["id"]
-    return sid
-
-
 async def send(system: System, sid: str, messages: list[Json], expect: str) -> None:
     r = await system.event(sid, {"type": "agent.session.input.message", "input": messages})
     assert r.status_code == 202, r.text
@@ -154,10 +112,6 @@ async def send(system: System, sid: str, messages: list[Json], expect: str) -> N
 def failed_turn(turn_id: str | None = None) -> Callable[[Json], bool]:
     return lambda i: (i["type"] == "turn" and i["state"] == "failed"
                       and (turn_id is None or i["turn_id"] == turn_id))
-
-
-def ts(item: Json) -> float:
-    return datetime.fromisoformat(item["created_at"].replace("Z", "+00:00")).timestamp()
 
 
 # ---- binding by reported capability ---------------------------------------------------------

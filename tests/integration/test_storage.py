@@ -29,8 +29,8 @@ from services.storage.repository import StaleDecision
 from shared import records
 from shared.kafka import encode, now_rfc3339
 from shared.settings import Settings
-from tests.integration.test_admission import open_call, read_topic, store_counts
 from tests.support.builders import admitted_create, admitted_event
+from tests.support.kafka import open_call_by_fact, read_topic, store_counts
 from tests.support.system import System
 
 pytestmark = pytest.mark.integration
@@ -207,7 +207,7 @@ async def test_function_result_keeps_which_fields_were_sent(core: System, sent: 
                                                             public: Json) -> None:
     r = await core.create("codex", "call something")
     sid = r.json()["id"]
-    await open_call(core, sid, "call_1")
+    await open_call_by_fact(core, sid, "call_1")
     body = {"type": records.EV_TOOL_RESULT, "call_id": "call_1", "success": True, **sent}
     r = await core.event(sid, body)
     assert r.status_code == 202, r.text
@@ -454,7 +454,7 @@ async def test_client_event_id_and_tool_result_repeats(core: System) -> None:
     assert r3.status_code == 409, r3.text
     assert await store_counts(core.settings) == counts
 
-    await open_call(core, sid, "c1")
+    await open_call_by_fact(core, sid, "c1")
     res = {"type": records.EV_TOOL_RESULT, "call_id": "c1", "success": True, "output": "ok"}
     t1 = await core.event(sid, res)
     assert (t1.status_code, t1.json()["delivery"]) == (202, "resumed"), t1.text
@@ -477,7 +477,7 @@ async def test_delivery_and_sequences_across_a_mixed_session(core: System) -> No
     m = [{"role": "user", "content": [{"type": "input_text", "text": "two"}]}]
     ev = {"type": records.EV_MESSAGE, "input": m}
     assert (await core.event(sid, ev)).json()["delivery"] == "steered"
-    await open_call(core, sid, "k1")
+    await open_call_by_fact(core, sid, "k1")
     res = {"type": records.EV_TOOL_RESULT, "call_id": "k1", "success": False, "error": "no"}
     assert (await core.event(sid, res)).json()["delivery"] == "resumed"
     await end_turn(core, sid, turn1)

@@ -21,7 +21,7 @@ from shared import records
 from shared.domain.tenancy import key_entry
 from shared.kafka import encode
 from shared.settings import Settings
-from tests.integration.test_admission import InputClient, open_call, read_topic, store_counts
+from tests.support.kafka import InputClient, open_call_by_fact, read_topic, store_counts
 from tests.support.system import System
 
 pytestmark = pytest.mark.integration
@@ -97,7 +97,7 @@ async def test_another_tenant_gets_404_on_every_path_and_writes_nothing(t: Tenan
     r = await t.a.post("/v1/sessions", json=_create("acme's secret"))
     assert r.status_code == 201, r.text
     sid = r.json()["id"]
-    await open_call(t.system, sid, CALL_ID)
+    await open_call_by_fact(t.system, sid, CALL_ID)
     for path in (f"/v1/sessions/{sid}", f"/v1/sessions/{sid}/items",
                  f"/v1/sessions/{sid}/tool_results/{CALL_ID}"):
         assert (await t.a.get(path)).status_code == 200, path
@@ -332,7 +332,7 @@ async def test_items_on_the_topic_carry_the_tenant_of_the_creating_request(t: Te
     assert r.status_code == 201, r.text
     assert all("tenant" not in i for i in r.json()["items"])
     acme = r.json()["id"]
-    await open_call(t.system, acme, "toolu_route_1")
+    await open_call_by_fact(t.system, acme, "toolu_route_1")
     ans = await t.kafka.ask(records.OP_CREATE, {**_create("beta routes"), "tenant": "beta"})
     assert ans["status"] == 201, ans
     beta = ans["body"]["id"]

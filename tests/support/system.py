@@ -23,6 +23,7 @@ from shared.settings import Settings
 from shared.topics import topics_for
 
 Json = dict[str, Any]
+QUIET_S = 2.5  # how long "no delivery arrives" is watched
 
 
 class ItemCollector:
@@ -223,3 +224,48 @@ class System:
         for s in reversed(self.started):
             with contextlib.suppress(Exception):
                 await getattr(self, s).stop()
+
+
+class Inbox:
+    """A Runtime's deliveries sorted by Session, so several Sessions can share one Runtime."""
+
+    def __init__(self, rt: TestRuntime) -> None:
+        self.rt = rt
+        self.queues: dict[str, asyncio.Queue[Json]] = defaultdict(asyncio.Queue)
+        self.task = asyncio.create_task(self._route())
+
+    async def _route(self) -> None:
+        while True:
+            d = await self.rt.deliveries.get()
+            self.queues[d["session_id"]].put_nowait(d)
+
+    async def next(self, sid: str, timeout: float = 20) -> Json:
+        return await asyncio.wait_for(self.queues[sid].get(), timeout)
+
+    async def assert_quiet(self, sid: str, seconds: float = QUIET_S) -> None:
+        await asyncio.sleep(seconds)
+        assert self.queues[sid].empty(), f"unexpected delivery: {self.queues[sid].get_nowait()}"
+
+    async def close(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+async def items(system: System, sid: str) -> list[Json]:
+    assert system.http is not None
+    r = await system.http.get(f"/v1/sessions/{sid}/items", params={"limit": 1000})
+    assert r.status_code == 200, r.text
+    out: list[Json] = r.json()["items"]
+    return out
+
+
+async def create(system: System, harness: str, input: Any) -> str:
+    r = await system.create(harness, input)
+    assert r.status_code == 201, r.text
+    sid: str = r.json()["id"]
+    return sid
+
+
+def ts(item: Json) -> float:
+    return datetime.fromisoformat(item["created_at"].replace("Z", "+00:00")).timestamp()
