@@ -18,7 +18,7 @@ import pytest
 from aiokafka.errors import KafkaError
 
 from shared.settings import Settings
-from tests.conftest import Stack
+from tests.support.stack import Stack
 from tests.support.system import System, TestRuntime
 
 pytestmark = pytest.mark.faults
