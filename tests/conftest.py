@@ -24,15 +24,18 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from deploy.local.stack import free_port
 from shared.settings import Settings
 from tests.support.stack import Stack, docker_reachable, local_stack, testcontainers_stack
+
+if TYPE_CHECKING:
+    from tests.support.system import System, SystemFactory
 
 STACK_MARKERS = ("integration", "e2e", "faults")
 
@@ -89,3 +92,38 @@ def settings(stack: Stack) -> Settings:
         "health_port": 0,
     }
     return Settings(**values)
+
+
+# What every in-process System of a test starts with, unless the test says otherwise.
+SYSTEM_DEFAULTS: dict[str, Any] = {"auth_disabled": True, "topic_partitions": 2,
+                                   "binding_wait_timeout_s": 8.0,
+                                   "runtime_heartbeat_timeout_s": 4.0}
+ALL_SERVICES = ("storage", "admission", "dispatcher", "receipts")
+
+
+@pytest.fixture
+async def make_system(settings: Settings) -> AsyncIterator[SystemFactory]:
+    """The one way tests start the services in-process (``tests/support/system.py``): on the
+    real stack with this test's settings, ``SYSTEM_DEFAULTS`` and the test's ``overrides``;
+    ``services`` names which of the four run. Every System it started is stopped at the end."""
+    from tests.support.system import System  # the services are imported only where one runs
+
+    started: list[System] = []
+
+    async def make(services: tuple[str, ...] = ALL_SERVICES, **overrides: Any) -> System:
+        s = settings.model_copy(update={**SYSTEM_DEFAULTS, **overrides})
+        sys_ = await System(s).start(services=services)
+        started.append(sys_)
+        return sys_
+
+    try:
+        yield make
+    finally:
+        for sys_ in reversed(started):
+            await sys_.stop()
+
+
+@pytest.fixture
+async def system(make_system: SystemFactory) -> System:
+    """The whole system on the real stack, with this test's own topics and database."""
+    return await make_system()

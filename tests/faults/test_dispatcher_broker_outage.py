@@ -10,16 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from aiokafka.errors import KafkaError
 
-from shared.settings import Settings
 from tests.support.stack import Stack
-from tests.support.system import System, TestRuntime
+from tests.support.system import System, SystemFactory, TestRuntime
 
 pytestmark = pytest.mark.faults
 
@@ -29,17 +28,11 @@ Json = dict[str, Any]
 
 
 @pytest.fixture
-async def system(settings: Settings, stack: Stack) -> AsyncIterator[System]:
+async def system(make_system: SystemFactory, stack: Stack) -> System:
     if not stack.controllable:
         pytest.skip(f"cannot stop the broker of a {stack.kind} stack")
-    s = settings.model_copy(update={"auth_disabled": True, "binding_wait_timeout_s": 60.0,
-                                    "runtime_heartbeat_timeout_s": HEARTBEAT_TIMEOUT_S,
-                                    "topic_partitions": 2})
-    sys_ = await System(s).start()
-    try:
-        yield sys_
-    finally:
-        await sys_.stop()
+    return await make_system(binding_wait_timeout_s=60.0,
+                             runtime_heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S)
 
 
 class Heartbeats:

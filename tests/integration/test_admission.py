@@ -15,10 +15,9 @@ import pytest
 
 from shared import records
 from shared.kafka import decode
-from shared.settings import Settings
 from tests.support.builders import png_data_uri
 from tests.support.kafka import InputClient, open_call_by_fact, read_topic, store_counts
-from tests.support.system import System
+from tests.support.system import System, SystemFactory
 
 pytestmark = pytest.mark.integration
 
@@ -39,12 +38,11 @@ class Core:
 
 
 @pytest.fixture
-async def core(settings: Settings) -> AsyncIterator[Core]:
+async def core(make_system: SystemFactory) -> AsyncIterator[Core]:
     """Admission and storage only (no dispatcher: Turns stay as the test leaves them)."""
-    s = settings.model_copy(update={"auth_disabled": True, "topic_partitions": 2, "http_port": 0,
-                                    "max_body_bytes": MAX_BODY})
-    system = await System(s).start(services=("storage", "admission"))
-    kafka = await InputClient(s).start()
+    system = await make_system(services=("storage", "admission"), http_port=0,
+                               max_body_bytes=MAX_BODY)
+    kafka = await InputClient(system.settings).start()
     try:
         r = await system.create("claude_code", "set-up session")
         assert r.status_code == 201, r.text
@@ -55,7 +53,6 @@ async def core(settings: Settings) -> AsyncIterator[Core]:
         yield Core(system, kafka, claude_sid, r.json()["id"])
     finally:
         await kafka.stop()
-        await system.stop()
 
 
 # ---- the rejected sample -----------------------------------------------------------------------

@@ -13,7 +13,7 @@ import json
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,7 +27,7 @@ from shared.kafka import decode
 from shared.settings import Settings
 from shared.topics import topics_for
 from tests.support.builders import image, msg, png_data_uri, text
-from tests.support.system import QUIET_S, System, TestRuntime, create, items, ts
+from tests.support.system import QUIET_S, System, SystemFactory, TestRuntime, create, items, ts
 
 pytestmark = pytest.mark.integration
 
@@ -37,15 +37,9 @@ Json = dict[str, Any]
 # ---- helpers -----------------------------------------------------------------------------
 
 @pytest.fixture
-async def short_wait_system(settings: Settings) -> AsyncIterator[System]:
+async def short_wait_system(make_system: SystemFactory) -> System:
     """Like ``system`` but a Session waits at most 3 s for an eligible Runtime."""
-    s = settings.model_copy(update={"auth_disabled": True, "binding_wait_timeout_s": 3.0,
-                                    "runtime_heartbeat_timeout_s": 4.0, "topic_partitions": 2})
-    sys_ = await System(s).start()
-    try:
-        yield sys_
-    finally:
-        await sys_.stop()
+    return await make_system(binding_wait_timeout_s=3.0)
 
 
 class Beat:

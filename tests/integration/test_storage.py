@@ -13,7 +13,6 @@ import os
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -28,10 +27,9 @@ from services.storage.handler import StorageHandler, source_key
 from services.storage.repository import StaleDecision
 from shared import records
 from shared.kafka import encode, now_rfc3339
-from shared.settings import Settings
 from tests.support.builders import admitted_create, admitted_event
 from tests.support.kafka import open_call_by_fact, read_topic, store_counts
-from tests.support.system import System
+from tests.support.system import System, SystemFactory
 
 pytestmark = pytest.mark.integration
 
@@ -41,16 +39,10 @@ CHUNK = 1500
 
 
 @pytest.fixture
-async def core(settings: Settings) -> AsyncIterator[System]:
+async def core(make_system: SystemFactory) -> System:
     """Admission and storage only: no dispatcher, so Turns end only when the test says so."""
-    s = settings.model_copy(update={"auth_disabled": True, "topic_partitions": 2, "http_port": 0,
-                                    "inline_image_max_bytes": INLINE_MAX,
-                                    "image_chunk_bytes": CHUNK})
-    system = await System(s).start(services=("storage", "admission"))
-    try:
-        yield system
-    finally:
-        await system.stop()
+    return await make_system(services=("storage", "admission"), http_port=0,
+                             inline_image_max_bytes=INLINE_MAX, image_chunk_bytes=CHUNK)
 
 
 def http(system: System) -> Any:

@@ -20,9 +20,8 @@ from pymongo import AsyncMongoClient
 from shared import records
 from shared.domain.tenancy import key_entry
 from shared.kafka import encode
-from shared.settings import Settings
 from tests.support.kafka import InputClient, open_call_by_fact, read_topic, store_counts
-from tests.support.system import System
+from tests.support.system import System, SystemFactory
 
 pytestmark = pytest.mark.integration
 
@@ -48,28 +47,26 @@ def _client(system: System, key: str | None) -> httpx.AsyncClient:
 
 
 @pytest.fixture(name="t")
-async def tenants(settings: Settings) -> AsyncIterator[Tenants]:
+async def tenants(make_system: SystemFactory) -> AsyncIterator[Tenants]:
     """Admission and storage (no dispatcher: a Turn runs until the test ends it), auth on with
     two tenants, each capped at ``CAP`` requests in flight."""
-    async for t in _tenants(settings, max_inflight_per_tenant=CAP):
+    async for t in _tenants(make_system, max_inflight_per_tenant=CAP):
         yield t
 
 
 @pytest.fixture(name="t_waits")
-async def tenants_one_wait(settings: Settings) -> AsyncIterator[Tenants]:
+async def tenants_one_wait(make_system: SystemFactory) -> AsyncIterator[Tenants]:
     """The same, with one concurrent ``?wait`` per tenant (and room for everything else)."""
-    async for t in _tenants(settings, max_concurrent_waits_per_tenant=1,
+    async for t in _tenants(make_system, max_concurrent_waits_per_tenant=1,
                             max_concurrent_waits=10, max_inflight_per_tenant=50):
         yield t
 
 
-async def _tenants(settings: Settings, **limits: int) -> AsyncIterator[Tenants]:
+async def _tenants(make_system: SystemFactory, **limits: int) -> AsyncIterator[Tenants]:
     keys = f"{key_entry('acme', KEY_A)},{key_entry('beta', KEY_B)}"
-    s = settings.model_copy(update={
-        "auth_disabled": False, "api_keys": keys, "topic_partitions": 2, "http_port": 0,
-        **limits})
-    system = await System(s).start(services=("storage", "admission"))
-    kafka = await InputClient(s).start()
+    system = await make_system(services=("storage", "admission"), auth_disabled=False,
+                               api_keys=keys, http_port=0, **limits)
+    kafka = await InputClient(system.settings).start()
     a, b = _client(system, KEY_A), _client(system, KEY_B)
     try:
         yield Tenants(system, kafka, a, b)
@@ -77,7 +74,6 @@ async def _tenants(settings: Settings, **limits: int) -> AsyncIterator[Tenants]:
         await a.aclose()
         await b.aclose()
         await kafka.stop()
-        await system.stop()
 
 
 def _create(text: str, **extra: Any) -> Json:
@@ -301,11 +297,10 @@ async def test_a_tenant_at_its_wait_bound_gets_429_while_another_tenant_waits(
     assert again.status_code in (200, 202), again.text
 
 
-async def test_with_auth_disabled_everyone_is_the_default_tenant(settings: Settings) -> None:
-    s = settings.model_copy(update={"auth_disabled": True, "api_keys": "",
-                                    "topic_partitions": 2, "http_port": 0})
-    system = await System(s).start(services=("storage", "admission"))
-    kafka = await InputClient(s).start()
+async def test_with_auth_disabled_everyone_is_the_default_tenant(
+        make_system: SystemFactory) -> None:
+    system = await make_system(services=("storage", "admission"), api_keys="", http_port=0)
+    kafka = await InputClient(system.settings).start()
     try:
         async with _client(system, None) as c:
             r = await c.post("/v1/sessions", json=_create("no key needed"))
@@ -320,7 +315,6 @@ async def test_with_auth_disabled_everyone_is_the_default_tenant(settings: Setti
         assert ans["status"] == 404
     finally:
         await kafka.stop()
-        await system.stop()
 
 
 async def test_items_on_the_topic_carry_the_tenant_of_the_creating_request(t: Tenants) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import uuid
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -224,6 +225,10 @@ class System:
         for s in reversed(self.started):
             with contextlib.suppress(Exception):
                 await getattr(self, s).stop()
+
+
+# what the ``make_system`` fixture (tests/conftest.py) gives: services=…, **settings overrides
+SystemFactory = Callable[..., Awaitable[System]]
 
 
 class Inbox:
