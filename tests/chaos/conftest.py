@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.support.chaos import API_KEY, Row, table
-from tests.support.processes import Core, launch
+from tests.support.processes import Core, launched
 from tests.support.stack import Stack, local_stack
 
 RUNTIMES: dict[str, list[str]] = {
@@ -58,13 +58,9 @@ def chaos_core(chaos_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> 
         "SESSION_CORE_STORAGE_REPLY_TIMEOUT_MS": "10000",
         "SESSION_CORE_BINDING_WAIT_TIMEOUT_S": "60",
     }
-    c = launch(chaos_stack, tmp_path_factory.mktemp("chaos-logs"), RUNTIMES, API_KEY, env,
-               prefix="c")
-    try:
+    with launched(chaos_stack, tmp_path_factory.mktemp("chaos-logs"), RUNTIMES, API_KEY, env,
+                  prefix="c", label="chaos", show_logs=True) as c:
         yield c
-    finally:
-        c.stop_all()
-        sys.stderr.write(f"\n[chaos] service logs in {c.log_dir}\n")
 
 
 @pytest.fixture(scope="session")
@@ -88,8 +84,7 @@ def record(report_file: Path) -> Callable[[Row], None]:
 
 @pytest.fixture
 async def api(chaos_core: Core) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=chaos_core.base_url, timeout=15,
-                                 headers={"Authorization": f"Bearer {API_KEY}"}) as c:
+    async with chaos_core.client(timeout=15) as c:
         yield c
 
 

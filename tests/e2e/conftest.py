@@ -5,8 +5,6 @@ database of their own; tests speak only the public surfaces (HTTP API, `session.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -15,7 +13,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from services.runtime.switches import Switches
-from tests.support.processes import Core, launch
+from tests.support.processes import Core, launched
 from tests.support.public import API_KEY, Control
 from tests.support.system import ItemCollector
 
@@ -35,27 +33,19 @@ RUNTIMES: dict[str, list[str]] = {
 
 @pytest.fixture(scope="session")
 def core(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Core]:
-    c = launch(stack, tmp_path_factory.mktemp("e2e-logs"), RUNTIMES, API_KEY)
-    try:
+    with launched(stack, tmp_path_factory.mktemp("e2e-logs"), RUNTIMES, API_KEY) as c:
         yield c
-    finally:
-        c.stop_all()
-        if os.environ.get("SESSION_CORE_E2E_KEEP_LOGS"):
-            sys.stderr.write(f"\n[e2e] logs in {c.log_dir}\n")
 
 
 @pytest.fixture(scope="session")
 async def items(core: Core) -> AsyncIterator[ItemCollector]:
-    col = ItemCollector(core.settings)
-    await col.start()
-    yield col
-    await col.stop()
+    async with ItemCollector(core.settings) as col:
+        yield col
 
 
 @pytest.fixture
 async def api(core: Core) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=core.base_url, timeout=60,
-                                 headers={"Authorization": f"Bearer {API_KEY}"}) as c:
+    async with core.client() as c:
         yield c
 
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,12 @@ class Core:
     log_dir: Path | None = None
     args: dict[str, tuple[tuple[str, ...], dict[str, str] | None]] = field(default_factory=dict)
     metrics_urls: dict[str, str] = field(default_factory=dict)  # service → its /metrics
+    api_key: str | None = None
+
+    def client(self, timeout: float = 60) -> httpx.AsyncClient:
+        """An HTTP client of the API, with the API key the services were launched with."""
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return httpx.AsyncClient(base_url=self.base_url, timeout=timeout, headers=headers)
 
     def spawn(self, name: str, *args: str, env: dict[str, str] | None = None
               ) -> subprocess.Popen[bytes]:
@@ -156,3 +163,20 @@ def launch(stack: Any, log_dir: Path, runtimes: dict[str, list[str]], api_key: s
         c.stop_all()
         raise
     return c
+
+
+@contextlib.contextmanager
+def launched(stack: Any, log_dir: Path, runtimes: dict[str, list[str]], api_key: str,
+             extra_env: dict[str, str] | None = None, prefix: str = "e", label: str = "e2e",
+             show_logs: bool | None = None) -> Iterator[Core]:
+    """``launch`` for a fixture: every process is stopped when the block ends, and where the
+    logs are is said then (``show_logs``; by default when ``SESSION_CORE_E2E_KEEP_LOGS`` is
+    set)."""
+    c = launch(stack, log_dir, runtimes, api_key, extra_env, prefix)
+    c.api_key = api_key
+    try:
+        yield c
+    finally:
+        c.stop_all()
+        if show_logs or (show_logs is None and os.environ.get("SESSION_CORE_E2E_KEEP_LOGS")):
+            sys.stderr.write(f"\n[{label}] logs in {c.log_dir}\n")

@@ -48,6 +48,13 @@ class ItemCollector:
         await self.consumer.start()
         self.task = asyncio.create_task(self._run())
 
+    async def __aenter__(self) -> ItemCollector:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
     async def _run(self) -> None:
         assert self.consumer is not None
         async for r in self.consumer:
