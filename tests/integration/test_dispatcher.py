@@ -27,7 +27,17 @@ from shared.kafka import decode
 from shared.settings import Settings
 from shared.topics import topics_for
 from tests.support.builders import image, msg, png_data_uri, text
-from tests.support.system import QUIET_S, System, SystemFactory, TestRuntime, create, items, ts
+from tests.support.system import (
+    QUIET_S,
+    Beat,
+    System,
+    SystemFactory,
+    TestRuntime,
+    create,
+    items,
+    ts,
+    until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -40,30 +50,6 @@ Json = dict[str, Any]
 async def short_wait_system(make_system: SystemFactory) -> System:
     """Like ``system`` but a Session waits at most 3 s for an eligible Runtime."""
     return await make_system(binding_wait_timeout_s=3.0)
-
-
-class Beat:
-    """A Runtime whose heartbeats carry a status the test sets (TestRuntime's own heartbeat
-    always says ``ready``)."""
-
-    def __init__(self, rt: TestRuntime, status: str = "ready") -> None:
-        self.rt = rt
-        self.status = status
-        self.task = asyncio.create_task(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            await self.rt.register(self.status)
-            await asyncio.sleep(1.0)
-
-    async def set(self, status: str) -> None:
-        self.status = status
-        await self.rt.register(status)
-
-    async def close(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
 
 
 async def quiet_runtime(system: System, harness: str, **kw: Any) -> tuple[TestRuntime, Beat]:
@@ -83,18 +69,6 @@ async def view(system: System, sid: str) -> Json:
     assert r.status_code == 200, r.text
     body: Json = r.json()
     return body
-
-
-async def until(probe: Callable[[], Awaitable[Json]], pred: Callable[[Json], bool],
-                timeout: float = 15) -> Json:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await probe()
-        if pred(got):
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s; last: {got}")
-        await asyncio.sleep(0.2)
 
 
 async def send(system: System, sid: str, messages: list[Json], expect: str) -> None:

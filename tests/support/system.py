@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -14,12 +15,14 @@ from typing import Any
 
 import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from services.admission.app import AdmissionService
 from services.dispatcher.app import DispatcherService
 from services.receipts.app import ReceiptService
 from services.storage.app import StorageService
 from shared.kafka import decode, encode, ensure_topics
+from shared.service import cancel
 from shared.settings import Settings
 from shared.topics import topics_for
 
@@ -281,3 +284,41 @@ async def create(system: System, harness: str, input: Any) -> str:
 
 def ts(item: Json) -> float:
     return datetime.fromisoformat(item["created_at"].replace("Z", "+00:00")).timestamp()
+
+
+class Beat:
+    """A Runtime's heartbeat, once a second, carrying a status the test sets (TestRuntime's own
+    heartbeat always says ``ready``). Like the reference Runtime's, it outlives a broker outage:
+    a heartbeat that cannot be sent within a second is given up, the next one is tried a second
+    later."""
+
+    def __init__(self, rt: TestRuntime, status: str = "ready") -> None:
+        self.rt = rt
+        self.status = status
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(KafkaError, TimeoutError):
+                await asyncio.wait_for(self.rt.register(self.status), 1.0)
+            await asyncio.sleep(1.0)
+
+    async def set(self, status: str) -> None:
+        self.status = status
+        await self.rt.register(status)
+
+    async def close(self) -> None:
+        await cancel(self.task)
+
+
+async def until(probe: Callable[[], Awaitable[Any]], pred: Callable[[Any], bool],
+                timeout: float = 15) -> Any:
+    """``probe()`` again and again until ``pred`` holds of what it returns (that is returned)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = await probe()
+        if pred(got):
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s; last: {got}")
+        await asyncio.sleep(0.2)
