@@ -26,6 +26,9 @@ TENANT = "e2e"  # the tenant of the API key launch() configures
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = ("storage", "dispatcher", "receipts", "admission")
+# an admission replica that allows one concurrent wait (a real 429 past it)
+ONE_WAIT = {"SESSION_CORE_MAX_CONCURRENT_WAITS": "1",
+            "SESSION_CORE_MAX_CONCURRENT_WAITS_PER_TENANT": "1"}
 
 
 @dataclass
@@ -103,12 +106,22 @@ class Core:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(5)
 
-    def wait_ready(self, timeout: float = 90) -> None:
-        """Until admission's ``/readyz`` answers 200; raises with the logs if a process died."""
+    def admission_replica(self, name: str, env: dict[str, str]) -> str:
+        """Another admission process, ``name``, on an HTTP port of its own with ``env``: its
+        URL once it is ready (``stop(name)`` ends it)."""
+        port = free_port()
+        self.spawn(name, "admission", env={"SESSION_CORE_HTTP_PORT": str(port), **env})
+        url = f"http://127.0.0.1:{port}"
+        self.wait_ready(url=url)
+        return url
+
+    def wait_ready(self, timeout: float = 90, url: str | None = None) -> None:
+        """Until admission's (or ``url``'s) ``/readyz`` answers 200; raises with the logs if a
+        process died."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                if httpx.get(f"{self.base_url}/readyz", timeout=2).status_code == 200:
+                if httpx.get(f"{url or self.base_url}/readyz", timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
