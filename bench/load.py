@@ -20,12 +20,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 
 from bench.common import REPO, Spread, percentile, progress
+from shared.kafka import assign_all
 
 TOKEN = re.compile(rb"bk(\d+)x")
 TEXT_TAIL = " — a benchmark message of ordinary length, about one short sentence."
@@ -53,20 +53,8 @@ class Collector:
                              enable_auto_commit=False, fetch_max_wait_ms=10,
                              max_partition_fetch_bytes=16 * 1024 * 1024)
         await c.start()
-        parts: Any = None
-        for _ in range(200):
-            parts = c.partitions_for_topic(self.topic)
-            if parts:
-                break
-            await c._client.force_metadata_update()
-            await asyncio.sleep(0.1)
-        if not parts:
+        if not await assign_all(c, self.topic, at_end=True):
             raise RuntimeError(f"topic {self.topic} has no partitions")
-        tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
-        c.assign(tps)
-        await c.seek_to_end(*tps)
-        for tp in tps:
-            await c.position(tp)
         self.consumer = c
         self.task = asyncio.create_task(self._run())
 

@@ -40,6 +40,7 @@ from bench.load import (
     Collector,
     Latency,
     Target,
+    Throughput,
     message_body,
     open_loop,
     saturate,
@@ -106,19 +107,7 @@ async def _product(infra: Infra, quick: bool, profile: bool) -> tuple[float, Spr
         base = f"http://127.0.0.1:{port}"
         sessions = await create_sessions(base, SESSIONS)
         await collector.start()
-        target = Target(base, sessions)
-        await preflight(target, collector)
-        warmup, windows, window, lat_s = _windows(quick)
-        progress(f"  product: saturating with {CLIENTS} clients over {SESSIONS} Sessions")
-        tp = await saturate(target, collector, clients=CLIENTS, warmup=warmup, windows=windows,
-                            window=window)
-        progress(f"  product: {tp.rate.text('{:.1f}')} Items/s; statuses {tp.statuses}")
-        half = max(1.0, tp.rate.median / 2)
-        await asyncio.sleep(1.0)
-        progress(f"  product: open loop at {half:.1f}/s for {lat_s:.0f}s")
-        lat = await open_loop(target, collector, rate=half, duration=lat_s)
-        progress(f"  product: p50 {lat.p50:.1f} ms p99 {lat.p99:.1f} ms "
-                 f"(n={len(lat.samples_ms)}, lost {lat.lost}, errors {lat.errors})")
+        tp, half, lat = await _measure("product", Target(base, sessions), collector, quick)
         return half, tp.rate, lat, tp.statuses
     finally:
         await collector.stop()
@@ -140,22 +129,33 @@ async def _baseline(infra: Infra, quick: bool, half: float) -> tuple[Spread, Lat
         base = f"http://127.0.0.1:{port}"
         await collector.start()
         target = Target(base, [f"session_{uuid4().hex}" for _ in range(SESSIONS)])
-        await preflight(target, collector)
-        warmup, windows, window, lat_s = _windows(quick)
-        progress(f"  baseline: saturating with {CLIENTS} clients")
-        tp = await saturate(target, collector, clients=CLIENTS, warmup=warmup, windows=windows,
-                            window=window)
-        progress(f"  baseline: {tp.rate.text('{:.1f}')} Items/s; statuses {tp.statuses}")
-        # let the consumer drain what the HTTP side queued before timing latency
-        await _drain(collector)
-        progress(f"  baseline: open loop at {half:.1f}/s (half the product's rate)")
-        lat = await open_loop(target, collector, rate=half, duration=lat_s)
-        progress(f"  baseline: p50 {lat.p50:.1f} ms p99 {lat.p99:.1f} ms "
-                 f"(n={len(lat.samples_ms)}, lost {lat.lost}, errors {lat.errors})")
+        tp, _, lat = await _measure("baseline", target, collector, quick, half)
         return tp.rate, lat
     finally:
         await collector.stop()
         server.stop()
+
+
+async def _measure(who: str, target: Target, collector: Collector, quick: bool,
+                   half: float | None = None) -> tuple[Throughput, float, Latency]:
+    """The throughput with ``CLIENTS`` closed-loop clients, then the latency in an open loop at
+    ``half`` requests/s (by default half the throughput just measured): the same steps, with
+    the same pauses, for the product and the baseline."""
+    await preflight(target, collector)
+    warmup, windows, window, lat_s = _windows(quick)
+    progress(f"  {who}: saturating with {CLIENTS} clients over {len(target.sessions)} Sessions")
+    tp = await saturate(target, collector, clients=CLIENTS, warmup=warmup, windows=windows,
+                        window=window)
+    progress(f"  {who}: {tp.rate.text('{:.1f}')} Items/s; statuses {tp.statuses}")
+    if half is None:
+        half = max(1.0, tp.rate.median / 2)
+    # let the consumer drain what the HTTP side queued before timing latency
+    await _drain(collector)
+    progress(f"  {who}: open loop at {half:.1f}/s for {lat_s:.0f}s")
+    lat = await open_loop(target, collector, rate=half, duration=lat_s)
+    progress(f"  {who}: p50 {lat.p50:.1f} ms p99 {lat.p99:.1f} ms "
+             f"(n={len(lat.samples_ms)}, lost {lat.lost}, errors {lat.errors})")
+    return tp, half, lat
 
 
 async def _drain(collector: Collector, quiet: float = 1.0, limit: float = 60) -> None:

@@ -55,15 +55,22 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: E402
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
 
 from bench.common import Infra, free_port  # noqa: E402
 from bench.common import infrastructure as common_infrastructure  # noqa: E402
 from bench.load import start_server  # noqa: E402
 from services.receipts.app import ReceiptService  # noqa: E402
-from shared.kafka import decode, encode, ensure_topics, max_record_bytes  # noqa: E402
+from shared.kafka import (  # noqa: E402
+    assign_all,
+    decode,
+    encode,
+    ensure_topics,
+    max_record_bytes,
+)
 from shared.logging import configure_logging  # noqa: E402
+from shared.service import cancel  # noqa: E402
 from shared.settings import Settings  # noqa: E402
 from shared.topics import topics_for  # noqa: E402
 
@@ -171,18 +178,8 @@ class Tail:
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        c = self.consumer
-        await c.start()
-        parts: Any = None
-        for _ in range(200):
-            parts = c.partitions_for_topic(self.topic)
-            if parts:
-                break
-            await c._client.force_metadata_update()
-            await asyncio.sleep(0.1)
-        tps = [TopicPartition(self.topic, p) for p in sorted(parts or ())]
-        c.assign(tps)
-        await c.seek_to_beginning(*tps)
+        await self.consumer.start()
+        await assign_all(self.consumer, self.topic, at_end=False)
         self.task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
@@ -193,10 +190,7 @@ class Tail:
                     self.on(r)
 
     async def stop(self) -> None:
-        if self.task:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+        await cancel(self.task)
         await self.consumer.stop()
 
 

@@ -251,6 +251,14 @@ async def assigned_consumer(
         **client_security(settings),
     )
     await c.start()
+    await assign_all(c, topic, at_end=at_end)
+    return c
+
+
+async def assign_all(c: AIOKafkaConsumer, topic: str, *, at_end: bool) -> list[TopicPartition]:
+    """Assigns the started, groupless consumer ``c`` every partition of ``topic`` (waiting up
+    to 10 s for the topic's metadata), at their ends or beginnings, positions resolved; the
+    partitions, none when the topic never showed up."""
     parts: set[int] | None = None
     for _ in range(100):
         parts = c.partitions_for_topic(topic)
@@ -266,7 +274,7 @@ async def assigned_consumer(
         await c.seek_to_beginning(*tps)
     for tp in tps:
         await c.position(tp)
-    return c
+    return tps
 
 
 def encode(record: Mapping[str, Any]) -> bytes:

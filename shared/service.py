@@ -59,6 +59,14 @@ async def _sift(dlq: DeadLetters, raws: tuple[Raw, ...] | Any,
     return out
 
 
+async def cancel(task: asyncio.Task[Any] | None) -> None:
+    """Cancels ``task`` (if any) and waits until it has ended."""
+    if task is not None:
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+
+
 async def run_until_stopped(
     start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]
 ) -> None:

@@ -4,7 +4,6 @@ resolved before the tail reports ready (``shared.kafka.assigned_consumer``)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
@@ -12,6 +11,7 @@ from aiokafka import AIOKafkaConsumer
 from shared.domain.poison import UNPROCESSABLE, Poison
 from shared.kafka import DeadLetters, assigned_consumer
 from shared.logging import get_logger
+from shared.service import cancel
 from shared.settings import Settings
 from shared.typedrecords import RecordType
 
@@ -79,9 +79,6 @@ class Tail:
         """Called after every poll, records or not (a tail that tracks its own lag)."""
 
     async def stop(self) -> None:
-        if self.task:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+        await cancel(self.task)
         if self.consumer:
             await self.consumer.stop()

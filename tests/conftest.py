@@ -22,129 +22,22 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
-import sys
 import tempfile
-import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from deploy.local.stack import Stack as LocalStack
+from deploy.local.stack import free_port
 from shared.settings import Settings
+from tests.support.stack import Stack, docker_reachable, local_stack, testcontainers_stack
 
-REPO = Path(__file__).resolve().parent.parent
-# the launcher's command line (run from REPO)
-STACK_CLI = [sys.executable, "-m", "deploy.local.stack"]
+if TYPE_CHECKING:
+    from tests.support.system import System, SystemFactory
+
 STACK_MARKERS = ("integration", "e2e", "faults")
-
-
-@dataclass
-class Stack:
-    """Where the infrastructure is. ``kind`` is ``external``, ``testcontainers`` or ``local``."""
-
-    bootstrap: str
-    mongodb_uri: str
-    kind: str
-    state_dir: Path | None = None
-    kafka_port: int = 0
-    mongo_port: int = 0
-    controller_port: int = 0
-    local: LocalStack | None = None
-    _closers: list[Any] = field(default_factory=list, repr=False)
-
-    # --- control (local stack only; fault tests use these to take a component away) ---------
-    @property
-    def controllable(self) -> bool:
-        return self.kind == "local"
-
-    def stop(self, component: str, kill: bool = False) -> None:
-        """Stop ``kafka`` or ``ferretdb`` (SIGTERM, then SIGKILL; ``kill``: SIGKILL at once, a
-        crash) and wait until it is gone."""
-        if self.local is None:
-            pytest.skip(f"cannot stop {component} of a {self.kind} stack")
-        self.local.stop(component, kill=kill)
-
-    def start(self, component: str) -> None:
-        """Start ``kafka`` or ``ferretdb`` again and wait until it is ready."""
-        if self.local is None:
-            pytest.skip(f"cannot start {component} of a {self.kind} stack")
-        self.local.start(component)
-
-    def up(self) -> None:
-        assert self.local is not None
-        self.local.up()
-
-    def down(self) -> None:
-        assert self.local is not None
-        self.local.down()
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _docker_reachable() -> bool:
-    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    try:
-        if host.startswith("unix://"):
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.settimeout(1)
-                s.connect(host[len("unix://"):])
-            return True
-        if host.startswith("tcp://"):
-            h, _, p = host[len("tcp://"):].partition(":")
-            with socket.create_connection((h, int(p or 2375)), timeout=1):
-                return True
-    except OSError:
-        return False
-    return False
-
-
-def _testcontainers_stack() -> Stack:  # pragma: no cover - needs a Docker engine
-    # Imported here: testcontainers is not a dependency on the Docker-less machines.
-    from testcontainers.kafka import KafkaContainer  # type: ignore[import-not-found]
-    from testcontainers.mongodb import MongoDbContainer  # type: ignore[import-not-found]
-
-    kafka = KafkaContainer(os.environ.get("SESSION_CORE_TC_KAFKA_IMAGE",
-                                          "confluentinc/cp-kafka:7.6.0")).with_kraft()
-    mongo = MongoDbContainer(os.environ.get("SESSION_CORE_TC_MONGO_IMAGE", "mongo:7.0"))
-    kafka.start()
-    try:
-        mongo.start()
-    except BaseException:
-        kafka.stop()
-        raise
-    return Stack(bootstrap=kafka.get_bootstrap_server(), mongodb_uri=mongo.get_connection_url(),
-                 kind="testcontainers", _closers=[mongo.stop, kafka.stop])
-
-
-def _local_stack(state_dir: Path, private: bool = False) -> Stack:
-    """``private``: Kafka and FerretDB of its own even when the environment names others
-    (tests that kill the infrastructure must not kill a shared one)."""
-    local = LocalStack.on_free_ports(
-        state_dir, echo=False,
-        external_kafka=None if private else os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None,
-        external_mongo=None if private else os.environ.get("MONGODB_URI") or None)
-    st = Stack(bootstrap=local.bootstrap, mongodb_uri=local.mongodb_uri, kind="local",
-               state_dir=state_dir, kafka_port=local.kafka_port, mongo_port=local.mongo_port,
-               controller_port=local.controller_port or 0, local=local)
-    t0 = time.monotonic()
-    try:
-        st.up()
-    except BaseException:
-        with contextlib.suppress(Exception):
-            st.down()
-        raise
-    sys.stderr.write(f"\n[stack] local stack ready in {time.monotonic() - t0:.1f}s "
-                     f"(kafka {st.bootstrap}, store {st.mongodb_uri}, state {state_dir})\n")
-    return st
 
 
 @pytest.fixture(scope="session")
@@ -154,8 +47,8 @@ def stack() -> Iterator[Stack]:
     if kafka_env and mongo_env:
         yield Stack(bootstrap=kafka_env, mongodb_uri=mongo_env, kind="external")
         return
-    if os.environ.get("SESSION_CORE_USE_TESTCONTAINERS") == "1" and _docker_reachable():
-        st = _testcontainers_stack()
+    if os.environ.get("SESSION_CORE_USE_TESTCONTAINERS") == "1" and docker_reachable():
+        st = testcontainers_stack()
         try:
             yield st
         finally:
@@ -167,7 +60,7 @@ def stack() -> Iterator[Stack]:
     # Not under pytest's basetemp: every pytest run on the machine prunes old basetemps
     # (keeps 3), which would delete a running stack's data and PID files under it.
     state_dir = Path(pinned) if pinned else Path(tempfile.mkdtemp(prefix="session-core-stack-"))
-    st = _local_stack(state_dir)
+    st = local_stack(state_dir)
     try:
         yield st
     finally:
@@ -195,7 +88,42 @@ def settings(stack: Stack) -> Settings:
         "topic_prefix": f"t{tag}.",
         "mongodb_database": f"t{tag}",
         "http_host": "127.0.0.1",
-        "http_port": _free_port(),
+        "http_port": free_port(),
         "health_port": 0,
     }
     return Settings(**values)
+
+
+# What every in-process System of a test starts with, unless the test says otherwise.
+SYSTEM_DEFAULTS: dict[str, Any] = {"auth_disabled": True, "topic_partitions": 2,
+                                   "binding_wait_timeout_s": 8.0,
+                                   "runtime_heartbeat_timeout_s": 4.0}
+ALL_SERVICES = ("storage", "admission", "dispatcher", "receipts")
+
+
+@pytest.fixture
+async def make_system(settings: Settings) -> AsyncIterator[SystemFactory]:
+    """The one way tests start the services in-process (``tests/support/system.py``): on the
+    real stack with this test's settings, ``SYSTEM_DEFAULTS`` and the test's ``overrides``;
+    ``services`` names which of the four run. Every System it started is stopped at the end."""
+    from tests.support.system import System  # the services are imported only where one runs
+
+    started: list[System] = []
+
+    async def make(services: tuple[str, ...] = ALL_SERVICES, **overrides: Any) -> System:
+        s = settings.model_copy(update={**SYSTEM_DEFAULTS, **overrides})
+        sys_ = await System(s).start(services=services)
+        started.append(sys_)
+        return sys_
+
+    try:
+        yield make
+    finally:
+        for sys_ in reversed(started):
+            await sys_.stop()
+
+
+@pytest.fixture
+async def system(make_system: SystemFactory) -> System:
+    """The whole system on the real stack, with this test's own topics and database."""
+    return await make_system()

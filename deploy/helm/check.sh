@@ -39,6 +39,13 @@ modcache_dir() { # module@version -> its directory in the Go module cache (downl
   "$GO" mod download -json "$1" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'
 }
 
+go_install() { # DEST LDFLAGS MODULE/CMD@VERSION: a static, trimmed build of one command, as DEST
+  local tmp
+  tmp=$(mktemp -d)
+  GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice "$GO" install -trimpath -ldflags "$2" "$3"
+  mv "$tmp/$(basename "${3%@*}")" "$1" && rmdir "$tmp"
+}
+
 k8s_version() { # Helm's Makefile: Kubernetes major = client-go major + 1, minor = client-go minor
   local dir client_go major minor
   dir=$(modcache_dir "helm.sh/helm/v3@$HELM_VERSION")
@@ -52,7 +59,7 @@ build_helm() {
   HELM="$BIN/helm-$HELM_VERSION"
   [[ -x "$HELM" ]] && return 0
   log "building helm $HELM_VERSION with $("$GO" version | cut -d' ' -f3)"
-  local major=${K8S_VERSION%%.*} minor tmp
+  local major=${K8S_VERSION%%.*} minor
   minor=${K8S_VERSION#*.} && minor=${minor%%.*}
   local pkg=helm.sh/helm/v3
   # the same -X variables as Helm's Makefile (LDFLAGS) for a tagged release build
@@ -60,33 +67,22 @@ build_helm() {
   ldflags+=" -X $pkg/internal/version.metadata= -X $pkg/internal/version.gitTreeState=clean"
   ldflags+=" -X $pkg/pkg/lint/rules.k8sVersionMajor=$major -X $pkg/pkg/lint/rules.k8sVersionMinor=$minor"
   ldflags+=" -X $pkg/pkg/chartutil.k8sVersionMajor=$major -X $pkg/pkg/chartutil.k8sVersionMinor=$minor"
-  tmp=$(mktemp -d)
-  GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice "$GO" install -trimpath \
-    -ldflags "$ldflags" "$pkg/cmd/helm@$HELM_VERSION"
-  mv "$tmp/helm" "$HELM" && rmdir "$tmp"
+  go_install "$HELM" "$ldflags" "$pkg/cmd/helm@$HELM_VERSION"
 }
 
 build_kubeconform() {
   KUBECONFORM="$BIN/kubeconform-$KUBECONFORM_VERSION"
   [[ -x "$KUBECONFORM" ]] && return 0
   log "building kubeconform $KUBECONFORM_VERSION"
-  local tmp
-  tmp=$(mktemp -d)
-  GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice "$GO" install -trimpath \
-    -ldflags "-w -s -X main.version=$KUBECONFORM_VERSION" \
+  go_install "$KUBECONFORM" "-w -s -X main.version=$KUBECONFORM_VERSION" \
     "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
-  mv "$tmp/kubeconform" "$KUBECONFORM" && rmdir "$tmp"
 }
 
 build_compose_validator() {
   COMPOSE_SPEC="$BIN/compose-spec-$COMPOSE_GO_VERSION"
   [[ -x "$COMPOSE_SPEC" ]] && return 0
   log "building the compose-spec validator (compose-go $COMPOSE_GO_VERSION)"
-  local tmp
-  tmp=$(mktemp -d)
-  GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice "$GO" install -trimpath -ldflags "-w -s" \
-    "github.com/compose-spec/compose-go/v2/cmd@$COMPOSE_GO_VERSION"
-  mv "$tmp/cmd" "$COMPOSE_SPEC" && rmdir "$tmp"
+  go_install "$COMPOSE_SPEC" "-w -s" "github.com/compose-spec/compose-go/v2/cmd@$COMPOSE_GO_VERSION"
 }
 
 # deploy/compose.yaml must load under the Compose Specification (schema, interpolation,

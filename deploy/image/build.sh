@@ -24,25 +24,11 @@
 # (apt-get install -y mmdebstrap buildah podman).
 set -euo pipefail
 
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-CACHE="${SESSION_CORE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/session-core}"
-OUT="${OUT:-$CACHE/image}"
-VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$REPO/pyproject.toml" | head -1)
-IMAGE="${IMAGE:-localhost/session-core:$VERSION}"
+STEP=image
+# shellcheck source=deploy/image/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 PYTHON="${PYTHON:-python3}"
-# containers storage of its own (not the machine's /var/lib/containers), driver vfs: works in
-# nested containers where overlay cannot mount. deploy/image/smoke.sh uses the same.
-export CONTAINERS_STORAGE_CONF="${CONTAINERS_STORAGE_CONF:-$CACHE/image-storage.conf}"
-if [[ ! -f $CONTAINERS_STORAGE_CONF ]]; then
-  mkdir -p "$CACHE/containers"
-  printf '[storage]\ndriver = "vfs"\ngraphroot = "%s"\nrunroot = "%s"\n' \
-    "$CACHE/containers/storage" "$CACHE/containers/run" >"$CONTAINERS_STORAGE_CONF"
-fi
-
-log() { printf '==> [image %4ds] %s\n' "$SECONDS" "$*" >&2; }
-die() { printf 'image: FAIL: %s\n' "$*" >&2; exit 1; }
 if ! command -v mmdebstrap >/dev/null || ! command -v buildah >/dev/null; then
   # CI machines (Debian, root): the tools are Debian packages
   if [[ $EUID == 0 ]] && command -v apt-get >/dev/null; then

@@ -17,18 +17,11 @@
 # with deploy/local/stack (Kafka + FerretDB on free ports) and stopped at the end.
 set -euo pipefail
 
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-CACHE="${SESSION_CORE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/session-core}"
-OUT="${OUT:-$CACHE/image}"
-VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$REPO/pyproject.toml" | head -1)
-IMAGE="${IMAGE:-localhost/session-core:$VERSION}"
+STEP=smoke
+# shellcheck source=deploy/image/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROOTFS="$OUT/rootfs"
-export CONTAINERS_STORAGE_CONF="${CONTAINERS_STORAGE_CONF:-$CACHE/image-storage.conf}"
 SERVICES=(admission storage dispatcher receipts)
-
-log() { printf '==> [smoke %4ds] %s\n' "$SECONDS" "$*" >&2; }
-die() { printf 'smoke: FAIL: %s\n' "$*" >&2; exit 1; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/session-core-smoke.XXXXXX")

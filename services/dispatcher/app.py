@@ -12,7 +12,6 @@ import time
 from typing import Any
 
 from faststream import AckPolicy
-from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
 
 from services.dispatcher.binder import Binder
@@ -20,31 +19,27 @@ from services.dispatcher.outbox import KafkaOutbox
 from services.dispatcher.registry import RegistryTail
 from services.dispatcher.repository import DispatcherRepository
 from shared import typedrecords
+from shared.coreservice import CoreService
 from shared.domain.binding import RuntimeInfo
 from shared.domain.poison import UNPROCESSABLE, Poison
 from shared.ids import new_id
-from shared.kafka import DeadLetters, broker_send, ensure_topics, make_broker, max_record_bytes
+from shared.kafka import ensure_topics, max_record_bytes
 from shared.logging import bound, get_logger
 from shared.metrics import set_runtimes
-from shared.service import decode_records, raw_decoder
+from shared.service import cancel, decode_records, raw_decoder
 from shared.settings import Settings
-from shared.store import database, make_client, ping
-from shared.topics import topics_for
+from shared.store import ping
 
 log = get_logger(__name__)
 GROUP = "session-core-dispatcher"
 LEASE = "dispatcher-sweeper"
 
 
-class DispatcherService:
+class DispatcherService(CoreService):
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.topics = topics_for(settings)
-        self.broker: KafkaBroker = make_broker(settings, "session-core-dispatcher")
-        self.client = make_client(settings)
-        self.repo = DispatcherRepository(database(self.client, settings))
+        super().__init__(settings, GROUP)
+        self.repo = DispatcherRepository(self.db)
         self.instance = new_id("rt").replace("rt_", "dsp_")
-        self.dlq = DeadLetters(broker_send(self.broker), self.topics)
         self.types: typedrecords.TopicTypes = {
             self.topics.session_stored: typedrecords.STORED,
             self.topics.runtime_observations: typedrecords.OBSERVATION}
@@ -75,10 +70,7 @@ class DispatcherService:
         log.info("dispatcher.started", group=GROUP)
 
     async def stop(self) -> None:
-        if self.sweeper:
-            self.sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.sweeper
+        await cancel(self.sweeper)
         await self.broker.stop()
         await self.registry.stop()
         await self.client.close()

@@ -22,10 +22,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.chaos.conftest import API_KEY, Row, make_row, probe
-from tests.chaos.load import Load, topic_ends, verify
-from tests.conftest import Stack
+from tests.support.chaos import API_KEY, Row, make_row, probe
+from tests.support.chaosload import Load, topic_ends, verify
 from tests.support.processes import Core
+from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]  # the first test also starts the stack
 

@@ -21,11 +21,11 @@ from aiokafka import AIOKafkaProducer
 
 from shared.kafka import assigned_consumer, encode
 from shared.topics import topics_for
-from tests.chaos.conftest import API_KEY, Row, make_row, probe
-from tests.chaos.load import Load, read_items, topic_ends, verify
-from tests.conftest import Stack
-from tests.integration.test_storage import admitted_event
+from tests.support.builders import admitted_event
+from tests.support.chaos import API_KEY, Row, make_row, probe
+from tests.support.chaosload import Load, read_items, topic_ends, verify
 from tests.support.processes import TENANT, Core
+from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]  # the first test also starts the stack
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from session_core_client import AsyncClient, Client, RetryPolicy, message, text_part
-from tests.support.processes import Core, free_port
+from tests.support.processes import ONE_WAIT, Core
 
 pytestmark = pytest.mark.e2e
 
@@ -65,21 +65,8 @@ def test_a_create_retried_after_a_lost_answer_yields_one_session(core: Core) -> 
 @pytest.fixture(scope="module")
 def bounded_url(core: Core) -> Iterator[str]:
     """An admission replica that allows one concurrent wait (a real 429 past it)."""
-    port = free_port()
     name = "admission-client-bounded"
-    core.spawn(name, "admission", env={"SESSION_CORE_HTTP_PORT": str(port),
-                                       "SESSION_CORE_MAX_CONCURRENT_WAITS": "1",
-                                       "SESSION_CORE_MAX_CONCURRENT_WAITS_PER_TENANT": "1"})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "the bounded admission did not get ready"
-        time.sleep(0.3)
+    url = core.admission_replica(name, ONE_WAIT)
     try:
         yield url
     finally:

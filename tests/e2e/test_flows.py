@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
-import io
 import json
 import time
 import uuid
@@ -14,57 +12,25 @@ from typing import Any
 import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from PIL import Image
 
 from shared.kafka import assigned_consumer, decode, encode
 from shared.topics import topics_for
-from tests.e2e.conftest import Control, Core, sse_events
-from tests.support.system import ItemCollector, image, msg, png_data_uri, text
+from tests.support.builders import JPEG_URI, image, msg, png_data_uri, text
+from tests.support.processes import Core
+from tests.support.public import (
+    MESSAGE,
+    TOOL_RESULT,
+    Control,
+    create,
+    event,
+    opened_call,
+    sse_events,
+    stored_items,
+    wait_item,
+)
+from tests.support.system import ItemCollector
 
 pytestmark = pytest.mark.e2e
-
-TOOL_RESULT = "agent.session.input.tool_result"
-MESSAGE = "agent.session.input.message"
-
-
-def jpeg_data_uri() -> str:
-    buf = io.BytesIO()
-    Image.new("RGB", (8, 8), (1, 2, 3)).save(buf, format="JPEG")
-    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
-async def create(api: httpx.AsyncClient, harness: str, input: Any, placement: str = "none",
-                 **extra: Any) -> dict[str, Any]:
-    r = await api.post("/v1/sessions", json={"harness": harness, "placement": placement,
-                                             "input": input, **extra})
-    assert r.status_code == 201, r.text
-    return dict(r.json())
-
-
-async def event(api: httpx.AsyncClient, sid: str, body: dict[str, Any], status: int = 202,
-                **params: Any) -> dict[str, Any]:
-    r = await api.post(f"/v1/sessions/{sid}/events", json=body, params=params)
-    assert r.status_code == status, r.text
-    return dict(r.json())
-
-
-async def wait_item(items: ItemCollector, sid: str, timeout: float = 30, **match: Any
-                    ) -> dict[str, Any]:
-    return await items.wait_for(
-        sid, lambda i: all(i.get(k) == v for k, v in match.items()), timeout)
-
-
-async def stored_items(api: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    after = 0
-    while True:
-        r = await api.get(f"/v1/sessions/{sid}/items", params={"after": after, "limit": 2})
-        assert r.status_code == 200
-        page = r.json()
-        out += page["items"]
-        if not page["has_more"]:
-            return out
-        after = page["next_after"]
 
 
 # ---- session creation ------------------------------------------------------------------------
@@ -72,7 +38,7 @@ async def stored_items(api: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]
 async def test_create_with_text_and_images_claude(api: httpx.AsyncClient, items: ItemCollector
                                                   ) -> None:
     content = [text("what are these?"), image(png_data_uri()), text(""),
-               image(jpeg_data_uri()), text("  ☃ 𝄞 ")]
+               image(JPEG_URI), text("  ☃ 𝄞 ")]
     s = await create(api, "claude_code", [msg(*content)])
     sid = s["id"]
     assert s["items"][0]["content"] == content
@@ -173,17 +139,10 @@ async def test_auth_and_path_ids(core: Core) -> None:
 
 # ---- steering, function results, receipts ---------------------------------------------------
 
-async def _call(api: httpx.AsyncClient, items: ItemCollector, harness: str, placement: str,
-                name: str = "lookup") -> tuple[str, str, str]:
-    s = await create(api, harness, f'please call {name} {{"q": 1}}', placement=placement)
-    call = await wait_item(items, s["id"], type="function_call")
-    assert call["name"] == name and call["arguments"] == {"q": 1}
-    return s["id"], call["call_id"], s["items"][0]["turn_id"]
-
 
 async def test_steering_then_result_confirmed_claude(api: httpx.AsyncClient,
                                                      items: ItemCollector) -> None:
-    sid, call_id, turn_id = await _call(api, items, "claude_code", "none")
+    sid, call_id, turn_id = await opened_call(api, items, "claude_code", "none")
     steer = await event(api, sid, {"type": MESSAGE, "input": [msg(text("also this"))]})
     assert steer["delivery"] == "steered"
     assert steer["items"][0]["turn_id"] == turn_id
@@ -202,7 +161,7 @@ async def test_steering_then_result_confirmed_claude(api: httpx.AsyncClient,
 
 
 async def test_result_confirmed_codex(api: httpx.AsyncClient, items: ItemCollector) -> None:
-    sid, call_id, _ = await _call(api, items, "codex", "none", "search")
+    sid, call_id, _ = await opened_call(api, items, "codex", "none", "search")
     res = await event(api, sid, {"type": TOOL_RESULT, "call_id": call_id, "success": False,
                                  "output": "partial", "error": "boom"})
     assert res["items"][0]["output"] == "partial" and res["items"][0]["error"] == "boom"
@@ -220,7 +179,7 @@ async def test_result_not_confirmed(api: httpx.AsyncClient, items: ItemCollector
                                     control: Control, switch: dict[str, Any], state: str,
                                     reason_part: str) -> None:
     await control.set("claude_bad", **switch)
-    sid, call_id, _ = await _call(api, items, "claude_code", "self_hosted")
+    sid, call_id, _ = await opened_call(api, items, "claude_code", "self_hosted")
     t0 = time.monotonic()
     await event(api, sid, {"type": TOOL_RESULT, "call_id": call_id, "success": True,
                            "output": "42"})
@@ -240,7 +199,7 @@ async def test_result_not_confirmed(api: httpx.AsyncClient, items: ItemCollector
 async def test_uncertain_by_timeout_then_late_receipt_changes_nothing(
         core: Core, api: httpx.AsyncClient, items: ItemCollector, control: Control) -> None:
     await control.set("claude_bad", receipt_delay_s=12)
-    sid, call_id, _ = await _call(api, items, "claude_code", "self_hosted")
+    sid, call_id, _ = await opened_call(api, items, "claude_code", "self_hosted")
     obs = await assigned_consumer(core.settings, topics_for(core.settings).runtime_observations,
                                   at_end=True)
     try:
@@ -289,7 +248,7 @@ def _ts(rfc3339: str) -> float:
 
 async def test_result_identity_404_409_duplicate(api: httpx.AsyncClient,
                                                  items: ItemCollector) -> None:
-    sid, call_id, _ = await _call(api, items, "codex", "none")
+    sid, call_id, _ = await opened_call(api, items, "codex", "none")
     r = await api.post(f"/v1/sessions/{sid}/events",
                        json={"type": TOOL_RESULT, "call_id": "never", "success": True})
     assert r.status_code == 404
@@ -310,7 +269,7 @@ async def test_result_identity_404_409_duplicate(api: httpx.AsyncClient,
 
 async def test_claude_rejects_image_in_failed_result(api: httpx.AsyncClient,
                                                      items: ItemCollector) -> None:
-    sid, call_id, _ = await _call(api, items, "claude_code", "none")
+    sid, call_id, _ = await opened_call(api, items, "claude_code", "none")
     r = await api.post(f"/v1/sessions/{sid}/events", json={
         "type": TOOL_RESULT, "call_id": call_id, "success": False,
         "output": [text("x"), image()]})
@@ -346,7 +305,7 @@ async def test_image_session_waits_for_capable_runtime(core: Core, api: httpx.As
 async def test_later_image_to_text_only_binding_fails_turn(api: httpx.AsyncClient,
                                                            items: ItemCollector) -> None:
     # a text Session on openai_hosted binds to the Runtime without message images
-    sid, call_id, turn_id = await _call(api, items, "claude_code", "openai_hosted")
+    sid, call_id, turn_id = await opened_call(api, items, "claude_code", "openai_hosted")
     sent = await event(api, sid, {"type": MESSAGE, "input": [msg(text("and"), image())]})
     failed = await wait_item(items, sid, type="turn", state="failed", turn_id=turn_id)
     assert "message_images_unsupported" in failed["reason"]
@@ -357,7 +316,7 @@ async def test_later_image_to_text_only_binding_fails_turn(api: httpx.AsyncClien
 
 async def test_result_with_images_to_runtime_without_support_fails(
         api: httpx.AsyncClient, items: ItemCollector) -> None:
-    sid, call_id, turn_id = await _call(api, items, "codex", "self_hosted")
+    sid, call_id, turn_id = await opened_call(api, items, "codex", "self_hosted")
     out = [text("chart:"), image()]
     await event(api, sid, {"type": TOOL_RESULT, "call_id": call_id, "success": True,
                            "output": out})
@@ -374,7 +333,7 @@ async def test_result_with_images_to_runtime_without_support_fails(
 
 async def test_claude_64_message_bound_ends_turn(api: httpx.AsyncClient, items: ItemCollector
                                                  ) -> None:
-    sid, call_id, turn_id = await _call(api, items, "claude_code", "none")  # 1 message
+    sid, call_id, turn_id = await opened_call(api, items, "claude_code", "none")  # 1 message
     batch = [msg(text(f"m{i}")) for i in range(62)]
     r = await event(api, sid, {"type": MESSAGE, "input": batch})  # 63
     assert r["delivery"] == "steered"
@@ -479,7 +438,7 @@ async def test_wait_for_turn(api: httpx.AsyncClient) -> None:
 
 async def test_wait_on_function_result_includes_its_application(
         api: httpx.AsyncClient, items: ItemCollector) -> None:
-    sid, call_id, _ = await _call(api, items, "claude_code", "none")
+    sid, call_id, _ = await opened_call(api, items, "claude_code", "none")
     r = await api.post(f"/v1/sessions/{sid}/events",
                        json={"type": TOOL_RESULT, "call_id": call_id, "success": True,
                              "output": "done"},
@@ -494,7 +453,7 @@ async def test_wait_on_function_result_includes_its_application(
 
 async def test_wait_budget_runs_out_with_202(api: httpx.AsyncClient, items: ItemCollector
                                              ) -> None:
-    sid, _, _ = await _call(api, items, "codex", "none")  # the Turn waits on the call
+    sid, _, _ = await opened_call(api, items, "codex", "none")  # the Turn waits on the call
     r = await api.post(f"/v1/sessions/{sid}/events",
                        json={"type": MESSAGE, "input": [msg(text("still there?"))]},
                        params={"wait": "true", "timeout_ms": "1500"})

@@ -10,8 +10,8 @@ import re
 import httpx
 import pytest
 
-from tests.e2e.conftest import Core
-from tests.e2e.test_flows import TOOL_RESULT, _call, event, wait_item
+from tests.support.processes import Core
+from tests.support.public import TOOL_RESULT, event, opened_call, wait_item
 from tests.support.system import ItemCollector
 
 pytestmark = pytest.mark.e2e
@@ -37,7 +37,7 @@ def total(s: dict[str, float], name: str, **labels: str) -> float:
 
 async def test_each_service_shows_its_metrics_after_a_flow(core: Core, api: httpx.AsyncClient,
                                                           items: ItemCollector) -> None:
-    sid, call_id, _ = await _call(api, items, "codex", "none", "search")
+    sid, call_id, _ = await opened_call(api, items, "codex", "none", "search")
     await event(api, sid, {"type": TOOL_RESULT, "call_id": call_id, "success": True,
                            "output": "42"})
     app = await wait_item(items, sid, type="function_call_application", call_id=call_id)

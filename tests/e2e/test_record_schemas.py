@@ -16,8 +16,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from jsonschema import Draft202012Validator
 
+from tests.support.builders import image, msg, png_data_uri, text
 from tests.support.processes import Core
-from tests.support.system import image, msg, png_data_uri, text
 
 pytestmark = pytest.mark.e2e
 

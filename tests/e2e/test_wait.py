@@ -14,10 +14,18 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import API_KEY
-from tests.e2e.test_flows import MESSAGE, TOOL_RESULT, create, event, stored_items, wait_item
-from tests.support.processes import Core, free_port
-from tests.support.system import ItemCollector, msg, text
+from tests.support.builders import msg, text
+from tests.support.processes import ONE_WAIT, Core
+from tests.support.public import (
+    API_KEY,
+    MESSAGE,
+    TOOL_RESULT,
+    create,
+    event,
+    stored_items,
+    wait_item,
+)
+from tests.support.system import ItemCollector
 
 pytestmark = pytest.mark.e2e
 
@@ -182,27 +190,15 @@ async def test_repeated_client_request_id_under_wait(api: httpx.AsyncClient) -> 
 @pytest.fixture(scope="module")
 async def bounded(core: Core) -> AsyncIterator[httpx.AsyncClient]:
     """A second admission replica allowing one wait (per replica and per tenant)."""
-    port = free_port()
     name = "admission-bounded"
-    core.spawn(name, "admission", env={"SESSION_CORE_HTTP_PORT": str(port),
-                                       "SESSION_CORE_MAX_CONCURRENT_WAITS": "1",
-                                       "SESSION_CORE_MAX_CONCURRENT_WAITS_PER_TENANT": "1"})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    async with httpx.AsyncClient(base_url=url, timeout=60,
-                                 headers={"Authorization": f"Bearer {API_KEY}"}) as c:
-        while True:
-            try:
-                if (await c.get("/readyz")).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the bounded admission did not get ready"
-            await asyncio.sleep(0.3)
-        try:
+    # in a thread: the session's Item collector goes on reading meanwhile
+    url = await asyncio.to_thread(core.admission_replica, name, ONE_WAIT)
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=60,
+                                     headers={"Authorization": f"Bearer {API_KEY}"}) as c:
             yield c
-        finally:
-            core.stop(name)
+    finally:
+        core.stop(name)
 
 
 async def waits_active(c: httpx.AsyncClient) -> float:

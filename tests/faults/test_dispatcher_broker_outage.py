@@ -8,18 +8,14 @@ declared gone one heartbeat timeout after the dispatcher reads the registrations
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from aiokafka.errors import KafkaError
 
-from shared.settings import Settings
-from tests.conftest import Stack
-from tests.support.system import System, TestRuntime
+from tests.support.stack import Stack
+from tests.support.system import Beat, System, SystemFactory, TestRuntime, until
 
 pytestmark = pytest.mark.faults
 
@@ -29,49 +25,11 @@ Json = dict[str, Any]
 
 
 @pytest.fixture
-async def system(settings: Settings, stack: Stack) -> AsyncIterator[System]:
+async def system(make_system: SystemFactory, stack: Stack) -> System:
     if not stack.controllable:
         pytest.skip(f"cannot stop the broker of a {stack.kind} stack")
-    s = settings.model_copy(update={"auth_disabled": True, "binding_wait_timeout_s": 60.0,
-                                    "runtime_heartbeat_timeout_s": HEARTBEAT_TIMEOUT_S,
-                                    "topic_partitions": 2})
-    sys_ = await System(s).start()
-    try:
-        yield sys_
-    finally:
-        await sys_.stop()
-
-
-class Heartbeats:
-    """A Runtime's heartbeat that outlives a broker outage, as the reference Runtime's does: a
-    heartbeat that cannot be sent is given up, the next one is tried a second later."""
-
-    def __init__(self, rt: TestRuntime) -> None:
-        self.rt = rt
-        self.task = asyncio.create_task(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            with contextlib.suppress(KafkaError, TimeoutError):
-                await asyncio.wait_for(self.rt.register(), 1.0)
-            await asyncio.sleep(1.0)
-
-    async def close(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
-
-
-async def until(probe: Callable[[], Awaitable[Any]], pred: Callable[[Any], bool],
-                timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await probe()
-        if pred(got):
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s; last: {got}")
-        await asyncio.sleep(0.2)
+    return await make_system(binding_wait_timeout_s=60.0,
+                             runtime_heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S)
 
 
 async def binding(system: System, sid: str) -> Json:
@@ -100,7 +58,7 @@ async def test_a_broker_outage_does_not_make_live_runtimes_gone(system: System,
     live = await TestRuntime(system.settings, "codex").start(heartbeat=False)
     dies = await TestRuntime(system.settings, "claude_code").start(heartbeat=False)
     system.runtimes += [live, dies]
-    beats = [Heartbeats(live), Heartbeats(dies)]
+    beats = [Beat(live), Beat(dies)]
     try:
         r = await system.create("codex", "work through the outage")
         assert r.status_code == 201, r.text

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
 from services.receipts.app import ReceiptService
 from shared.domain.receipts import REASON_APPLIED
-from shared.settings import Settings
-from tests.integration.test_dispatcher import Inbox, ts
-from tests.integration.test_receipts import (
+from tests.support.calls import (
     TIMEOUT_REASON,
     WINDOW,
     Call,
@@ -30,20 +27,9 @@ from tests.integration.test_receipts import (
     only_application,
     open_call,
 )
-from tests.support.system import System
+from tests.support.system import Inbox, System, ts
 
 pytestmark = pytest.mark.faults
-
-
-@pytest.fixture
-async def system(settings: Settings) -> AsyncIterator[System]:
-    s = settings.model_copy(update={"auth_disabled": True, "binding_wait_timeout_s": 8.0,
-                                    "runtime_heartbeat_timeout_s": 4.0, "topic_partitions": 2})
-    sys_ = await System(s).start()
-    try:
-        yield sys_
-    finally:
-        await sys_.stop()
 
 
 async def test_restart_keeps_original_deadlines(system: System) -> None:

@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 from pymongo.errors import PyMongoError
 
-from deploy.local.stack import StackError, install_ferretdb
+from deploy.local.stack import StackError, free_port, install_ferretdb
 from shared.settings import Settings
 from shared.store import database, ensure_indexes, make_client, ping
 from tests.support.certs import Certs, make_certs
 from tests.support.localstack import running
-from tests.support.processes import free_port
 
 pytestmark = pytest.mark.faults
 

@@ -5,7 +5,6 @@ HTTP and over ``session.input`` gets the same answer."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -13,116 +12,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from pymongo import AsyncMongoClient
 
 from shared import records
-from shared.kafka import decode, encode
-from shared.settings import Settings
-from shared.topics import topics_for
-from tests.support.system import System, png_data_uri
+from shared.kafka import decode
+from tests.support.builders import png_data_uri
+from tests.support.kafka import InputClient, open_call_by_fact, read_topic, store_counts
+from tests.support.system import System, SystemFactory
 
 pytestmark = pytest.mark.integration
 
 Json = dict[str, Any]
 MAX_BODY = 256 * 1024  # small, so the over-size row stays small
-COLLECTIONS = ("sessions", "items", "journal", "idempotency", "calls")
 CALL_ID = "toolu_open_1"
 
 
 # ---- helpers ---------------------------------------------------------------------------------
-
-class InputClient:
-    """An event producer on ``session.input`` that reads its answers on
-    ``session.input.results`` by ``request_id``."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.t = topics_for(settings)
-        self.answers: dict[str, asyncio.Future[Json]] = {}
-        self.producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers,
-                                         acks="all", max_request_size=8 * 1024 * 1024)
-        self.consumer = AIOKafkaConsumer(
-            self.t.session_input_results, bootstrap_servers=settings.kafka_bootstrap_servers,
-            group_id=f"test-results-{uuid.uuid4().hex[:8]}", auto_offset_reset="earliest")
-        self.task: asyncio.Task[None] | None = None
-
-    async def start(self) -> InputClient:
-        await self.producer.start()
-        await self.consumer.start()
-        self.task = asyncio.create_task(self._run())
-        return self
-
-    async def _run(self) -> None:
-        async for r in self.consumer:
-            value = decode(r.value)
-            fut = self.answers.get(value.get("request_id"))
-            if fut is not None and not fut.done():
-                fut.set_result(value)
-
-    async def send_raw(self, request_id: str, raw: bytes, key: str) -> asyncio.Future[Json]:
-        fut: asyncio.Future[Json] = asyncio.get_running_loop().create_future()
-        self.answers[request_id] = fut
-        await self.producer.send_and_wait(self.t.session_input, raw, key=key.encode())
-        return fut
-
-    async def ask(self, op: str, body: Json, session_id: str | None = None,
-                  timeout: float = 30) -> Json:
-        rid = f"req-{uuid.uuid4().hex}"
-        rec: Json = {**body, "op": op, "request_id": rid}
-        if session_id is not None:
-            rec["session_id"] = session_id
-        fut = await self.send_raw(rid, encode(rec), session_id or rid)
-        answer = await asyncio.wait_for(fut, timeout)
-        assert answer["schema"] == records.INPUT_RESULT
-        return answer
-
-    async def stop(self) -> None:
-        if self.task:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
-        await self.consumer.stop()
-        await self.producer.stop()
-
-
-async def read_topic(settings: Settings, topic: str) -> list[bytes]:
-    """Every record on ``topic`` up to its current end, read by a fresh consumer group."""
-    c = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
-                         group_id=f"test-audit-{uuid.uuid4().hex[:8]}",
-                         auto_offset_reset="earliest", enable_auto_commit=False,
-                         max_partition_fetch_bytes=64 * 1024 * 1024)
-    await c.start()
-    try:
-        parts = c.partitions_for_topic(topic)
-        for _ in range(50):
-            if parts:
-                break
-            await c._client.force_metadata_update()
-            await asyncio.sleep(0.1)
-            parts = c.partitions_for_topic(topic)
-        tps = [TopicPartition(topic, p) for p in sorted(parts or [])]
-        c.assign(tps)
-        await c.seek_to_beginning(*tps)
-        ends = await c.end_offsets(tps)
-        out: list[bytes] = []
-        async with asyncio.timeout(30):
-            while [tp for tp in tps if await c.position(tp) < ends[tp]]:
-                got = await c.getmany(timeout_ms=500)
-                for recs in got.values():
-                    out.extend(r.value or b"" for r in recs)
-        return out
-    finally:
-        await c.stop()
-
-
-async def store_counts(settings: Settings) -> dict[str, int]:
-    client: AsyncMongoClient[Json] = AsyncMongoClient(settings.mongodb_uri)
-    try:
-        db = client[settings.mongodb_database]
-        return {c: await db[c].count_documents({}) for c in COLLECTIONS}
-    finally:
-        await client.close()
 
 
 @dataclass
@@ -133,40 +37,22 @@ class Core:
     codex_sid: str
 
 
-async def open_call(system: System, session_id: str, call_id: str, name: str = "lookup") -> None:
-    """The runtime's function call, as the fact storage turns into a ``function_call`` Item."""
-    producer = AIOKafkaProducer(bootstrap_servers=system.settings.kafka_bootstrap_servers,
-                                acks="all")
-    await producer.start()
-    try:
-        await producer.send_and_wait(system.topics.core_facts, encode({
-            "schema": records.FACT, "fact_id": f"test:{session_id}:{call_id}",
-            "session_id": session_id, "kind": "function_call", "call_id": call_id,
-            "name": name, "arguments": {"q": 1}}), key=session_id.encode())
-    finally:
-        await producer.stop()
-    await system.items.wait_for(session_id, lambda i: i["type"] == "function_call"
-                                and i["call_id"] == call_id)
-
-
 @pytest.fixture
-async def core(settings: Settings) -> AsyncIterator[Core]:
+async def core(make_system: SystemFactory) -> AsyncIterator[Core]:
     """Admission and storage only (no dispatcher: Turns stay as the test leaves them)."""
-    s = settings.model_copy(update={"auth_disabled": True, "topic_partitions": 2, "http_port": 0,
-                                    "max_body_bytes": MAX_BODY})
-    system = await System(s).start(services=("storage", "admission"))
-    kafka = await InputClient(s).start()
+    system = await make_system(services=("storage", "admission"), http_port=0,
+                               max_body_bytes=MAX_BODY)
+    kafka = await InputClient(system.settings).start()
     try:
         r = await system.create("claude_code", "set-up session")
         assert r.status_code == 201, r.text
         claude_sid = r.json()["id"]
-        await open_call(system, claude_sid, CALL_ID)
+        await open_call_by_fact(system, claude_sid, CALL_ID)
         r = await system.create("codex", "set-up session")
         assert r.status_code == 201, r.text
         yield Core(system, kafka, claude_sid, r.json()["id"])
     finally:
         await kafka.stop()
-        await system.stop()
 
 
 # ---- the rejected sample -----------------------------------------------------------------------

@@ -9,22 +9,16 @@ from services.runtime.conformance import KitOptions, run_kit
 from shared.kafka import ensure_topics
 from shared.settings import Settings
 from shared.topics import topics_for
+from tests.support.conformance import by_status
 
 pytestmark = pytest.mark.integration
-
-
-def _by_status(results: list) -> dict[str, set[str]]:  # type: ignore[type-arg]
-    out: dict[str, set[str]] = {"PASS": set(), "FAIL": set(), "SKIP": set()}
-    for r in results:
-        out[r.status].add(r.name)
-    return out
 
 
 @pytest.mark.parametrize("harness", ["claude_code", "codex"])
 async def test_correct_runtime_passes_every_case(settings: Settings, harness: str) -> None:
     await ensure_topics(settings, topics_for(settings))
     _, results = await run_kit(settings, KitOptions(harness=harness))
-    st = _by_status(results)
+    st = by_status(results)
     assert not st["FAIL"], [(r.name, r.detail) for r in results if r.status == "FAIL"]
     assert len(st["PASS"]) >= 5
 
@@ -38,7 +32,7 @@ async def test_misbehaving_runtime_fails_expected_cases(settings: Settings,
                                                          must_fail: set[str]) -> None:
     await ensure_topics(settings, topics_for(settings))
     _, results = await run_kit(settings, KitOptions(harness="claude_code", switches=switch))
-    st = _by_status(results)
+    st = by_status(results)
     assert must_fail <= st["FAIL"], [(r.name, r.status, r.detail) for r in results]
     if switch == {"drop_image": True}:
         assert st["FAIL"] == must_fail

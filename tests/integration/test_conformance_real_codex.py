@@ -11,7 +11,7 @@ from services.runtime.live import default_binary
 from shared.kafka import ensure_topics
 from shared.settings import Settings
 from shared.topics import topics_for
-from tests.integration.test_conformance_kit import _by_status
+from tests.support.conformance import by_status
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ async def test_the_real_codex_adapter_passes_every_applicable_case(settings: Set
     await ensure_topics(settings, topics_for(settings))
     rt, results = await run_kit(settings, KitOptions(harness="codex", engine="real"))
     print("\n" + render(rt, results))
-    st = _by_status(results)
+    st = by_status(results)
     assert rt.engine == "real"
     assert not st["FAIL"], [(r.name, r.detail) for r in results if r.status == "FAIL"]
     assert st["PASS"] == set(CODEX_CASES)
@@ -46,7 +46,7 @@ async def test_a_broken_real_adapter_fails(settings: Settings, corrupt: str,
         harness="codex", engine="real", corrupt=corrupt,
         cases=("message_images", "function_result_images", "text_exactness")))
     print(f"\n--corrupt {corrupt}\n" + render(rt, results))
-    assert _by_status(results)["FAIL"] == must_fail
+    assert by_status(results)["FAIL"] == must_fail
 
 
 async def test_a_text_only_real_codex_refuses_image_messages(settings: Settings) -> None:

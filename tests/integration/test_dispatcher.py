@@ -13,7 +13,7 @@ import json
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,76 +26,30 @@ from shared.domain.delivery import REFUSAL_TURN_BOUND_EXCEEDED
 from shared.kafka import decode
 from shared.settings import Settings
 from shared.topics import topics_for
-from tests.support.system import System, TestRuntime, image, msg, png_data_uri, text
+from tests.support.builders import image, msg, png_data_uri, text
+from tests.support.system import (
+    QUIET_S,
+    Beat,
+    System,
+    SystemFactory,
+    TestRuntime,
+    create,
+    items,
+    ts,
+    until,
+)
 
 pytestmark = pytest.mark.integration
 
 Json = dict[str, Any]
-QUIET_S = 2.5  # how long "no delivery arrives" is watched
 
 
 # ---- helpers -----------------------------------------------------------------------------
 
 @pytest.fixture
-async def short_wait_system(settings: Settings) -> AsyncIterator[System]:
+async def short_wait_system(make_system: SystemFactory) -> System:
     """Like ``system`` but a Session waits at most 3 s for an eligible Runtime."""
-    s = settings.model_copy(update={"auth_disabled": True, "binding_wait_timeout_s": 3.0,
-                                    "runtime_heartbeat_timeout_s": 4.0, "topic_partitions": 2})
-    sys_ = await System(s).start()
-    try:
-        yield sys_
-    finally:
-        await sys_.stop()
-
-
-class Inbox:
-    """A Runtime's deliveries sorted by Session, so several Sessions can share one Runtime."""
-
-    def __init__(self, rt: TestRuntime) -> None:
-        self.rt = rt
-        self.queues: dict[str, asyncio.Queue[Json]] = defaultdict(asyncio.Queue)
-        self.task = asyncio.create_task(self._route())
-
-    async def _route(self) -> None:
-        while True:
-            d = await self.rt.deliveries.get()
-            self.queues[d["session_id"]].put_nowait(d)
-
-    async def next(self, sid: str, timeout: float = 20) -> Json:
-        return await asyncio.wait_for(self.queues[sid].get(), timeout)
-
-    async def assert_quiet(self, sid: str, seconds: float = QUIET_S) -> None:
-        await asyncio.sleep(seconds)
-        assert self.queues[sid].empty(), f"unexpected delivery: {self.queues[sid].get_nowait()}"
-
-    async def close(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
-
-
-class Beat:
-    """A Runtime whose heartbeats carry a status the test sets (TestRuntime's own heartbeat
-    always says ``ready``)."""
-
-    def __init__(self, rt: TestRuntime, status: str = "ready") -> None:
-        self.rt = rt
-        self.status = status
-        self.task = asyncio.create_task(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            await self.rt.register(self.status)
-            await asyncio.sleep(1.0)
-
-    async def set(self, status: str) -> None:
-        self.status = status
-        await self.rt.register(status)
-
-    async def close(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
+    return await make_system(binding_wait_timeout_s=3.0)
 
 
 async def quiet_runtime(system: System, harness: str, **kw: Any) -> tuple[TestRuntime, Beat]:
@@ -117,33 +71,6 @@ async def view(system: System, sid: str) -> Json:
     return body
 
 
-async def until(probe: Callable[[], Awaitable[Json]], pred: Callable[[Json], bool],
-                timeout: float = 15) -> Json:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = await probe()
-        if pred(got):
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s; last: {got}")
-        await asyncio.sleep(0.2)
-
-
-async def items(system: System, sid: str) -> list[Json]:
-    assert system.http is not None
-    r = await system.http.get(f"/v1/sessions/{sid}/items", params={"limit": 1000})
-    assert r.status_code == 200, r.text
-    out: list[Json] = r.json()["items"]
-    return out
-
-
-async def create(system: System, harness: str, input: Any) -> str:
-    r = await system.create(harness, input)
-    assert r.status_code == 201, r.text
-    sid: str = r.json()["id"]
-    return sid
-
-
 async def send(system: System, sid: str, messages: list[Json], expect: str) -> None:
     r = await system.event(sid, {"type": "agent.session.input.message", "input": messages})
     assert r.status_code == 202, r.text
@@ -153,10 +80,6 @@ async def send(system: System, sid: str, messages: list[Json], expect: str) -> N
 def failed_turn(turn_id: str | None = None) -> Callable[[Json], bool]:
     return lambda i: (i["type"] == "turn" and i["state"] == "failed"
                       and (turn_id is None or i["turn_id"] == turn_id))
-
-
-def ts(item: Json) -> float:
-    return datetime.fromisoformat(item["created_at"].replace("Z", "+00:00")).timestamp()
 
 
 # ---- binding by reported capability ---------------------------------------------------------

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.system import System, msg, text
+from tests.support.builders import msg, text
+from tests.support.system import System
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-import uuid
 from typing import Any
 
 import pytest
@@ -17,37 +16,14 @@ from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
 from services.storage.app import StorageService
-from shared import records
-from shared.kafka import encode, ensure_topics, now_rfc3339
+from shared.kafka import encode, ensure_topics
 from shared.settings import Settings
 from shared.topics import topics_for
+from tests.support.builders import admitted_create
 
 pytestmark = pytest.mark.integration
 
 Json = dict[str, Any]
-
-
-def admitted_create(text: str, *, harness: str = "codex") -> Json:
-    """A ``session.admitted/1`` record as admission publishes it for ``POST /v1/sessions``."""
-    return {
-        "schema": records.ADMITTED,
-        "op": records.OP_CREATE,
-        "request_id": f"req_{uuid.uuid4().hex}",
-        "session_id": f"session_{uuid.uuid4().hex}",
-        "event_id": f"evt_{uuid.uuid4().hex}",
-        "admitted_at": now_rfc3339(),
-        "fingerprint": uuid.uuid4().hex,
-        "harness": harness,
-        "placement": "none",
-        "messages": [{"role": "user", "content": [{"type": "input_text", "text": text}]}],
-        "input_was_string": False,
-        "stream": False,
-        "client_request_id": None,
-        "metadata": None,
-        "tags": None,
-        "external_actor": None,
-        "has_images": False,
-    }
 
 
 def closed_port() -> int:
@@ -133,7 +109,6 @@ async def test_storage_cannot_start_or_write_without_the_store(settings: Setting
         assert time.monotonic() - t0 < 30
     finally:
         await service.stop()
-
 
 
 async def test_a_consumer_started_right_after_ensure_topics_meets_no_leaderless_partition(

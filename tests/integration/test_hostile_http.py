@@ -29,7 +29,7 @@ import threading
 import time
 import zlib
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,8 +41,8 @@ from hypothesis import strategies as st
 
 from shared.domain.tenancy import key_entry
 from shared.kafka import encode
-from shared.settings import Settings
-from tests.support.system import System, png_data_uri
+from tests.support.builders import png_data_uri
+from tests.support.system import System, SystemFactory
 
 pytestmark = [
     pytest.mark.integration, pytest.mark.hostile,
@@ -406,15 +406,10 @@ def event_bodies(urls: list[str]) -> st.SearchStrategy[Json]:
 # ---- the fixture ----------------------------------------------------------------------------
 
 @pytest.fixture
-async def core(settings: Settings) -> AsyncIterator[System]:
+async def core(make_system: SystemFactory) -> System:
     """admission (serving HTTP on its own port, auth on) and storage only."""
-    s = settings.model_copy(update={"auth_disabled": False,
-                                    "api_keys": key_entry("hostile", KEY)})
-    sys_ = await System(s).start(services=("storage", "admission"))
-    try:
-        yield sys_
-    finally:
-        await sys_.stop()
+    return await make_system(services=("storage", "admission"), auth_disabled=False,
+                             api_keys=key_entry("hostile", KEY))
 
 
 def _report(name: str, tally: dict[str, Tally]) -> None:

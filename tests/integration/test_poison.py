@@ -17,7 +17,6 @@ import base64
 import contextlib
 import uuid
 from collections import Counter as Tally
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +30,8 @@ from shared import records
 from shared.domain.poison import INVALID_FIELDS, UNDECODABLE, UNEXPECTED_SCHEMA
 from shared.kafka import decode, encode
 from shared.settings import Settings
-from tests.support.system import System, msg, text
+from tests.support.builders import msg, text
+from tests.support.system import System, SystemFactory
 
 pytestmark = pytest.mark.integration
 
@@ -163,14 +163,8 @@ async def _committed_past(settings: Settings, group: str, topic: str, offset: in
 
 
 @pytest.fixture
-async def system(settings: Settings) -> AsyncIterator[System]:
-    s = settings.model_copy(update={"auth_disabled": True, "topic_partitions": 1,
-                                    "binding_wait_timeout_s": 30.0})
-    sys_ = await System(s).start()
-    try:
-        yield sys_
-    finally:
-        await sys_.stop()
+async def system(make_system: SystemFactory) -> System:
+    return await make_system(topic_partitions=1, binding_wait_timeout_s=30.0)
 
 
 async def test_poison_on_every_consumed_topic_is_dead_lettered_and_skipped(

@@ -19,8 +19,7 @@ from faststream.kafka.annotations import KafkaMessage
 from services.receipts.app import ReceiptService
 from shared.domain.receipts import REASON_APPLIED
 from shared.settings import Settings
-from tests.integration.test_dispatcher import Inbox, ts
-from tests.integration.test_receipts import (
+from tests.support.calls import (
     TIMEOUT_REASON,
     WINDOW,
     at,
@@ -29,7 +28,7 @@ from tests.integration.test_receipts import (
     only_application,
     open_call,
 )
-from tests.support.system import System
+from tests.support.system import Inbox, System, ts
 
 pytestmark = pytest.mark.integration
 

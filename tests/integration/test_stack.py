@@ -15,7 +15,7 @@ from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
 from shared.settings import Settings
-from tests.conftest import REPO, STACK_CLI, Stack
+from tests.support.stack import REPO, STACK_CLI, Stack
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,6 @@ import os
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -28,11 +27,10 @@ from services.storage.handler import StorageHandler, source_key
 from services.storage.repository import StaleDecision
 from shared import records
 from shared.kafka import encode, now_rfc3339
-from shared.settings import Settings
 from shared.storecodec import unpack
-from tests.integration.test_admission import open_call, read_topic, store_counts
-from tests.integration.test_foundation import admitted_create
-from tests.support.system import System
+from tests.support.builders import admitted_create, admitted_event
+from tests.support.kafka import open_call_by_fact, read_topic, store_counts
+from tests.support.system import System, SystemFactory
 
 pytestmark = pytest.mark.integration
 
@@ -42,16 +40,10 @@ CHUNK = 1500
 
 
 @pytest.fixture
-async def core(settings: Settings) -> AsyncIterator[System]:
+async def core(make_system: SystemFactory) -> System:
     """Admission and storage only: no dispatcher, so Turns end only when the test says so."""
-    s = settings.model_copy(update={"auth_disabled": True, "topic_partitions": 2, "http_port": 0,
-                                    "inline_image_max_bytes": INLINE_MAX,
-                                    "image_chunk_bytes": CHUNK})
-    system = await System(s).start(services=("storage", "admission"))
-    try:
-        yield system
-    finally:
-        await system.stop()
+    return await make_system(services=("storage", "admission"), http_port=0,
+                             inline_image_max_bytes=INLINE_MAX, image_chunk_bytes=CHUNK)
 
 
 def http(system: System) -> Any:
@@ -83,19 +75,6 @@ async def all_items(system: System, session_id: str) -> list[Json]:
     assert r.status_code == 200, r.text
     items: list[Json] = r.json()["items"]
     return items
-
-
-def admitted_event(session_id: str, text: str) -> Json:
-    """A ``session.admitted/1`` record as admission publishes it for a message event."""
-    return {
-        "schema": records.ADMITTED, "op": records.OP_EVENT,
-        "request_id": f"req_{uuid.uuid4().hex}", "session_id": session_id,
-        "event_id": f"evt_{uuid.uuid4().hex}", "admitted_at": now_rfc3339(),
-        "fingerprint": uuid.uuid4().hex, "event_type": records.EV_MESSAGE,
-        "messages": [{"role": "user", "content": [{"type": "input_text", "text": text}]}],
-        "client_event_id": None, "metadata": None, "tags": None, "external_actor": None,
-        "has_images": False,
-    }
 
 
 # ---- images --------------------------------------------------------------------------------
@@ -221,7 +200,7 @@ async def test_function_result_keeps_which_fields_were_sent(core: System, sent: 
                                                             public: Json) -> None:
     r = await core.create("codex", "call something")
     sid = r.json()["id"]
-    await open_call(core, sid, "call_1")
+    await open_call_by_fact(core, sid, "call_1")
     body = {"type": records.EV_TOOL_RESULT, "call_id": "call_1", "success": True, **sent}
     r = await core.event(sid, body)
     assert r.status_code == 202, r.text
@@ -491,7 +470,7 @@ async def test_client_event_id_and_tool_result_repeats(core: System) -> None:
     assert r3.status_code == 409, r3.text
     assert await store_counts(core.settings) == counts
 
-    await open_call(core, sid, "c1")
+    await open_call_by_fact(core, sid, "c1")
     res = {"type": records.EV_TOOL_RESULT, "call_id": "c1", "success": True, "output": "ok"}
     t1 = await core.event(sid, res)
     assert (t1.status_code, t1.json()["delivery"]) == (202, "resumed"), t1.text
@@ -514,7 +493,7 @@ async def test_delivery_and_sequences_across_a_mixed_session(core: System) -> No
     m = [{"role": "user", "content": [{"type": "input_text", "text": "two"}]}]
     ev = {"type": records.EV_MESSAGE, "input": m}
     assert (await core.event(sid, ev)).json()["delivery"] == "steered"
-    await open_call(core, sid, "k1")
+    await open_call_by_fact(core, sid, "k1")
     res = {"type": records.EV_TOOL_RESULT, "call_id": "k1", "success": False, "error": "no"}
     assert (await core.event(sid, res)).json()["delivery"] == "resumed"
     await end_turn(core, sid, turn1)

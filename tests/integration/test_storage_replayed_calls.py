@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from aiokafka import AIOKafkaProducer
 from shared import records
 from shared.kafka import encode, now_rfc3339
 from shared.settings import Settings
-from tests.support.system import System
+from tests.support.system import System, SystemFactory
 
 pytestmark = pytest.mark.integration
 
@@ -29,13 +28,8 @@ Json = dict[str, Any]
 
 
 @pytest.fixture
-async def core(settings: Settings) -> AsyncIterator[System]:
-    s = settings.model_copy(update={"auth_disabled": True, "topic_partitions": 2, "http_port": 0})
-    system = await System(s).start(services=("storage", "admission"))
-    try:
-        yield system
-    finally:
-        await system.stop()
+async def core(make_system: SystemFactory) -> System:
+    return await make_system(services=("storage", "admission"), http_port=0)
 
 
 def tool_use(call_id: str, **flags: Any) -> Json:
@@ -120,7 +114,7 @@ async def test_the_storage_handler_opens_no_call_from_a_replayed_tool_use(
     from services.storage.handler import StorageHandler, record_to_inputs
     from services.storage.repository import StorageRepository
     from shared.store import database, ensure_indexes, make_client
-    from tests.integration.test_foundation import admitted_create
+    from tests.support.builders import admitted_create
 
     client = make_client(settings)
     db = database(client, settings)

@@ -20,8 +20,7 @@ from services.storage.repository import SESSIONS_PER_UPDATE, StorageRepository
 from shared.kafka import now_rfc3339
 from shared.settings import Settings
 from shared.store import client_options, ensure_indexes
-from tests.integration.test_foundation import admitted_create
-from tests.integration.test_storage import admitted_event
+from tests.support.builders import admitted_create, admitted_event
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,8 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from deploy.local.stack import StackError, install_ferretdb
+from deploy.local.stack import StackError, free_port, install_ferretdb
 from tests.support.localstack import running
-from tests.support.processes import free_port
 
 pytestmark = pytest.mark.integration
 

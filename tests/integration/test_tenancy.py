@@ -20,9 +20,8 @@ from pymongo import AsyncMongoClient
 from shared import records
 from shared.domain.tenancy import key_entry
 from shared.kafka import encode
-from shared.settings import Settings
-from tests.integration.test_admission import InputClient, open_call, read_topic, store_counts
-from tests.support.system import System
+from tests.support.kafka import InputClient, open_call_by_fact, read_topic, store_counts
+from tests.support.system import System, SystemFactory
 
 pytestmark = pytest.mark.integration
 
@@ -48,28 +47,26 @@ def _client(system: System, key: str | None) -> httpx.AsyncClient:
 
 
 @pytest.fixture(name="t")
-async def tenants(settings: Settings) -> AsyncIterator[Tenants]:
+async def tenants(make_system: SystemFactory) -> AsyncIterator[Tenants]:
     """Admission and storage (no dispatcher: a Turn runs until the test ends it), auth on with
     two tenants, each capped at ``CAP`` requests in flight."""
-    async for t in _tenants(settings, max_inflight_per_tenant=CAP):
+    async for t in _tenants(make_system, max_inflight_per_tenant=CAP):
         yield t
 
 
 @pytest.fixture(name="t_waits")
-async def tenants_one_wait(settings: Settings) -> AsyncIterator[Tenants]:
+async def tenants_one_wait(make_system: SystemFactory) -> AsyncIterator[Tenants]:
     """The same, with one concurrent ``?wait`` per tenant (and room for everything else)."""
-    async for t in _tenants(settings, max_concurrent_waits_per_tenant=1,
+    async for t in _tenants(make_system, max_concurrent_waits_per_tenant=1,
                             max_concurrent_waits=10, max_inflight_per_tenant=50):
         yield t
 
 
-async def _tenants(settings: Settings, **limits: int) -> AsyncIterator[Tenants]:
+async def _tenants(make_system: SystemFactory, **limits: int) -> AsyncIterator[Tenants]:
     keys = f"{key_entry('acme', KEY_A)},{key_entry('beta', KEY_B)}"
-    s = settings.model_copy(update={
-        "auth_disabled": False, "api_keys": keys, "topic_partitions": 2, "http_port": 0,
-        **limits})
-    system = await System(s).start(services=("storage", "admission"))
-    kafka = await InputClient(s).start()
+    system = await make_system(services=("storage", "admission"), auth_disabled=False,
+                               api_keys=keys, http_port=0, **limits)
+    kafka = await InputClient(system.settings).start()
     a, b = _client(system, KEY_A), _client(system, KEY_B)
     try:
         yield Tenants(system, kafka, a, b)
@@ -77,7 +74,6 @@ async def _tenants(settings: Settings, **limits: int) -> AsyncIterator[Tenants]:
         await a.aclose()
         await b.aclose()
         await kafka.stop()
-        await system.stop()
 
 
 def _create(text: str, **extra: Any) -> Json:
@@ -97,7 +93,7 @@ async def test_another_tenant_gets_404_on_every_path_and_writes_nothing(t: Tenan
     r = await t.a.post("/v1/sessions", json=_create("acme's secret"))
     assert r.status_code == 201, r.text
     sid = r.json()["id"]
-    await open_call(t.system, sid, CALL_ID)
+    await open_call_by_fact(t.system, sid, CALL_ID)
     for path in (f"/v1/sessions/{sid}", f"/v1/sessions/{sid}/items",
                  f"/v1/sessions/{sid}/tool_results/{CALL_ID}"):
         assert (await t.a.get(path)).status_code == 200, path
@@ -301,11 +297,10 @@ async def test_a_tenant_at_its_wait_bound_gets_429_while_another_tenant_waits(
     assert again.status_code in (200, 202), again.text
 
 
-async def test_with_auth_disabled_everyone_is_the_default_tenant(settings: Settings) -> None:
-    s = settings.model_copy(update={"auth_disabled": True, "api_keys": "",
-                                    "topic_partitions": 2, "http_port": 0})
-    system = await System(s).start(services=("storage", "admission"))
-    kafka = await InputClient(s).start()
+async def test_with_auth_disabled_everyone_is_the_default_tenant(
+        make_system: SystemFactory) -> None:
+    system = await make_system(services=("storage", "admission"), api_keys="", http_port=0)
+    kafka = await InputClient(system.settings).start()
     try:
         async with _client(system, None) as c:
             r = await c.post("/v1/sessions", json=_create("no key needed"))
@@ -320,7 +315,6 @@ async def test_with_auth_disabled_everyone_is_the_default_tenant(settings: Setti
         assert ans["status"] == 404
     finally:
         await kafka.stop()
-        await system.stop()
 
 
 async def test_items_on_the_topic_carry_the_tenant_of_the_creating_request(t: Tenants) -> None:
@@ -332,7 +326,7 @@ async def test_items_on_the_topic_carry_the_tenant_of_the_creating_request(t: Te
     assert r.status_code == 201, r.text
     assert all("tenant" not in i for i in r.json()["items"])
     acme = r.json()["id"]
-    await open_call(t.system, acme, "toolu_route_1")
+    await open_call_by_fact(t.system, acme, "toolu_route_1")
     ans = await t.kafka.ask(records.OP_CREATE, {**_create("beta routes"), "tenant": "beta"})
     assert ans["status"] == 201, ans
     beta = ans["body"]["id"]

@@ -7,17 +7,18 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from deploy.local.stack import free_port
 from shared.domain.tenancy import key_entry
 from shared.settings import Settings
 
@@ -25,12 +26,9 @@ TENANT = "e2e"  # the tenant of the API key launch() configures
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = ("storage", "dispatcher", "receipts", "admission")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+# an admission replica that allows one concurrent wait (a real 429 past it)
+ONE_WAIT = {"SESSION_CORE_MAX_CONCURRENT_WAITS": "1",
+            "SESSION_CORE_MAX_CONCURRENT_WAITS_PER_TENANT": "1"}
 
 
 @dataclass
@@ -43,6 +41,12 @@ class Core:
     log_dir: Path | None = None
     args: dict[str, tuple[tuple[str, ...], dict[str, str] | None]] = field(default_factory=dict)
     metrics_urls: dict[str, str] = field(default_factory=dict)  # service → its /metrics
+    api_key: str | None = None
+
+    def client(self, timeout: float = 60) -> httpx.AsyncClient:
+        """An HTTP client of the API, with the API key the services were launched with."""
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return httpx.AsyncClient(base_url=self.base_url, timeout=timeout, headers=headers)
 
     def spawn(self, name: str, *args: str, env: dict[str, str] | None = None
               ) -> subprocess.Popen[bytes]:
@@ -102,12 +106,22 @@ class Core:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(5)
 
-    def wait_ready(self, timeout: float = 90) -> None:
-        """Until admission's ``/readyz`` answers 200; raises with the logs if a process died."""
+    def admission_replica(self, name: str, env: dict[str, str]) -> str:
+        """Another admission process, ``name``, on an HTTP port of its own with ``env``: its
+        URL once it is ready (``stop(name)`` ends it)."""
+        port = free_port()
+        self.spawn(name, "admission", env={"SESSION_CORE_HTTP_PORT": str(port), **env})
+        url = f"http://127.0.0.1:{port}"
+        self.wait_ready(url=url)
+        return url
+
+    def wait_ready(self, timeout: float = 90, url: str | None = None) -> None:
+        """Until admission's (or ``url``'s) ``/readyz`` answers 200; raises with the logs if a
+        process died."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                if httpx.get(f"{self.base_url}/readyz", timeout=2).status_code == 200:
+                if httpx.get(f"{url or self.base_url}/readyz", timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -162,3 +176,20 @@ def launch(stack: Any, log_dir: Path, runtimes: dict[str, list[str]], api_key: s
         c.stop_all()
         raise
     return c
+
+
+@contextlib.contextmanager
+def launched(stack: Any, log_dir: Path, runtimes: dict[str, list[str]], api_key: str,
+             extra_env: dict[str, str] | None = None, prefix: str = "e", label: str = "e2e",
+             show_logs: bool | None = None) -> Iterator[Core]:
+    """``launch`` for a fixture: every process is stopped when the block ends, and where the
+    logs are is said then (``show_logs``; by default when ``SESSION_CORE_E2E_KEEP_LOGS`` is
+    set)."""
+    c = launch(stack, log_dir, runtimes, api_key, extra_env, prefix)
+    c.api_key = api_key
+    try:
+        yield c
+    finally:
+        c.stop_all()
+        if show_logs or (show_logs is None and os.environ.get("SESSION_CORE_E2E_KEEP_LOGS")):
+            sys.stderr.write(f"\n[{label}] logs in {c.log_dir}\n")

@@ -5,45 +5,29 @@ that registers over Kafka, receives deliveries and publishes native observations
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import io
+import time
 import uuid
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from PIL import Image
+from aiokafka.errors import KafkaError
 
 from services.admission.app import AdmissionService
 from services.dispatcher.app import DispatcherService
 from services.receipts.app import ReceiptService
 from services.storage.app import StorageService
 from shared.kafka import decode, encode, ensure_topics
+from shared.service import cancel
 from shared.settings import Settings
 from shared.topics import topics_for
 
 Json = dict[str, Any]
-
-
-def png_data_uri(w: int = 4, h: int = 3, color: tuple[int, int, int] = (200, 10, 10)) -> str:
-    buf = io.BytesIO()
-    Image.new("RGB", (w, h), color).save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
-def text(t: str) -> Json:
-    return {"type": "input_text", "text": t}
-
-
-def image(uri: str | None = None) -> Json:
-    return {"type": "input_image", "image_url": uri or png_data_uri()}
-
-
-def msg(*parts: Json) -> Json:
-    return {"role": "user", "content": list(parts)}
+QUIET_S = 2.5  # how long "no delivery arrives" is watched
 
 
 class ItemCollector:
@@ -66,6 +50,13 @@ class ItemCollector:
         )
         await self.consumer.start()
         self.task = asyncio.create_task(self._run())
+
+    async def __aenter__(self) -> ItemCollector:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
 
     async def _run(self) -> None:
         assert self.consumer is not None
@@ -244,3 +235,90 @@ class System:
         for s in reversed(self.started):
             with contextlib.suppress(Exception):
                 await getattr(self, s).stop()
+
+
+# what the ``make_system`` fixture (tests/conftest.py) gives: services=…, **settings overrides
+SystemFactory = Callable[..., Awaitable[System]]
+
+
+class Inbox:
+    """A Runtime's deliveries sorted by Session, so several Sessions can share one Runtime."""
+
+    def __init__(self, rt: TestRuntime) -> None:
+        self.rt = rt
+        self.queues: dict[str, asyncio.Queue[Json]] = defaultdict(asyncio.Queue)
+        self.task = asyncio.create_task(self._route())
+
+    async def _route(self) -> None:
+        while True:
+            d = await self.rt.deliveries.get()
+            self.queues[d["session_id"]].put_nowait(d)
+
+    async def next(self, sid: str, timeout: float = 20) -> Json:
+        return await asyncio.wait_for(self.queues[sid].get(), timeout)
+
+    async def assert_quiet(self, sid: str, seconds: float = QUIET_S) -> None:
+        await asyncio.sleep(seconds)
+        assert self.queues[sid].empty(), f"unexpected delivery: {self.queues[sid].get_nowait()}"
+
+    async def close(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+async def items(system: System, sid: str) -> list[Json]:
+    assert system.http is not None
+    r = await system.http.get(f"/v1/sessions/{sid}/items", params={"limit": 1000})
+    assert r.status_code == 200, r.text
+    out: list[Json] = r.json()["items"]
+    return out
+
+
+async def create(system: System, harness: str, input: Any) -> str:
+    r = await system.create(harness, input)
+    assert r.status_code == 201, r.text
+    sid: str = r.json()["id"]
+    return sid
+
+
+def ts(item: Json) -> float:
+    return datetime.fromisoformat(item["created_at"].replace("Z", "+00:00")).timestamp()
+
+
+class Beat:
+    """A Runtime's heartbeat, once a second, carrying a status the test sets (TestRuntime's own
+    heartbeat always says ``ready``). Like the reference Runtime's, it outlives a broker outage:
+    a heartbeat that cannot be sent within a second is given up, the next one is tried a second
+    later."""
+
+    def __init__(self, rt: TestRuntime, status: str = "ready") -> None:
+        self.rt = rt
+        self.status = status
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(KafkaError, TimeoutError):
+                await asyncio.wait_for(self.rt.register(self.status), 1.0)
+            await asyncio.sleep(1.0)
+
+    async def set(self, status: str) -> None:
+        self.status = status
+        await self.rt.register(status)
+
+    async def close(self) -> None:
+        await cancel(self.task)
+
+
+async def until(probe: Callable[[], Awaitable[Any]], pred: Callable[[Any], bool],
+                timeout: float = 15) -> Any:
+    """``probe()`` again and again until ``pred`` holds of what it returns (that is returned)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = await probe()
+        if pred(got):
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s; last: {got}")
+        await asyncio.sleep(0.2)

@@ -17,21 +17,18 @@ from shared.domain.harnesses.errors import (
     TurnEnded,
     UnsupportedContent,
 )
+from tests.support.builders import Json
+from tests.support.builders import image as i
+from tests.support.builders import msg as user_msg
+from tests.support.builders import text as t
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
 JPG = "data:image/jpeg;base64,/9j/4AAQ"
 
 
-def t(s: str) -> dict[str, str]:
-    return {"type": "input_text", "text": s}
-
-
-def i(u: str) -> dict[str, str]:
-    return {"type": "input_image", "image_url": u}
-
-
-def msg(*parts: dict[str, str]) -> dict[str, Any]:
-    return {"role": "user", "type": "message", "content": list(parts)}
+def msg(*parts: Json) -> Json:
+    """A message with ``"type": "message"``, as the Responses API writes it."""
+    return user_msg(*parts, type="message")
 
 
 def batch(n: int) -> list[dict[str, Any]]:

@@ -10,8 +10,6 @@ as space (U+001C..U+001F) or that left Zs (U+180E) are not whitespace for the br
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from shared.domain.errors import ApiError
@@ -21,19 +19,13 @@ from shared.domain.harnesses.claude_code import ClaudeTurn
 from shared.domain.harnesses.errors import UnsupportedContent
 from shared.domain.validation import Limits, validate_create
 from shared.domain.whitespace import WHITESPACE
+from tests.support.builders import msg
+from tests.support.builders import text as t
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
 CHARS = sorted(WHITESPACE)
 IDS = [f"U+{ord(c):04X}" for c in CHARS]
 NOT_IN_SET = ["\x1c", "\x1d", "\x1e", "\x1f", "\u180e", "\u200b", "x"]
-
-
-def t(s: str) -> dict[str, str]:
-    return {"type": "input_text", "text": s}
-
-
-def msg(*parts: dict[str, str]) -> dict[str, Any]:
-    return {"role": "user", "content": list(parts)}
 
 
 def test_the_set_is_the_specs_examples_and_more() -> None:

@@ -9,12 +9,9 @@ import pytest
 from shared.domain.harnesses import adapter_for, is_terminal
 from shared.domain.harnesses import minimax_code as text_only
 from shared.domain.harnesses.errors import AdapterError, TurnBoundExceeded, UnsupportedContent
+from tests.support.builders import msg
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
-
-
-def msg(*parts: dict[str, str]) -> dict[str, Any]:
-    return {"role": "user", "content": list(parts)}
 
 
 def test_text_messages_encode_in_order() -> None:

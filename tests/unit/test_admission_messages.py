@@ -18,7 +18,7 @@ from shared.domain.validation import (
     validate_event,
 )
 from shared.settings import Settings
-from tests.unit.conftest import (
+from tests.support.builders import (
     PNG_URI,
     assert_error,
     create_body,

@@ -18,7 +18,7 @@ from shared.domain.content import (
 )
 from shared.domain.errors import ApiError
 from shared.domain.validation import Limits, validate_create, validate_event
-from tests.unit.conftest import JPEG_URI, PNG_URI, image, message_event, msg, text, tool_result
+from tests.support.builders import JPEG_URI, PNG_URI, image, message_event, msg, text, tool_result
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(EventBody)
 

@@ -19,7 +19,7 @@ from shared.domain.validation import (
     validate_event,
 )
 from shared.domain.whitespace import WHITESPACE
-from tests.unit.conftest import JPEG_URI, PNG_URI
+from tests.support.builders import JPEG_URI, PNG_URI
 
 LIMITS = Limits()
 HARNESSES = st.sampled_from(["codex", "claude_code", "minimax_code"])

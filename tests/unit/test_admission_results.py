@@ -10,7 +10,7 @@ import pytest
 
 from shared.domain.errors import ApiError
 from shared.domain.validation import AdmittedToolResult, Limits, validate_event
-from tests.unit.conftest import PNG_URI, assert_error, image, text, tool_result
+from tests.support.builders import PNG_URI, assert_error, image, text, tool_result
 
 INVALID = (400, "invalid_request")
 

@@ -34,6 +34,7 @@ from services.dispatcher.binder import Binder
 from services.dispatcher.registry import ReadingClock
 from shared.domain import delivery as wire
 from shared.domain.binding import CLAUDE_BRIDGE_PROTOCOLS, RuntimeInfo
+from tests.support.builders import text
 from tests.support.fakes.dispatcher import (
     FakeClock,
     FakeOutbox,
@@ -46,10 +47,6 @@ Doc = dict[str, Any]
 HEARTBEAT_S = 10.0
 WAIT_S = 30.0
 IMAGE = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}
-
-
-def text(t: str) -> Doc:
-    return {"type": "input_text", "text": t}
 
 
 def runtime(runtime_id: str, at: datetime, *, harness: str = "codex",

@@ -1,5 +1,5 @@
-"""The chaos checker (``tests/chaos/load.py::check``) is not vacuous: each of its rules on what
-the dispatcher and the receipt tracker produce (issue 17 item 11) fails on a world that breaks
+"""The chaos checker (``tests/support/chaosload.py::check``) is not vacuous: each of its rules on
+what the dispatcher and the receipt tracker produce (issue 17 item 11) fails on a world that breaks
 it. One consistent world — one Session: a create asking for a call, the call, its result with
 an image, the verdict, the Turn's end, and the two delivery records — then one change per row."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.load import Input, Load, check, image_part, turns_open
+from tests.support.chaosload import Input, Load, check, image_part, turns_open
 
 Json = dict[str, Any]
 SID = "session_1"

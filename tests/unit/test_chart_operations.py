@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,29 +17,13 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-from tests.unit.test_chart_settings import _helm
+from tests.support.helm import CHART, IMAGE, helm_template, render
 
 REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "deploy" / "helm" / "session-core"
 PRODUCTION = REPO / "deploy" / "helm" / "values-production.yaml"
 ALL_OPTIONAL = REPO / "deploy" / "helm" / "testdata" / "all-optional.yaml"
-IMAGE = "--set=image.repository=registry.example/sc"
 COMPONENTS = {"admission", "storage", "dispatcher", "receipts"}
 Doc = dict[str, Any]
-
-
-def helm_template(*args: str) -> subprocess.CompletedProcess[str]:
-    helm = _helm()
-    if helm is None:
-        pytest.skip("helm is not built (make deploy-check builds it)")
-    return subprocess.run([helm, "template", "t", str(CHART), *args], capture_output=True,
-                          text=True, timeout=120, check=False)
-
-
-def render(*args: str) -> list[Doc]:
-    out = helm_template(IMAGE, *args)
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
 def kind(docs: list[Doc], k: str) -> list[Doc]:

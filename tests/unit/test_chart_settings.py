@@ -17,8 +17,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
-import subprocess
 import types
 import typing
 from pathlib import Path
@@ -29,9 +27,9 @@ import yaml
 from pydantic import AliasChoices
 
 from shared.settings import Settings
+from tests.support.helm import CHART, render
 
 REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "deploy" / "helm" / "session-core"
 COMPOSE = REPO / "deploy" / "compose.yaml"
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
 
@@ -206,32 +204,9 @@ def test_templates_render_config_and_secret_references() -> None:
 # --- the rendered chart (needs Helm, built by `make deploy-check`) ----------------------
 
 
-def _helm() -> str | None:
-    cache = Path(os.environ.get("SESSION_CORE_CACHE", Path.home() / ".cache" / "session-core"))
-    candidates = [os.environ.get("HELM"), str(cache / "bin" / "helm-v3.22.0"), shutil.which("helm")]
-    return next((c for c in candidates if c and Path(c).is_file()), None)
-
-
-def _render(*args: str) -> list[dict[str, Any]]:
-    helm = _helm()
-    if helm is None:
-        if os.environ.get("CI"):  # CI builds Helm before the tests: a skip there hides a gap
-            pytest.fail("helm is not built: CI runs `make deploy-tools` before `make test`")
-        pytest.skip("helm is not built (make deploy-tools or make deploy-check builds it)")
-    out = subprocess.run(
-        # the one required value (no default image exists): as after `make image` and a push
-        [helm, "template", "t", str(CHART), "--set=image.repository=registry.example/sc", *args],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
-
-
 def test_rendered_chart_sets_every_setting() -> None:
     refs = [f"--set=secretEnv.{n}.name=s-{n.lower().replace('_', '-')}" for n in SECRET_ENV]
-    docs = _render(
+    docs = render(
         *refs,
         "--set=config.SESSION_CORE_KAFKA_SASL_MECHANISM=PLAIN",
         "--set=config.SESSION_CORE_KAFKA_SSL_CAFILE=/ca.pem",
@@ -257,7 +232,7 @@ def test_rendered_chart_sets_every_setting() -> None:
 
 
 def test_rendered_default_install_has_no_plain_text_credentials() -> None:
-    docs = _render()
+    docs = render()
     text = yaml.safe_dump_all(docs)
     for name in SECRET_ENV:
         assert not re.search(rf"name: {name}\n\s+value:", text), name

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit import test_chart_settings
+from tests.support import helm
 
 ROOT = Path(__file__).resolve().parents[2]
 CI = (ROOT / ".ci" / "run").read_text()
@@ -56,6 +56,6 @@ def test_chart_tests_fail_without_helm_under_ci(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("CI", "true")
     monkeypatch.delenv("HELM", raising=False)
     monkeypatch.setenv("SESSION_CORE_CACHE", str(tmp_path))
-    monkeypatch.setattr(test_chart_settings.shutil, "which", lambda name: None)
+    monkeypatch.setattr(helm.shutil, "which", lambda name: None)
     with pytest.raises(pytest.fail.Exception, match="deploy-tools"):
-        test_chart_settings._render()
+        helm.render()

@@ -13,6 +13,7 @@ import pytest
 
 from shared.domain.observations import CallOpened, TurnEnded, classify_all
 from shared.domain.receipts import Confirmed, NotAMatch, expect, match_native
+from tests.support.builders import text as t
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "native" / "claude_code"
 CORE_SESSION = "session_golden"
@@ -31,10 +32,6 @@ def root_call(case: str) -> tuple[str, str]:
     calls = [f for f in facts(case) if isinstance(f, CallOpened)]
     assert len(calls) == 1, calls
     return str(calls[0].native_ids["session_id"]), calls[0].call_id
-
-
-def t(text: str) -> dict[str, str]:
-    return {"type": "input_text", "text": text}
 
 
 def confirmations(case: str, success: bool, content: list[dict[str, str]],

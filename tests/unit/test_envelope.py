@@ -21,7 +21,7 @@ from shared.domain.validation import (
     validate_event,
 )
 from shared.storecodec import item_doc, item_from_doc, pack, unpack
-from tests.unit.conftest import assert_error
+from tests.support.builders import assert_error
 
 LIMITS = Limits()
 INVALID = (400, "invalid_request")

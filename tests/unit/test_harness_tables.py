@@ -24,7 +24,7 @@ from shared.domain.validation import (
     validate_create,
     validate_event,
 )
-from tests.unit.conftest import (
+from tests.support.builders import (
     JPEG_URI,
     PNG_URI,
     assert_error,

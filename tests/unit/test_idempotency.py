@@ -16,7 +16,7 @@ from shared.domain.validation import (
     validate_create,
     validate_event,
 )
-from tests.unit.conftest import create_body, msg, text, tool_result
+from tests.support.builders import create_body, msg, text, tool_result
 
 STAMP = Stamp("req_1", "session_1", "evt_1", "2026-01-01T00:00:00Z", "fp", "t1")
 HEAD = ["schema", "op", "request_id", "session_id", "event_id", "admitted_at", "fingerprint"]

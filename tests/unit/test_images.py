@@ -16,7 +16,7 @@ from shared.domain import images
 from shared.domain.errors import ApiError
 from shared.domain.images import ImageInfo, check_image_url, decode_canonical_base64
 from shared.domain.validation import Limits, validate_create
-from tests.unit.conftest import (
+from tests.support.builders import (
     JPEG_URI,
     PNG_URI,
     assert_error,

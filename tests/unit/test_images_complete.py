@@ -27,7 +27,7 @@ from PIL import Image
 from shared.domain.errors import ApiError
 from shared.domain.images import ImageInfo, check_image_bytes
 from shared.domain.validation import Limits, validate_create
-from tests.unit.conftest import assert_error, create_body, data_uri, image, msg
+from tests.support.builders import assert_error, create_body, data_uri, image, msg
 
 P = "input[0].content[0].image_url"
 SIG = b"\x89PNG\r\n\x1a\n"

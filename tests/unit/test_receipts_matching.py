@@ -17,20 +17,14 @@ from shared.domain.receipts import (
     match_native,
     match_observation,
 )
+from tests.support.builders import image as i
+from tests.support.builders import text as t
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
 JPG = "data:image/jpeg;base64,/9j/4AAQ"
 CORE_SESSION = "session_" + "1" * 32
 
 Mut = Callable[[dict[str, Any]], object]
-
-
-def t(s: str) -> dict[str, str]:
-    return {"type": "input_text", "text": s}
-
-
-def i(u: str) -> dict[str, str]:
-    return {"type": "input_image", "image_url": u}
 
 
 # ============================================================================ Claude Code

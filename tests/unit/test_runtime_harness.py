@@ -17,23 +17,14 @@ from shared.domain.delivery import (
 )
 from shared.domain.harnesses import codex
 from shared.domain.observations import CallOpened, TurnEnded, classify
+from tests.support.builders import image as i
+from tests.support.builders import msg
+from tests.support.builders import text as t
 
 RT = "rt_" + "a" * 32
 SID = "session_" + "b" * 32
 PNG = "data:image/png;base64,iVBORw0KGgo="
 JPG = "data:image/jpeg;base64,/9j/4AAQ"
-
-
-def t(s: str) -> dict[str, str]:
-    return {"type": "input_text", "text": s}
-
-
-def i(u: str) -> dict[str, str]:
-    return {"type": "input_image", "image_url": u}
-
-
-def msg(*parts: dict[str, str]) -> dict[str, Any]:
-    return {"role": "user", "content": list(parts)}
 
 
 class Counter:

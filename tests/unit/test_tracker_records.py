@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 from typing import Any
 
 import pytest
 
+from deploy.local.stack import free_port
 from shared import records, typedrecords
 from shared.domain.poison import (
     INVALID_FIELDS,
@@ -118,7 +118,7 @@ async def test_health_server_serves_prometheus_metrics() -> None:
     async def ready() -> bool:
         return True
 
-    server = await serve_health(_free_port(), ready)
+    server = await serve_health(free_port(), ready)
     assert server is not None
     port = server.sockets[0].getsockname()[1]
     try:
@@ -135,7 +135,3 @@ async def test_health_server_serves_prometheus_metrics() -> None:
     assert b'session_core_dlq_records_total{reason="undecodable",topic="probe.topic"}' in body
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

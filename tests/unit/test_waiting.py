@@ -9,7 +9,7 @@ import pytest
 
 from shared.domain.errors import ApiError
 from shared.domain.waiting import TurnWatch, WaitRequest, WaitSlots, parse_wait
-from tests.unit.conftest import assert_error
+from tests.support.builders import assert_error
 
 
 @pytest.mark.parametrize(

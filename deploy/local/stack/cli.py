@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from . import lifecycle, probes
@@ -202,33 +202,32 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--only", action="append", metavar="NAME",
                        help="start only this component (kafka, ferretdb, a service); repeatable")
 
-    p = sub.add_parser("install", help="fetch Kafka jars and build FerretDB (cached, idempotent)")
-    p.set_defaults(func=cmd_install)
-    p = sub.add_parser("venv", help="create/reuse the venv outside the repo and link .venv to it")
-    p.add_argument("--python", default=None, help="base interpreter (default: python3.11)")
-    p.set_defaults(func=cmd_venv)
-    p = sub.add_parser("up", help="start in the background and wait until ready")
-    starting(p)
-    p.set_defaults(func=cmd_up)
-    p = sub.add_parser("run", help="start in the foreground; Ctrl-C stops everything")
-    starting(p)
-    p.add_argument("--demo", action="store_true",
-                   help="once ready, play the scripted demo (session-core demo)")
-    p.set_defaults(func=cmd_run)
-    p = sub.add_parser("down", help="stop everything started from this state dir")
-    common(p)
+    def command(name: str, func: Callable[[argparse.Namespace], int], about: str,
+                args: Callable[[argparse.ArgumentParser], None] | None = common,
+                ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=about)
+        if args is not None:
+            args(p)
+        p.set_defaults(func=func)
+        return p
+
+    command("install", cmd_install, "fetch Kafka jars and build FerretDB (cached, idempotent)",
+            None)
+    command("venv", cmd_venv, "create/reuse the venv outside the repo and link .venv to it",
+            None).add_argument(
+        "--python", default=None, help="base interpreter (default: python3.11)")
+    command("up", cmd_up, "start in the background and wait until ready", starting)
+    command("run", cmd_run, "start in the foreground; Ctrl-C stops everything",
+            starting).add_argument("--demo", action="store_true",
+                                   help="once ready, play the scripted demo (session-core demo)")
+    p = command("down", cmd_down, "stop everything started from this state dir")
     p.add_argument("--only", action="append", metavar="NAME", help="stop only this component")
     p.add_argument("--kill", action="store_true",
                    help="SIGKILL at once, no graceful stop (crash tests: kill -9)")
     p.add_argument("--timeout", type=float, default=30.0,
                    help="seconds between SIGTERM and SIGKILL")
-    p.set_defaults(func=cmd_down)
-    p = sub.add_parser("status", help="what runs from this state dir, and whether it is ready")
-    common(p)
-    p.set_defaults(func=cmd_status)
-    p = sub.add_parser("env", help="print the environment that points at this stack")
-    common(p)
-    p.set_defaults(func=cmd_env)
+    command("status", cmd_status, "what runs from this state dir, and whether it is ready")
+    command("env", cmd_env, "print the environment that points at this stack")
     return ap
 
 

@@ -4,8 +4,6 @@ server in this test process (tests register scripts and read what the model rece
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +13,7 @@ import pytest
 
 from services.modelserver.server import ModelServer
 from services.runtime.claude import process as claude_process
-from tests.support.processes import Core, launch
+from tests.support.processes import Core, launched
 from tests.support.system import ItemCollector
 
 API_KEY = "e2e-real-claude"
@@ -45,26 +43,18 @@ def real_runtimes(model_url: str) -> dict[str, list[str]]:
 @pytest.fixture(scope="session")
 def ccore(stack: Any, cmodel: ModelServer, tmp_path_factory: pytest.TempPathFactory
           ) -> Iterator[Core]:
-    c = launch(stack, tmp_path_factory.mktemp("e2e-real-claude-logs"),
-               real_runtimes(cmodel.url), API_KEY, prefix="rcl")
-    try:
+    with launched(stack, tmp_path_factory.mktemp("e2e-real-claude-logs"), real_runtimes(cmodel.url),
+                  API_KEY, prefix="rcl", label="e2e real claude") as c:
         yield c
-    finally:
-        c.stop_all()
-        if os.environ.get("SESSION_CORE_E2E_KEEP_LOGS"):
-            sys.stderr.write(f"\n[e2e real claude] logs in {c.log_dir}\n")
 
 
 @pytest.fixture(scope="session")
 async def citems(ccore: Core) -> AsyncIterator[ItemCollector]:
-    col = ItemCollector(ccore.settings)
-    await col.start()
-    yield col
-    await col.stop()
+    async with ItemCollector(ccore.settings) as col:
+        yield col
 
 
 @pytest.fixture
 async def capi(ccore: Core) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=ccore.base_url, timeout=90,
-                                 headers={"Authorization": f"Bearer {API_KEY}"}) as c:
+    async with ccore.client(timeout=90) as c:
         yield c

@@ -15,9 +15,10 @@ import httpx
 import pytest
 
 from services.modelserver.server import ModelServer
-from tests.e2e.test_flows import MESSAGE, TOOL_RESULT, stored_items, wait_item
+from tests.support.builders import image, msg, png_data_uri, text
 from tests.support.processes import Core
-from tests.support.system import ItemCollector, image, msg, png_data_uri, text
+from tests.support.public import MESSAGE, TOOL_RESULT, stored_items, wait_item
+from tests.support.system import ItemCollector
 
 pytestmark = pytest.mark.e2e
 

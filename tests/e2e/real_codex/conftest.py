@@ -4,8 +4,6 @@ server in this test process (so tests register scripts and read what the model r
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -14,7 +12,7 @@ import pytest
 
 from services.modelserver.server import ModelServer
 from services.runtime.live import default_binary
-from tests.support.processes import Core, launch
+from tests.support.processes import Core, launched
 from tests.support.system import ItemCollector
 
 API_KEY = "e2e-real-codex"
@@ -48,26 +46,18 @@ def real_runtimes(model_url: str) -> dict[str, list[str]]:
 @pytest.fixture(scope="session")
 def rcore(stack: Any, model: ModelServer, tmp_path_factory: pytest.TempPathFactory
           ) -> Iterator[Core]:
-    c = launch(stack, tmp_path_factory.mktemp("e2e-real-codex-logs"), real_runtimes(model.url),
-               API_KEY, prefix="rc")
-    try:
+    with launched(stack, tmp_path_factory.mktemp("e2e-real-codex-logs"), real_runtimes(model.url),
+                  API_KEY, prefix="rc", label="e2e real codex") as c:
         yield c
-    finally:
-        c.stop_all()
-        if os.environ.get("SESSION_CORE_E2E_KEEP_LOGS"):
-            sys.stderr.write(f"\n[e2e real codex] logs in {c.log_dir}\n")
 
 
 @pytest.fixture(scope="session")
 async def ritems(rcore: Core) -> AsyncIterator[ItemCollector]:
-    col = ItemCollector(rcore.settings)
-    await col.start()
-    yield col
-    await col.stop()
+    async with ItemCollector(rcore.settings) as col:
+        yield col
 
 
 @pytest.fixture
 async def rapi(rcore: Core) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=rcore.base_url, timeout=90,
-                                 headers={"Authorization": f"Bearer {API_KEY}"}) as c:
+    async with rcore.client(timeout=90) as c:
         yield c

@@ -1,0 +1,47 @@
+"""The HTTP API served by uvicorn inside the service's event loop, with a shutdown that tells
+waiting requests first: on SIGTERM (uvicorn handles it itself and then waits for requests in
+flight) or ``stop()``, every wait answers 202 with its Items so far instead of holding the exit."""
+
+from __future__ import annotations
+
+import asyncio
+from types import FrameType
+
+import uvicorn
+from fastapi import FastAPI
+
+
+class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, closing: asyncio.Event) -> None:
+        super().__init__(config)
+        self.closing = closing
+        self.loop = asyncio.get_running_loop()
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.loop.call_soon_threadsafe(self.closing.set)
+        super().handle_exit(sig, frame)
+
+
+class HttpServer:
+    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+        self.app = app
+        self.config = uvicorn.Config(app, host=host, port=port, log_config=None,
+                                     access_log=False, lifespan="off")
+        self.server: uvicorn.Server | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.server = _Server(self.config, self.app.state.closing)
+        self.task = asyncio.create_task(self.server.serve())
+        while not self.server.started:
+            if self.task.done():
+                await self.task
+                raise RuntimeError("HTTP server did not start")
+            await asyncio.sleep(0.02)
+
+    async def stop(self) -> None:
+        if self.server is None or self.task is None:
+            return
+        self.app.state.closing.set()  # waiting requests answer 202 now
+        self.server.should_exit = True
+        await self.task
