@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.admission import openapi
 from services.admission.core import Admission, Answer, body_too_large
@@ -69,6 +70,78 @@ def _err(err: errors.ApiError, headers: dict[str, str] | None = None) -> JSONRes
     return JSONResponse(err.body(), status_code=err.status, headers=headers)
 
 
+class Envelope:
+    """Every request: its request id (``x-request-id``, bound to its logs), the tenant's API
+    key (401), the tenant's in-flight cap (429), metrics and one access-log line. A plain ASGI
+    middleware: Starlette's ``BaseHTTPMiddleware`` ran each request in a task group with
+    memory streams, a measurable share of a small request's cost. A request counts as in
+    flight until its answer starts (a stream's headers; a wait's answer), as before."""
+
+    def __init__(self, app: ASGIApp, settings: Settings,
+                 tenant_of: Callable[[Request], str | None], inflight: dict[str, int]) -> None:
+        self.app = app
+        self.settings = settings
+        self.tenant_of = tenant_of
+        self.inflight = inflight
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        rid = request.headers.get("x-request-id") or new_id("req")
+        started = time.perf_counter()
+        tenant: str | None = None
+        with bound(request_id=rid):
+            if scope["path"].startswith("/v1/"):  # probes and metrics: no key, no cap
+                tenant = self.tenant_of(request)
+                if tenant is None:
+                    REQUESTS.labels("auth", "401").inc()
+                    _access(request, 401, started, None)
+                    await _err(errors.ApiError(
+                        "unauthorized", "missing or wrong bearer API key", None,
+                    ))(scope, receive, send)
+                    return
+                if self.inflight.get(tenant, 0) >= self.settings.max_inflight_per_tenant:
+                    REQUESTS.labels("inflight", "429").inc()
+                    _access(request, 429, started, tenant)
+                    await _err(errors.ApiError(
+                        "rate_limited", "too many requests of this tenant in flight; retry "
+                        "after the time in Retry-After", None), {"Retry-After": "1"},
+                    )(scope, receive, send)
+                    return
+                scope.setdefault("state", {})["tenant"] = tenant  # request.state.tenant
+                self.inflight[tenant] = self.inflight.get(tenant, 0) + 1
+                INFLIGHT.labels(tenant).inc()
+            held = tenant is not None
+
+            def release() -> None:
+                nonlocal held
+                if held and tenant is not None:
+                    held = False
+                    INFLIGHT.labels(tenant).dec()
+                    self.inflight[tenant] -= 1
+                    if not self.inflight[tenant]:
+                        del self.inflight[tenant]
+
+            async def answer(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    release()
+                    message["headers"] = [*message.get("headers", ()),
+                                          (b"x-request-id", rid.encode())]
+                    path = getattr(scope.get("route"), "path", "other")
+                    REQUESTS.labels(path, str(message["status"])).inc()
+                    LATENCY.labels(path).observe(time.perf_counter() - started)
+                    with bound(request_id=rid):
+                        _access(request, message["status"], started, tenant)
+                await send(message)
+
+            try:
+                await self.app(scope, receive, answer)
+            finally:
+                release()
+
+
 def build_http_app(
     settings: Settings,
     get_admission: Callable[[], Admission],
@@ -96,45 +169,7 @@ def build_http_app(
     closing = asyncio.Event()
     app.state.closing = closing
 
-    @app.middleware("http")
-    async def envelope(request: Request, call_next: Callable[[Request], Awaitable[Response]]
-                       ) -> Response:
-        rid = request.headers.get("x-request-id") or new_id("req")
-        started = time.perf_counter()
-        with bound(request_id=rid):
-            if not request.url.path.startswith("/v1/"):
-                resp = await call_next(request)  # probes and metrics: no key, no cap
-            else:
-                tenant = tenant_of(request)
-                if tenant is None:
-                    REQUESTS.labels("auth", "401").inc()
-                    _access(request, 401, started, None)
-                    return _err(errors.ApiError(
-                        "unauthorized", "missing or wrong bearer API key", None))
-                request.state.tenant = tenant
-                if inflight.get(tenant, 0) >= settings.max_inflight_per_tenant:
-                    REQUESTS.labels("inflight", "429").inc()
-                    _access(request, 429, started, tenant)
-                    return _err(errors.ApiError(
-                        "rate_limited", "too many requests of this tenant in flight; retry "
-                        "after the time in Retry-After", None), {"Retry-After": "1"})
-                inflight[tenant] = inflight.get(tenant, 0) + 1
-                INFLIGHT.labels(tenant).inc()
-                try:
-                    resp = await call_next(request)
-                finally:
-                    INFLIGHT.labels(tenant).dec()
-                    inflight[tenant] -= 1
-                    if not inflight[tenant]:
-                        del inflight[tenant]
-        route = request.scope.get("route")
-        path = getattr(route, "path", "other")
-        REQUESTS.labels(path, str(resp.status_code)).inc()
-        LATENCY.labels(path).observe(time.perf_counter() - started)
-        resp.headers["x-request-id"] = rid
-        with bound(request_id=rid):
-            _access(request, resp.status_code, started, getattr(request.state, "tenant", None))
-        return resp
+    app.add_middleware(Envelope, settings=settings, tenant_of=tenant_of, inflight=inflight)
 
     async def read_body(request: Request) -> Any | errors.ApiError:
         limit = settings.max_body_bytes

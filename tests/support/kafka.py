@@ -99,7 +99,11 @@ async def store_counts(settings: Settings) -> dict[str, int]:
     client: AsyncMongoClient[Json] = AsyncMongoClient(settings.mongodb_uri)
     try:
         db = client[settings.mongodb_database]
-        return {c: await db[c].count_documents({}) for c in COLLECTIONS}
+        # a record that decided nothing leaves a journal tombstone (``skip:…``, bookkeeping
+        # that keeps the journal a prefix of the log: docs/storage.md), not a write of input
+        return {c: await db[c].count_documents(
+            {"_id": {"$not": {"$regex": "^skip:"}}} if c == "journal" else {})
+            for c in COLLECTIONS}
     finally:
         await client.close()
 
