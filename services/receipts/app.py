@@ -9,6 +9,7 @@ import contextlib
 import logging
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
@@ -17,7 +18,14 @@ from services.receipts.progress import StreamReader
 from services.receipts.repository import ReceiptRepository
 from services.receipts.tracker import Tracker
 from shared import typedrecords
-from shared.kafka import DeadLetters, broker_send, ensure_topics, make_broker, max_record_bytes
+from shared.kafka import (
+    DeadLetters,
+    broker_send,
+    client_security,
+    ensure_topics,
+    make_broker,
+    max_record_bytes,
+)
 from shared.kafka import publish as publish_record
 from shared.logging import get_logger
 from shared.service import decode_records, raw_decoder
@@ -48,13 +56,18 @@ class ReceiptService:
             max_record_bytes(settings), "ack_policy": AckPolicy.NACK_ON_ERROR,
             "decoder": raw_decoder, "batch": True, "max_records": 500, "batch_timeout_ms": 10}
         # How far each stream is read: deadlines wait for the observations read up to them;
-        # an observation kept for a later delivery waits for the deliveries read past it.
+        # an observation kept for a later delivery waits for the deliveries read past it. The
+        # end offsets come from a client of their own (``offsets``, started in ``start``): on
+        # a consumer's connection they wait behind its idle long-poll fetch (progress.py).
+        self.offsets: AIOKafkaConsumer | None = None
         t = self.tracker
         self.reader = StreamReader(self.topics.runtime_observations,
-                                   lambda: self.observations.consumer, t.want_read, t.read_to)
+                                   lambda: self.observations.consumer, t.want_read, t.read_to,
+                                   lambda: self.offsets)
         self.deliveries_reader = StreamReader(self.topics.runtime_deliveries,
                                               lambda: self.deliveries.consumer,
-                                              t.want_deliveries_read, t.deliveries_read_to)
+                                              t.want_deliveries_read, t.deliveries_read_to,
+                                              lambda: self.offsets)
         self.deliveries = self.broker.subscriber(
             self.topics.runtime_deliveries, group_id=self.topics.group(GROUP),
             listener=self.deliveries_reader, **common)
@@ -70,6 +83,12 @@ class ReceiptService:
 
     async def start(self) -> None:
         await ensure_topics(self.settings, self.topics)
+        # group-less and never assigned: it never fetches, its connection answers at once
+        self.offsets = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap_servers,
+                                        enable_auto_commit=False,
+                                        client_id="session-core-receipts-offsets",
+                                        **client_security(self.settings))
+        await self.offsets.start()
         await self.repo.ensure_indexes()
         # Every pending deadline is tracked before a consumer runs; the producer is connected
         # first: a reloaded call may take a reloaded kept receipt at once, and publish.
@@ -92,6 +111,9 @@ class ReceiptService:
         await self.tracker.drain()
         await self.broker.stop()
         await self.tracker.drain()
+        if self.offsets is not None:
+            await self.offsets.stop()
+            self.offsets = None
         await self.client.close()
 
     async def ready(self) -> bool:
