@@ -9,7 +9,7 @@ import contextlib
 import logging
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
@@ -89,6 +89,10 @@ class ReceiptService:
                                         client_id="session-core-receipts-offsets",
                                         **client_security(self.settings))
         await self.offsets.start()
+        # Its first question about a topic waits for the topic's metadata (a retry after
+        # retry_backoff_ms, 100 ms): asked here, not at the first deadline.
+        await self.offsets.end_offsets([TopicPartition(t, 0) for t in (
+            self.topics.runtime_observations, self.topics.runtime_deliveries)])
         await self.repo.ensure_indexes()
         # Every pending deadline is tracked before a consumer runs; the producer is connected
         # first: a reloaded call may take a reloaded kept receipt at once, and publish.
