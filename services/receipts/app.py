@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -22,11 +23,11 @@ from shared.kafka import (
     DeadLetters,
     broker_send,
     client_security,
+    encode,
     ensure_topics,
     make_broker,
     max_record_bytes,
 )
-from shared.kafka import publish as publish_record
 from shared.logging import get_logger
 from shared.service import decode_records, raw_decoder
 from shared.settings import Settings
@@ -78,8 +79,13 @@ class ReceiptService:
         self.observations(self.on_observations)
 
     async def send_facts(self, facts: list[Doc]) -> None:
-        await asyncio.gather(*(publish_record(self.broker, self.topics.core_facts, f,
-                                              f["session_id"]) for f in facts))
+        """Every fact handed to the producer first, then every ack awaited (storage's way): a
+        third of the CPU of awaiting each publish, which at 2 000 timeouts/s was much of the
+        verdicts' lateness."""
+        acks: list[Awaitable[Any]] = [await self.broker.publish(
+            encode(f), topic=self.topics.core_facts, key=str(f["session_id"]).encode(),
+            headers={"content-type": "application/json"}, no_confirm=True) for f in facts]
+        await asyncio.gather(*acks)
 
     async def start(self) -> None:
         await ensure_topics(self.settings, self.topics)
