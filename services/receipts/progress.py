@@ -12,15 +12,22 @@ The reader turns it into a time: it notes ``t0``, asks the broker for the partit
 offsets, and once every assigned partition has been handled up to those offsets, every
 observation appended before ``t0`` has been read — deadlines up to ``t0`` may be decided.
 Without an assignment (joining, mid-rebalance) nothing is known and nothing is decided; a member
-with an empty assignment has nothing to wait for."""
+with an empty assignment has nothing to wait for.
+
+The offsets are asked of a client of their own (``offsets``: a group-less consumer that never
+fetches), not of the group's consumer: aiokafka sends a consumer's ListOffsets on the same
+broker connection as its fetches, and the broker answers one request of a connection at a time,
+so with nothing new to read the question waited behind the idle long-poll fetch (up to
+``fetch_max_wait_ms``, 500 ms). Deadlines falling due during that round waited for the next one:
+every verdict came 0.5–1.3 s after its deadline (issue 18 item 3)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
@@ -28,6 +35,16 @@ from services.receipts.verdicts import RETRY_S
 from shared.logging import get_logger
 
 log = get_logger(__name__)
+
+
+class Offsets(Protocol):
+    """Where the partitions' first and end offsets are asked (``AIOKafkaConsumer`` has both)."""
+
+    def beginning_offsets(self, partitions: list[TopicPartition]
+                          ) -> Awaitable[dict[TopicPartition, int]]: ...
+
+    def end_offsets(self, partitions: list[TopicPartition]
+                    ) -> Awaitable[dict[TopicPartition, int]]: ...
 
 
 class ReadUpTo:
@@ -80,14 +97,17 @@ class StreamReader(ConsumerRebalanceListener):  # type: ignore[misc]
     of the partitions its consumer holds, waits until the consumer has handled them, then
     reports ``t0`` (``moved``). A broker that does not answer leaves it where it is; an
     assignment change starts the round again. Also the consumer's rebalance listener, and told
-    of every handled batch."""
+    of every handled batch. ``offsets`` answers the offsets on a connection of its own (module
+    doc); while it has none, the consumer is asked."""
 
     def __init__(self, topic: str, consumer: Callable[[], AIOKafkaConsumer | None],
-                 want: asyncio.Event, moved: Callable[[float], None]) -> None:
+                 want: asyncio.Event, moved: Callable[[float], None],
+                 offsets: Callable[[], Offsets | None] = lambda: None) -> None:
         self.topic = topic
         self.consumer = consumer
         self.want = want
         self.moved = moved
+        self.offsets = offsets
         self.read = ReadUpTo()
         self.changed = asyncio.Event()
 
@@ -129,9 +149,10 @@ class StreamReader(ConsumerRebalanceListener):  # type: ignore[misc]
         if consumer is None or self.read.assigned is None:
             await self._changed(gen)
             return False
+        ask: Offsets = self.offsets() or consumer
         unknown = [TopicPartition(self.topic, p) for p in self.read.unknown()]
         if unknown:
-            firsts = await consumer.beginning_offsets(unknown)
+            firsts = await ask.beginning_offsets(unknown)
             for tp in unknown:
                 committed = await consumer.committed(tp)
                 log.debug("receipts.read_start", topic=tp.topic, partition=tp.partition,
@@ -141,7 +162,7 @@ class StreamReader(ConsumerRebalanceListener):  # type: ignore[misc]
         tps = [TopicPartition(self.topic, p) for p in sorted(self.read.assigned or ())]
         if not tps:  # a member with no partitions has nothing to wait for
             return True
-        ends = {tp.partition: off for tp, off in (await consumer.end_offsets(tps)).items()}
+        ends = {tp.partition: off for tp, off in (await ask.end_offsets(tps)).items()}
         while self.read.generation == gen:
             if self.read.reached(ends):
                 return True

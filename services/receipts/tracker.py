@@ -106,6 +106,7 @@ class Tracker(Verdicts):
         self.fire_slots = asyncio.Semaphore(FIRING_MAX)
         self.firing: set[asyncio.Task[None]] = set()
         self.settling: set[asyncio.Task[None]] = set()
+        self.to_settle: list[str] = []  # decided calls whose records are not deleted yet
 
     def read_to(self, t0: float) -> None:
         self.read_up_to = max(self.read_up_to, t0)
