@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
@@ -62,20 +63,18 @@ def to_harness(live: LiveHarness | None, harness: SimulatedHarness, clock: Calla
     return handle
 
 
+@dataclass(eq=False)
 class DeliveryLoop:
     """``handle`` gets each delivery addressed to this Runtime; a poison record keyed by this
     Runtime goes to ``dead_letter`` (every Runtime reads the whole topic, so only the Runtime
     a record is addressed to dead-letters it); ``ready`` is set once partitions are assigned."""
 
-    def __init__(self, consumer: AIOKafkaConsumer, runtime_id: str, handle: Handle,
-                 outbox: ObservationOutbox, ready: asyncio.Event,
-                 dead_letter: DeadLetter) -> None:
-        self.consumer = consumer
-        self.runtime_id = runtime_id
-        self.handle = handle
-        self.outbox = outbox
-        self.ready = ready
-        self.dead_letter = dead_letter
+    consumer: AIOKafkaConsumer
+    runtime_id: str
+    handle: Handle
+    outbox: ObservationOutbox
+    ready: asyncio.Event
+    dead_letter: DeadLetter
 
     async def run(self) -> None:
         consumer = self.consumer
