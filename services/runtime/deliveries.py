@@ -34,6 +34,22 @@ FETCH_MAX_WAIT_MS = 500
 
 Handle = Callable[[Mapping[str, Any]], Awaitable[None]]
 DeadLetter = Callable[[Any, Poison], Awaitable[None]]
+Batches = Mapping[Any, list[Any]]  # what ``getmany`` returns: partition → its records
+
+
+async def read_forever(consumer: AIOKafkaConsumer, on_batch: Callable[[Batches], Awaitable[None]],
+                       logger: Any, error_event: str) -> None:
+    """Poll ``consumer`` (250 ms) and hand each batch, empty or not, to ``on_batch`` until
+    cancelled; an error is logged on ``logger`` as ``error_event`` and the poll retried 0.5 s
+    later."""
+    while True:
+        try:
+            await on_batch(await consumer.getmany(timeout_ms=250))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception(error_event)
+            await asyncio.sleep(0.5)
 
 
 def deliveries_consumer(settings: Settings, topics: Topics, runtime_id: str) -> AIOKafkaConsumer:
@@ -77,27 +93,22 @@ class DeliveryLoop:
     dead_letter: DeadLetter
 
     async def run(self) -> None:
+        await read_forever(self.consumer, self.on_batch, log, "runtime.deliveries_error")
+
+    async def on_batch(self, batches: Batches) -> None:
         consumer = self.consumer
-        while True:
-            try:
-                batches = await consumer.getmany(timeout_ms=250)
-                if not self.ready.is_set() and consumer.assignment():
-                    self.ready.set()
-                handled = 0
-                for recs in batches.values():
-                    for r in recs:
-                        handled += await self.handle_raw(r)
-                if batches:
-                    await self.outbox.sent()  # observations out before the offsets move on
-                    await self.outbox.producer.flush()
-                    await consumer.commit()
-                if handled:
-                    log.debug("deliveries.handled", count=handled)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("runtime.deliveries_error")
-                await asyncio.sleep(0.5)
+        if not self.ready.is_set() and consumer.assignment():
+            self.ready.set()
+        handled = 0
+        for recs in batches.values():
+            for r in recs:
+                handled += await self.handle_raw(r)
+        if batches:
+            await self.outbox.sent()  # observations out before the offsets move on
+            await self.outbox.producer.flush()
+            await consumer.commit()
+        if handled:
+            log.debug("deliveries.handled", count=handled)
 
     async def handle_raw(self, r: Any) -> int:
         got = typedrecords.DELIVERY.decode(r.value or b"")
