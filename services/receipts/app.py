@@ -12,42 +12,28 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from faststream import AckPolicy
-from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
 
 from services.receipts.progress import StreamReader
 from services.receipts.repository import ReceiptRepository
 from services.receipts.tracker import Tracker
 from shared import typedrecords
-from shared.kafka import (
-    DeadLetters,
-    broker_send,
-    client_security,
-    encode,
-    ensure_topics,
-    make_broker,
-    max_record_bytes,
-)
+from shared.coreservice import CoreService
+from shared.kafka import client_security, encode, ensure_topics, max_record_bytes
 from shared.logging import get_logger
 from shared.service import decode_records, raw_decoder
 from shared.settings import Settings
-from shared.store import Doc, database, make_client, ping
-from shared.topics import topics_for
+from shared.store import Doc, ping
 
 log = get_logger(__name__)
 GROUP = "session-core-receipts"
 
 
-class ReceiptService:
+class ReceiptService(CoreService):
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.topics = topics_for(settings)
-        self.broker: KafkaBroker = make_broker(settings, "session-core-receipts")
-        self.client = make_client(settings)
-        self.db = database(self.client, settings)
+        super().__init__(settings, GROUP)
         self.repo = ReceiptRepository(self.db)
         self.tracker = Tracker(self.repo, self.send_facts, settings.receipt_window_s)
-        self.dlq = DeadLetters(broker_send(self.broker), self.topics)
         self.types: typedrecords.TopicTypes = {
             self.topics.runtime_deliveries: typedrecords.DELIVERY,
             self.topics.runtime_observations: typedrecords.OBSERVATION}

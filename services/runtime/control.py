@@ -4,13 +4,12 @@ delivery."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from services.runtime.deliveries import FETCH_MAX_WAIT_MS, DeadLetter
+from services.runtime.deliveries import FETCH_MAX_WAIT_MS, Batches, DeadLetter, read_forever
 from services.runtime.harness import SimulatedHarness
 from services.runtime.registration import STATUSES
 from shared import typedrecords
@@ -46,20 +45,15 @@ async def catch_up(c: AIOKafkaConsumer, apply: Apply) -> None:
 async def follow(c: AIOKafkaConsumer, apply: Apply,
                  changed: Callable[[], Awaitable[None]]) -> None:
     """Apply control records as they come; ``changed`` after a batch that changed anything."""
-    while True:
-        try:
-            batches = await c.getmany(timeout_ms=250)
-            any_change = False
-            for recs in batches.values():
-                for r in recs:
-                    any_change |= await apply(r)
-            if any_change:
-                await changed()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("runtime.control_error")
-            await asyncio.sleep(0.5)
+    async def on_batch(batches: Batches) -> None:
+        any_change = False
+        for recs in batches.values():
+            for r in recs:
+                any_change |= await apply(r)
+        if any_change:
+            await changed()
+
+    await read_forever(c, on_batch, log, "runtime.control_error")
 
 
 async def apply_control(r: Any, runtime_id: str, harness: SimulatedHarness, status: str,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
@@ -33,6 +34,22 @@ FETCH_MAX_WAIT_MS = 500
 
 Handle = Callable[[Mapping[str, Any]], Awaitable[None]]
 DeadLetter = Callable[[Any, Poison], Awaitable[None]]
+Batches = Mapping[Any, list[Any]]  # what ``getmany`` returns: partition → its records
+
+
+async def read_forever(consumer: AIOKafkaConsumer, on_batch: Callable[[Batches], Awaitable[None]],
+                       logger: Any, error_event: str) -> None:
+    """Poll ``consumer`` (250 ms) and hand each batch, empty or not, to ``on_batch`` until
+    cancelled; an error is logged on ``logger`` as ``error_event`` and the poll retried 0.5 s
+    later."""
+    while True:
+        try:
+            await on_batch(await consumer.getmany(timeout_ms=250))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception(error_event)
+            await asyncio.sleep(0.5)
 
 
 def deliveries_consumer(settings: Settings, topics: Topics, runtime_id: str) -> AIOKafkaConsumer:
@@ -62,43 +79,36 @@ def to_harness(live: LiveHarness | None, harness: SimulatedHarness, clock: Calla
     return handle
 
 
+@dataclass(eq=False)
 class DeliveryLoop:
     """``handle`` gets each delivery addressed to this Runtime; a poison record keyed by this
     Runtime goes to ``dead_letter`` (every Runtime reads the whole topic, so only the Runtime
     a record is addressed to dead-letters it); ``ready`` is set once partitions are assigned."""
 
-    def __init__(self, consumer: AIOKafkaConsumer, runtime_id: str, handle: Handle,
-                 outbox: ObservationOutbox, ready: asyncio.Event,
-                 dead_letter: DeadLetter) -> None:
-        self.consumer = consumer
-        self.runtime_id = runtime_id
-        self.handle = handle
-        self.outbox = outbox
-        self.ready = ready
-        self.dead_letter = dead_letter
+    consumer: AIOKafkaConsumer
+    runtime_id: str
+    handle: Handle
+    outbox: ObservationOutbox
+    ready: asyncio.Event
+    dead_letter: DeadLetter
 
     async def run(self) -> None:
+        await read_forever(self.consumer, self.on_batch, log, "runtime.deliveries_error")
+
+    async def on_batch(self, batches: Batches) -> None:
         consumer = self.consumer
-        while True:
-            try:
-                batches = await consumer.getmany(timeout_ms=250)
-                if not self.ready.is_set() and consumer.assignment():
-                    self.ready.set()
-                handled = 0
-                for recs in batches.values():
-                    for r in recs:
-                        handled += await self.handle_raw(r)
-                if batches:
-                    await self.outbox.sent()  # observations out before the offsets move on
-                    await self.outbox.producer.flush()
-                    await consumer.commit()
-                if handled:
-                    log.debug("deliveries.handled", count=handled)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("runtime.deliveries_error")
-                await asyncio.sleep(0.5)
+        if not self.ready.is_set() and consumer.assignment():
+            self.ready.set()
+        handled = 0
+        for recs in batches.values():
+            for r in recs:
+                handled += await self.handle_raw(r)
+        if batches:
+            await self.outbox.sent()  # observations out before the offsets move on
+            await self.outbox.producer.flush()
+            await consumer.commit()
+        if handled:
+            log.debug("deliveries.handled", count=handled)
 
     async def handle_raw(self, r: Any) -> int:
         got = typedrecords.DELIVERY.decode(r.value or b"")

@@ -14,13 +14,14 @@ LiveHarness``; ``build`` below picks it from ``DRIVERS``.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from services.runtime.simulation import Emit
 from shared import records
@@ -112,6 +113,31 @@ def refusal(runtime_id: str, harness: str, delivery: Mapping[str, Any], reason: 
     return rec
 
 
+D = TypeVar("D", bound=Mapping[str, Any])
+
+
+async def session_worker(inbox: asyncio.Queue[D], messages: Callable[[D], Awaitable[None]],
+                         function_result: Callable[[D], Awaitable[None]],
+                         refuse: Callable[[D, str], None],
+                         failed: Callable[[Exception], str]) -> None:
+    """One Session's deliveries, in order: ``start`` / ``steer`` to ``messages``,
+    ``function_result`` to ``function_result``, any other kind refused. A delivery that raises
+    is refused with ``failed(exc)`` (called inside the ``except``, so it may log the traceback)
+    and the worker goes on: one bad delivery must not stop the Session's worker."""
+    while True:
+        d = await inbox.get()
+        try:
+            kind = d.get("kind")
+            if kind in ("start", "steer"):
+                await messages(d)
+            elif kind == "function_result":
+                await function_result(d)
+            else:
+                refuse(d, f"unknown delivery kind {kind!r}")
+        except Exception as exc:
+            refuse(d, failed(exc))
+
+
 def default_binary(name: str) -> str:
     """The harness from the cached install (``python -m deploy.local.stack install``), else PATH."""
     import shutil
@@ -140,4 +166,4 @@ def default_binary(name: str) -> str:
 
 
 __all__ = ["DEFAULT_FUNCTIONS", "EmitFn", "LiveHarness", "LiveOptions", "build",
-           "default_binary", "envelope", "refusal"]
+           "default_binary", "envelope", "refusal", "session_worker"]

@@ -14,7 +14,6 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from faststream import AckPolicy
-from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
 
 from services.storage.batch import BatchWriter, Rebalance, positions
@@ -22,11 +21,9 @@ from services.storage.decided import DecidedState
 from services.storage.handler import RECORD_TYPES, StorageHandler
 from services.storage.repository import StorageRepository
 from shared import records
+from shared.coreservice import CoreService
 from shared.kafka import (
-    DeadLetters,
-    broker_send,
     ensure_topics,
-    make_broker,
     max_record_bytes,
     now_rfc3339,
 )
@@ -34,21 +31,17 @@ from shared.logging import get_logger
 from shared.metrics import STORAGE_BATCH_RECORDS, STORAGE_BATCH_SECONDS, Stopwatch
 from shared.service import raw_decoder
 from shared.settings import Settings
-from shared.store import database, ensure_indexes, make_client, ping
-from shared.topics import Topics, topics_for
+from shared.store import ensure_indexes, ping
 
 log = get_logger(__name__)
 GROUP = "session-core-storage"
 
 
-class StorageService:
+class StorageService(CoreService):
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.topics: Topics = topics_for(settings)
-        self.broker: KafkaBroker = make_broker(settings, "session-core-storage")
-        self.client = make_client(settings)
+        super().__init__(settings, GROUP)
         self.repo = StorageRepository(
-            database(self.client, settings),
+            self.db,
             settings.inline_image_max_bytes,
             settings.image_chunk_bytes,
         )
@@ -56,7 +49,6 @@ class StorageService:
         # decided (services/storage/decided.py)
         self.decided = DecidedState(settings.storage_batch_max)
         self.handler = StorageHandler(self.repo, now_rfc3339, self.decided)
-        self.dlq = DeadLetters(broker_send(self.broker), self.topics)
         self.types = {
             self.topics.session_admitted: RECORD_TYPES[records.ADMITTED],
             self.topics.core_facts: RECORD_TYPES[records.FACT],

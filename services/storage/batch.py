@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
@@ -70,19 +71,17 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         self.decided.assigned(assigned)
 
 
+@dataclass(eq=False)
 class BatchWriter:
     """Writes one batch (``write``); the app holds the batch lock around it."""
 
-    def __init__(self, repo: StorageRepository, handler: StorageHandler,
-                 decided: DecidedState, dlq: DeadLetters, topics: Topics,
-                 types: dict[str, typedrecords.RecordType[Any]], publish: Publish) -> None:
-        self.repo = repo
-        self.handler = handler
-        self.decided = decided
-        self.dlq = dlq
-        self.topics = topics
-        self.types = types
-        self.publish = publish
+    repo: StorageRepository
+    handler: StorageHandler
+    decided: DecidedState
+    dlq: DeadLetters
+    topics: Topics
+    types: dict[str, typedrecords.RecordType[Any]]
+    publish: Publish
 
     async def write(self, raws: tuple[Any, ...]) -> None:
         # records another writer may have decided (in partition order: the first record of a

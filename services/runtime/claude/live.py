@@ -37,6 +37,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ from services.runtime.claude.bridge import (
     write_mcp_config,
 )
 from services.runtime.claude.state import Session, Turn
-from services.runtime.live import EmitFn, LiveOptions, envelope, refusal
+from services.runtime.live import EmitFn, LiveOptions, envelope, refusal, session_worker
 from services.runtime.simulation import Emit
 from shared.domain.delivery import REFUSAL_TURN_BOUND_EXCEEDED, REFUSAL_TURN_ENDED
 from shared.domain.harnesses import claude_code as claude
@@ -141,19 +142,12 @@ class ClaudeLive:
         session.inbox.put_nowait(d)
 
     async def _work(self, s: Session, inbox: asyncio.Queue[Json]) -> None:
-        while True:
-            d = await inbox.get()
-            try:
-                kind = d.get("kind")
-                if kind in ("start", "steer"):
-                    await self._messages(s, d)
-                elif kind == "function_result":
-                    await self._function_result(s, d)
-                else:
-                    self._refuse(d, f"unknown delivery kind {kind!r}")
-            except Exception as e:  # one bad delivery must not stop the Session's worker
-                log.exception("claude.delivery_error", session_id=s.core_session_id)
-                self._refuse(d, f"the runtime failed to hand the delivery over: {e!r}")
+        def failed(e: Exception) -> str:
+            log.exception("claude.delivery_error", session_id=s.core_session_id)
+            return f"the runtime failed to hand the delivery over: {e!r}"
+
+        await session_worker(inbox, partial(self._messages, s),
+                             partial(self._function_result, s), self._refuse, failed)
 
     def _spawn_task(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)

@@ -68,24 +68,20 @@ class ClaudeShapes(ShapesBase):
         return [{**native, "isReplay": True} for native in encoded]
 
     def assistant_text(self, session: Session, turn: Turn, text: str) -> Json:
-        return {
-            "type": "assistant",
-            "uuid": uuid_from_hex(self._new_hex()),
-            "session_id": session.native_id,
-            "parent_tool_use_id": None,
-            "message": {"role": "assistant", "content": [{"type": "text", "text": text}]},
-        }
+        return self._assistant(session, {"type": "text", "text": text})
 
     def call(self, session: Session, turn: Turn, call: Call) -> Json:
+        return self._assistant(session, {"type": "tool_use", "id": call.call_id,
+                                         "name": call.name, "input": call.arguments})
+
+    def _assistant(self, session: Session, block: Json) -> Json:
+        """A root ``assistant`` record whose message holds ``block``."""
         return {
             "type": "assistant",
             "uuid": uuid_from_hex(self._new_hex()),
             "session_id": session.native_id,
             "parent_tool_use_id": None,
-            "message": {"role": "assistant", "content": [
-                {"type": "tool_use", "id": call.call_id, "name": call.name,
-                 "input": call.arguments},
-            ]},
+            "message": {"role": "assistant", "content": [block]},
         }
 
     def apply(self, session: Session, turn: Turn, call: Call, success: bool,

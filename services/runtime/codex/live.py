@@ -40,11 +40,20 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from services.runtime.codex.config import config_toml, corrupt_items, dynamic_tools
-from services.runtime.live import EmitFn, Json, LiveOptions, default_binary, envelope, refusal
+from services.runtime.live import (
+    EmitFn,
+    Json,
+    LiveOptions,
+    default_binary,
+    envelope,
+    refusal,
+    session_worker,
+)
 from services.runtime.simulation import Emit
 from shared.domain.delivery import REFUSAL_TURN_ENDED
 from shared.domain.harnesses import AdapterError
@@ -146,21 +155,14 @@ class CodexLive:
         queue.put_nowait(delivery)
 
     async def _work(self, sid: str, queue: asyncio.Queue[Mapping[str, Any]]) -> None:
-        while True:
-            delivery = await queue.get()
-            try:
-                kind = delivery.get("kind")
-                if kind in ("start", "steer"):
-                    await self._messages(sid, delivery)
-                elif kind == "function_result":
-                    await self._result(sid, delivery)
-                else:
-                    self._refuse(delivery, f"unknown delivery kind {kind!r}")
-            except _HarnessDown as exc:
-                self._refuse(delivery, f"harness_unavailable: {exc}")
-            except Exception as exc:
-                log.exception("codex.delivery_failed", session_id=sid)
-                self._refuse(delivery, f"harness_error: {exc!r}")
+        def failed(exc: Exception) -> str:
+            if isinstance(exc, _HarnessDown):
+                return f"harness_unavailable: {exc}"
+            log.exception("codex.delivery_failed", session_id=sid)
+            return f"harness_error: {exc!r}"
+
+        await session_worker(queue, partial(self._messages, sid), partial(self._result, sid),
+                             self._refuse, failed)
 
     # ------------------------------------------------------------------ output
 

@@ -39,21 +39,12 @@ class CodexShapes(ShapesBase):
         }
 
     def end(self, session: Session, turn: Turn, failed: bool) -> Json:
-        return {
-            "method": "turn/completed",
-            "params": {
-                "threadId": session.native_id,
-                "turnId": turn.native_turn_id,
-                "status": "failed" if failed else "completed",
-            },
-        }
+        return _turn_record("turn/completed", session.native_id, turn.native_turn_id,
+                            status="failed" if failed else "completed")
 
     def release(self, session: Session, turn: Turn, call: Call) -> Json:
-        return {
-            "method": "item/released",
-            "params": {"threadId": session.native_id, "turnId": turn.native_turn_id,
-                       "callId": call.call_id},
-        }
+        return _turn_record("item/released", session.native_id, turn.native_turn_id,
+                            callId=call.call_id)
 
     def encode(self, session: Session, turn: Turn, delivery: Mapping[str, Any],
                messages: Sequence[Mapping[str, Any]], opening: bool
@@ -61,31 +52,17 @@ class CodexShapes(ShapesBase):
         items = codex.flatten_messages(messages)
         if isinstance(items, AdapterError):
             return items
-        return [self._item_completed(session, turn, {
+        return [_turn_record("item/completed", session.native_id, turn.native_turn_id, item={
             "type": "userMessage", "id": f"msg_{self._new_hex()}", "content": items})]
 
     def assistant_text(self, session: Session, turn: Turn, text: str) -> Json:
-        return self._item_completed(session, turn, {
+        return _turn_record("item/completed", session.native_id, turn.native_turn_id, item={
             "type": "agentMessage", "id": f"msg_{self._new_hex()}", "text": text})
 
-    @staticmethod
-    def _item_completed(session: Session, turn: Turn, item: Json) -> Json:
-        return {
-            "method": "item/completed",
-            "params": {"threadId": session.native_id, "turnId": turn.native_turn_id,
-                       "item": item},
-        }
-
     def call(self, session: Session, turn: Turn, call: Call) -> Json:
-        return {
-            "method": "item/started",
-            "params": {
-                "threadId": session.native_id,
-                "turnId": turn.native_turn_id,
-                "item": {"type": "dynamicToolCall", "id": call.call_id, "tool": call.name,
-                         "arguments": call.arguments},
-            },
-        }
+        return _turn_record("item/started", session.native_id, turn.native_turn_id, item={
+            "type": "dynamicToolCall", "id": call.call_id, "tool": call.name,
+            "arguments": call.arguments})
 
     def apply(self, session: Session, turn: Turn, call: Call, success: bool,
               content: Sequence[Mapping[str, Any]], sw: Switches) -> Json | AdapterError:
@@ -103,15 +80,14 @@ class CodexShapes(ShapesBase):
             turn_id = f"turn_{self._new_hex()}"  # replayed under a turn that is not the call's
         if sw.subagent:
             thread_id = f"thr_{self._new_hex()}"  # a child (Subagent) thread
-        return {
-            "method": "item/completed",
-            "params": {
-                "threadId": thread_id,
-                "turnId": turn_id,
-                "item": {
-                    "type": "dynamicToolCall", "id": call.call_id, "tool": call.name,
-                    "arguments": call.arguments, "status": status, "success": ok,
-                    "contentItems": misbehave_blocks(items, sw, "inputText", "inputImage"),
-                },
-            },
-        }
+        return _turn_record("item/completed", thread_id, turn_id, item={
+            "type": "dynamicToolCall", "id": call.call_id, "tool": call.name,
+            "arguments": call.arguments, "status": status, "success": ok,
+            "contentItems": misbehave_blocks(items, sw, "inputText", "inputImage"),
+        })
+
+
+def _turn_record(method: str, thread_id: str, turn_id: str, **params: Any) -> Json:
+    """An app-server notification about one thread's Turn (``params``: the thread, the Turn,
+    then ``params``)."""
+    return {"method": method, "params": {"threadId": thread_id, "turnId": turn_id, **params}}

@@ -121,15 +121,26 @@ def _explain(verdict: receipts.Verdict | None, misses: list[receipts.NotAMatch])
     return f"no confirming record within {WAIT_S:g} s"
 
 
+def _confirm(verdict: receipts.Verdict | None, misses: list[receipts.NotAMatch]) -> None:
+    if not isinstance(verdict, receipts.Confirmed):
+        raise Failed(_explain(verdict, misses))
+
+
+async def _confirmed_result(wire: Wire, rt: RuntimeUnderTest, name: str, success: bool,
+                            output: Any, error: str | None) -> float:
+    """A result case that must be confirmed: the seconds its receipt took."""
+    verdict, elapsed, misses, _ = await _result_case(wire, rt, name, success, output, error)
+    _confirm(verdict, misses)
+    return elapsed
+
+
 async def case_function_result_images(wire: Wire, rt: RuntimeUnderTest) -> str:
     if _no_functions(rt):
         return _skip(f"{rt.harness} has no public functions")
     if not rt.function_result_images:
         return _skip("the runtime does not report function-result images")
     output = [t("chart:"), img(PNG), t("photo:"), img(JPEG), img(PNG_RED)]
-    verdict, elapsed, misses, _ = await _result_case(wire, rt, "render_chart", True, output, None)
-    if not isinstance(verdict, receipts.Confirmed):
-        raise Failed(_explain(verdict, misses))
+    elapsed = await _confirmed_result(wire, rt, "render_chart", True, output, None)
     return f"confirmed in {elapsed:.2f} s: a native image at each of 3 image positions"
 
 
@@ -137,10 +148,8 @@ async def case_text_exactness(wire: Wire, rt: RuntimeUnderTest) -> str:
     if _no_functions(rt):
         return _skip(f"{rt.harness} has no public functions")
     output = [t("  padded  "), t(""), t("é 漢字 \u0085\ufeff\n\t"), t("🙂 \\n \"quoted\"")]
-    verdict, elapsed, misses, _ = await _result_case(
+    elapsed = await _confirmed_result(
         wire, rt, "exact_text", False, output, "boom: the tool failed\n")
-    if not isinstance(verdict, receipts.Confirmed):
-        raise Failed(_explain(verdict, misses))
     return f"confirmed in {elapsed:.2f} s: 5 text blocks (4 output + error) byte-exact"
 
 
@@ -175,17 +184,14 @@ async def case_no_replay_synthetic_subagent(wire: Wire, rt: RuntimeUnderTest) ->
         "isReplay", "isSynthetic", "parent_tool_use_id", "threadId", "turnId")]
     if flagged:
         raise Failed("; ".join(m.reason for m in flagged)[:200])
-    if not isinstance(verdict, receipts.Confirmed):
-        raise Failed(_explain(verdict, misses))
+    _confirm(verdict, misses)
     return "one live root record confirmed; no replayed/synthetic/Subagent record"
 
 
 async def case_receipt_within_10s(wire: Wire, rt: RuntimeUnderTest) -> str:
     if _no_functions(rt):
         return _skip(f"{rt.harness} has no public functions")
-    verdict, elapsed, misses, _ = await _result_case(wire, rt, "timed", True, "on time", None)
-    if not isinstance(verdict, receipts.Confirmed):
-        raise Failed(_explain(verdict, misses))
+    elapsed = await _confirmed_result(wire, rt, "timed", True, "on time", None)
     if elapsed > RECEIPT_LIMIT_S:
         raise Failed(f"confirmed after {elapsed:.2f} s, past the {RECEIPT_LIMIT_S:g} s window")
     return f"confirmed {elapsed * 1000:.0f} ms after the delivery"
