@@ -29,10 +29,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import lifecycle, probes
-from .postgres import BACKENDS, store_backend
 from .base import INFRA, REPO, StackError, cache_dir, log, write
 from .components import EXTRA_ENV, Options, bootstrap, mongodb_uri, parse_extra, run_demo
 from .install import install_all, install_venv
+from .postgres import BACKENDS, store_backend
 from .processes import Proc, State, stop_in_order
 
 

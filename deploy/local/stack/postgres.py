@@ -8,13 +8,13 @@ to run as root: as root it runs as ``$SESSION_CORE_PG_USER`` (default ``postgres
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 import shutil
 import stat
 import subprocess
 import tempfile
-import hashlib
 from pathlib import Path
 
 from .base import StackError, free_port, listening, log, port_free
