@@ -1,4 +1,5 @@
-// Command ferretdb runs an embedded FerretDB v1.24 with its SQLite backend.
+// Command ferretdb runs an embedded FerretDB v1.24 with its SQLite backend (default) or its
+// PostgreSQL backend (-backend postgresql -postgresql-url postgres://…).
 //
 // We embed github.com/FerretDB/FerretDB/ferretdb instead of `go install`ing
 // cmd/ferretdb: a module-proxy build of the latter panics at start-up on a
@@ -6,6 +7,8 @@
 // package skips that check.
 //
 // Usage: ferretdb -listen 127.0.0.1:27017 -sqlite-dir /path/to/data [-log-level info]
+//
+//	ferretdb -listen 127.0.0.1:27017 -backend postgresql -postgresql-url postgres://u@127.0.0.1:5432/db
 //
 //	[-listen-tls 127.0.0.1:27018 -tls-cert-file server.pem -tls-key-file server.key
 //	 [-tls-ca-file ca.pem]]
@@ -19,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -43,8 +47,12 @@ func main() {
 	// statement of a bulk write as its own transaction: ~1 ms each (docs/local-stack.md).
 	syncMode := flag.String("sqlite-synchronous", "normal",
 		"SQLite synchronous pragma for every connection: off, normal, full or extra")
+	backend := flag.String("backend", "sqlite", "FerretDB handler: sqlite or postgresql")
+	pgURL := flag.String("postgresql-url", "",
+		"PostgreSQL connection URL for -backend postgresql (postgres://user@host:port/db)")
 	idEvery := flag.Duration("id-index-interval", 200*time.Millisecond,
-		"how often to give new collections the exact _id index (idindex.go); 0 turns it off")
+		"how often to give new collections the _id index FerretDB's lookups can use (idindex.go,"+
+			" pgindex.go); 0 turns it off")
 	flag.Parse()
 
 	var lvl slog.Level
@@ -54,25 +62,43 @@ func main() {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 
-	abs, err := filepath.Abs(*dir)
-	if err != nil {
-		logger.Error("resolve sqlite dir", "err", err)
-		os.Exit(1)
-	}
-	if err = os.MkdirAll(abs, 0o755); err != nil {
-		logger.Error("create sqlite dir", "err", err)
-		os.Exit(1)
-	}
-
-	f, err := ferretdb.New(&ferretdb.Config{
+	cfg := &ferretdb.Config{
 		Listener: ferretdb.ListenerConfig{
 			TCP: *listen, TLS: *listenTLS,
 			TLSCertFile: *certFile, TLSKeyFile: *keyFile, TLSCAFile: *caFile,
 		},
-		Logger:    logger,
-		Handler:   "sqlite",
-		SQLiteURL: "file:" + abs + "/?_pragma=synchronous(" + *syncMode + ")",
-	})
+		Logger: logger,
+	}
+	var abs, where string
+	switch *backend {
+	case "sqlite":
+		var err error
+		if abs, err = filepath.Abs(*dir); err != nil {
+			logger.Error("resolve sqlite dir", "err", err)
+			os.Exit(1)
+		}
+		if err = os.MkdirAll(abs, 0o755); err != nil {
+			logger.Error("create sqlite dir", "err", err)
+			os.Exit(1)
+		}
+		cfg.Handler = "sqlite"
+		cfg.SQLiteURL = "file:" + abs + "/?_pragma=synchronous(" + *syncMode + ")"
+		where = abs
+	case "postgresql":
+		u, err := postgresURL(*pgURL)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bad -postgresql-url: %v\n", err)
+			os.Exit(2)
+		}
+		cfg.Handler = "postgresql"
+		cfg.PostgreSQLURL = u
+		where = redact(u)
+	default:
+		fmt.Fprintf(os.Stderr, "bad -backend %q: sqlite or postgresql\n", *backend)
+		os.Exit(2)
+	}
+
+	f, err := ferretdb.New(cfg)
 	if err != nil {
 		logger.Error("start", "err", err)
 		os.Exit(1)
@@ -82,14 +108,48 @@ func main() {
 	defer stop()
 
 	if *idEvery > 0 {
-		go newIDIndexer(abs, logger).run(ctx, *idEvery)
+		if *backend == "sqlite" {
+			go newIDIndexer(abs, logger).run(ctx, *idEvery)
+		} else {
+			go newPGIndexer(cfg.PostgreSQLURL, logger).run(ctx, *idEvery)
+		}
 	}
 
-	logger.Info("ferretdb (embedded, sqlite) listening", "addr", *listen, "tls", *listenTLS,
-		"dir", abs)
+	logger.Info("ferretdb (embedded) listening", "backend", *backend, "addr", *listen,
+		"tls", *listenTLS, "store", where)
 	if err = f.Run(ctx); err != nil {
 		logger.Error("run", "err", err)
 		os.Exit(1)
 	}
 	logger.Info("ferretdb stopped")
+}
+
+// postgresURL checks the URL and makes FerretDB's connections plan every statement for its
+// parameters (plan_cache_mode=force_custom_plan), unless the URL says otherwise. FerretDB caches
+// prepared statements (pgx QueryExecModeCacheStatement), and its `_id` filter is
+// `_jsonb->$1 @> $2`: a generic plan, which PostgreSQL may switch to after five executions,
+// does not know that $1 is '_id', so it cannot use the GIN index on (_jsonb->'_id')
+// (pgindex.go) and scans the table.
+func postgresURL(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return "", fmt.Errorf("scheme %q: want postgres://", u.Scheme)
+	}
+	q := u.Query()
+	if q.Get("plan_cache_mode") == "" {
+		q.Set("plan_cache_mode", "force_custom_plan")
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "?"
+	}
+	return u.Redacted()
 }

@@ -19,7 +19,7 @@ REPO = LOCAL.parent.parent
 KAFKA_POM = LOCAL / "kafka" / "pom.xml"
 FERRET_SRC = LOCAL / "ferretdb"
 HARNESS_PKG = LOCAL / "harnesses" / "package.json"
-INFRA = ("kafka", "ferretdb")
+INFRA = ("kafka", "postgres", "ferretdb")
 
 
 class StackError(RuntimeError):

@@ -32,6 +32,7 @@ from . import lifecycle, probes
 from .base import INFRA, REPO, StackError, cache_dir, log, write
 from .components import EXTRA_ENV, Options, bootstrap, mongodb_uri, parse_extra, run_demo
 from .install import install_all, install_venv
+from .postgres import BACKENDS, store_backend
 from .processes import Proc, State, stop_in_order
 
 
@@ -49,6 +50,7 @@ def make_options(args: argparse.Namespace, foreground: bool = False) -> Options:
         extra=parse_extra(getattr(args, "extra", None) or []),
         only=list(getattr(args, "only", None) or []),
         foreground=foreground,
+        store_backend=store_backend(getattr(args, "store_backend", None)),
     )
 
 
@@ -200,7 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"also start this command (repeatable; or ${EXTRA_ENV}="
                             "'name=cmd;name2=cmd2')")
         p.add_argument("--only", action="append", metavar="NAME",
-                       help="start only this component (kafka, ferretdb, a service); repeatable")
+                       help="start only this component (kafka, postgres, ferretdb, a service);"
+                            " repeatable")
+        p.add_argument("--store-backend", choices=BACKENDS, default=None,
+                       help="FerretDB's backend (default: $SESSION_CORE_STORE_BACKEND, else"
+                            " sqlite; postgresql also runs a PostgreSQL server,"
+                            " docs/local-stack.md)")
 
     def command(name: str, func: Callable[[argparse.Namespace], int], about: str,
                 args: Callable[[argparse.ArgumentParser], None] | None = common,

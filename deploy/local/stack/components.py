@@ -1,4 +1,5 @@
-"""What the stack runs: Kafka (KRaft, one node), FerretDB (SQLite), the four services, the
+"""What the stack runs: Kafka (KRaft, one node), FerretDB (on SQLite, or on PostgreSQL with
+``--store-backend postgresql``), the four services, the
 reference and real Runtimes with the scripted model server, and extra commands — each a
 ``Component`` (command, environment, readiness check)."""
 
@@ -16,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import probes
+from . import postgres, probes
 from .base import (
     REPO,
     StackError,
@@ -110,6 +111,8 @@ class Options:
     external_kafka: str | None = field(default_factory=_from_env("KAFKA_BOOTSTRAP_SERVERS"))
     external_mongo: str | None = field(default_factory=_from_env("MONGODB_URI"))
     model_url: str = ""  # the scripted model server, once chosen (with runtimes)
+    # FerretDB's backend: sqlite | postgresql (default: $SESSION_CORE_STORE_BACKEND, else sqlite)
+    store_backend: str = field(default_factory=postgres.store_backend)
 
 
 def bootstrap(opts: Options) -> str:
@@ -187,16 +190,35 @@ def kafka_component(opts: Options) -> Component:
     )
 
 
+def postgres_component(opts: Options) -> Component:
+    cmd, port = postgres.prepare(opts.state)
+    return Component(
+        name="postgres", kind="infra", cmd=cmd, env={}, cwd=Path("/"),
+        ready=lambda: postgres.ready(port), ready_timeout=60,
+        describe=f"PostgreSQL ({postgres.pg_bin('postgres').parent.parent.name}) on"
+                 f" 127.0.0.1:{port} for FerretDB",
+    )
+
+
 def ferretdb_component(opts: Options) -> Component:
     binary = install_ferretdb()
-    data = opts.state.root / "ferretdb" / "data"
-    data.mkdir(parents=True, exist_ok=True)
+    cmd = [str(binary), "-listen", f"127.0.0.1:{opts.mongo_port}", "-log-level", "warn"]
+    if opts.store_backend == "postgresql":
+        port = opts.state.data.get("postgres_port")
+        if not isinstance(port, int):
+            raise StackError("ferretdb on postgresql: no PostgreSQL port in the state dir (start "
+                             "postgres first)")
+        cmd += ["-backend", "postgresql", "-postgresql-url", postgres.url(port)]
+        what = f"PostgreSQL on 127.0.0.1:{port}"
+    else:
+        data = opts.state.root / "ferretdb" / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        cmd += ["-sqlite-dir", str(data)]
+        what = "SQLite"
     return Component(
-        name="ferretdb", kind="infra",
-        cmd=[str(binary), "-listen", f"127.0.0.1:{opts.mongo_port}", "-sqlite-dir", str(data),
-             "-log-level", "warn"],
+        name="ferretdb", kind="infra", cmd=cmd,
         env={}, ready=probes.mongo_ready("127.0.0.1", opts.mongo_port), ready_timeout=60,
-        describe=f"FerretDB {ferretdb_version()} (SQLite) on 127.0.0.1:{opts.mongo_port}",
+        describe=f"FerretDB {ferretdb_version()} ({what}) on 127.0.0.1:{opts.mongo_port}",
     )
 
 
@@ -348,6 +370,8 @@ def infra_plan(opts: Options) -> list[tuple[str, Callable[[], Component]]]:
     if not opts.external_kafka:
         plan.append(("kafka", lambda: kafka_component(opts)))
     if not opts.external_mongo:
+        if opts.store_backend == "postgresql":
+            plan.append(("postgres", lambda: postgres_component(opts)))
         plan.append(("ferretdb", lambda: ferretdb_component(opts)))
     return plan
 
@@ -362,6 +386,9 @@ def ready_check(name: str, opts: Options, proc: Proc | None = None) -> Callable[
         return probes.kafka_ready("127.0.0.1", opts.kafka_port)
     if name == "ferretdb":
         return probes.mongo_ready("127.0.0.1", opts.mongo_port)
+    if name == "postgres":
+        port = opts.state.data.get("postgres_port")
+        return lambda: isinstance(port, int) and postgres.ready(port)
     if name == "admission":
         return probes.http_ready(f"http://127.0.0.1:{opts.http_port}")
     return lambda: True

@@ -22,6 +22,7 @@ from .components import (
     ready_check,
     service_components,
 )
+from .postgres import store_backend
 from .processes import Component, Proc, State, start_process, stop_in_order, stop_many, wait_ready
 
 
@@ -157,6 +158,7 @@ class Stack:
     external_kafka: str | None = None
     external_mongo: str | None = None
     venv: Path = REPO / ".venv"
+    store_backend: str | None = None  # sqlite | postgresql; None: $SESSION_CORE_STORE_BACKEND
     echo: bool = True
     output: list[str] = field(default_factory=list, repr=False)
 
@@ -172,7 +174,8 @@ class Stack:
                        mongo_port=self.mongo_port, http_port=self.http_port, venv=self.venv,
                        with_services=self.with_services, runtimes=self.runtimes,
                        extra=list(self.extra), only=list(only),
-                       external_kafka=self.external_kafka, external_mongo=self.external_mongo)
+                       external_kafka=self.external_kafka, external_mongo=self.external_mongo,
+                       store_backend=store_backend(self.store_backend))
 
     @property
     def bootstrap(self) -> str:
