@@ -32,7 +32,7 @@ from shared.domain.delivery import (
     REFUSAL_TURN_BOUND_EXCEEDED,
     result_content,
 )
-from shared.domain.harnesses import codex
+from shared.domain.harnesses import claude_code, codex
 from shared.domain.observations import TurnEnded, classify
 from shared.ids import new_id
 from shared.logging import get_logger
@@ -144,13 +144,37 @@ async def case_function_result_images(wire: Wire, rt: RuntimeUnderTest) -> str:
     return f"confirmed in {elapsed:.2f} s: a native image at each of 3 image positions"
 
 
+def trims_failed_result_text(rt: RuntimeUnderTest) -> bool:
+    """The real Claude Code binary trims a failed result's text (the reference simulation keeps
+    it, like Codex); a Runtime whose engine the kit does not know is held to exact text."""
+    return (rt.harness == claude_code.HARNESS and rt.engine == "real"
+            and claude_code.TRIMS_FAILED_RESULT_TEXT)
+
+
 async def case_text_exactness(wire: Wire, rt: RuntimeUnderTest) -> str:
+    """A failed result's text reaches the harness exactly: whitespace, empty parts, non-ASCII
+    (U+0085, U+FEFF) and escapes inside it are confirmed byte for byte. Whitespace at the ends
+    of the joined text is confirmed too, unless the harness trims it (Claude Code: its
+    receipt then differs, and the case checks that it is *not* confirmed — the call stays
+    uncertain, as the spec's exact-text rule says)."""
     if _no_functions(rt):
         return _skip(f"{rt.harness} has no public functions")
-    output = [t("  padded  "), t(""), t("é 漢字 \u0085\ufeff\n\t"), t("🙂 \\n \"quoted\"")]
-    elapsed = await _confirmed_result(
-        wire, rt, "exact_text", False, output, "boom: the tool failed\n")
-    return f"confirmed in {elapsed:.2f} s: 5 text blocks (4 output + error) byte-exact"
+    inner = [t("padded  "), t(""), t("é 漢字 \u0085\ufeff\n\t"), t("🙂 \\n \"quoted\"")]
+    elapsed = await _confirmed_result(wire, rt, "exact_text", False, inner,
+                                      "boom: the tool failed")
+    edges = [t("  padded  "), *inner[1:]]
+    if not trims_failed_result_text(rt):
+        edge_s = await _confirmed_result(wire, rt, "exact_text", False, edges,
+                                         "boom: the tool failed\n")
+        return (f"confirmed in {elapsed:.2f} s and {edge_s:.2f} s: 5 text blocks (4 output + "
+                "error) byte-exact, whitespace at the ends too")
+    verdict, _, misses, _ = await _result_case(wire, rt, "exact_text", False, edges,
+                                               "boom: the tool failed\n")
+    if isinstance(verdict, receipts.Confirmed):
+        raise Failed("a result whose text the harness trimmed was confirmed: the receipt "
+                     "matcher is not exact")
+    return (f"confirmed in {elapsed:.2f} s: 5 text blocks byte-exact; whitespace at the ends "
+            f"is trimmed by the harness and not confirmed ({_explain(verdict, misses)[:80]})")
 
 
 async def case_release_handling(wire: Wire, rt: RuntimeUnderTest) -> str:

@@ -47,6 +47,11 @@ HARNESS = "claude_code"
 # The one definition of both; the profile table (``shared.domain.harness``), the bridges and the
 # Runtime's registration read them from here.
 MAX_USER_MESSAGES_PER_TURN = 64  # user messages per native Turn, opening prompt included
+# Claude Code 2.1.328 hands a failed tool result to its history and to the model as one string:
+# the text parts joined by "\n", then trimmed (leading and trailing whitespace dropped; inside,
+# everything kept). Such a result's receipt never matches the exact text, so it stays uncertain
+# (docs/harnesses.md); the conformance kit checks that it is not confirmed.
+TRIMS_FAILED_RESULT_TEXT = True
 BRIDGE_PROTOCOL = 3  # the bridge protocol Core's daemon requires (exactly this one)
 
 NativeBlock = dict[str, Any]
