@@ -84,9 +84,9 @@ class BatchWriter:
     publish: Publish
 
     async def write(self, raws: tuple[Any, ...]) -> None:
-        # records another writer may have decided (in partition order: the first record of a
-        # just-assigned partition opens its window)
-        suspects = {(tp, off) for tp, off in positions(raws) if self.decided.arrived(tp, off)}
+        # in partition order: the first record of a just-assigned partition opens its window
+        for tp, off in positions(raws):
+            self.decided.arrived(tp, off)
         decoded = await decode_records(self.dlq, raws, self.types)
         inputs = []
         held: list[tuple[tuple[Any, int], list[Any]]] = []  # each record's position, inputs
@@ -102,8 +102,9 @@ class BatchWriter:
             inputs.extend(found)
             held.append(((TopicPartition(raw.topic, raw.partition), raw.offset), found))
         await self._probe(held)
-        verify = {source_key(inp) for pos, found in held
-                  if pos in suspects and self.decided.in_window(*pos) for inp in found}
+        # records another writer may have decided (the probe may have closed windows)
+        verify = {source_key(inp) for pos, found in held if self.decided.in_window(*pos)
+                  for inp in found}
         try:
             out = await self.handler.handle(inputs, frozenset(verify), defer_rest=True)
         except StaleDecision as exc:

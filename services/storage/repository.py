@@ -115,12 +115,11 @@ class StorageRepository:
         }
         return doc, chunks
 
-    @staticmethod
-    def tombstone(source_key: str, session_id: str) -> Doc:
-        """The journal entry of a record that decided nothing (``storekeys.skipped_source``)."""
-        return {"_id": skipped_source(source_key), "session_id": session_id, "state": None,
-                "items": [], "reply": None, "stored": None, "call_updates": [],
-                "idempotency": [], "applications": [], "tombstone": True}
+    def tombstone(self, source_key: str, session_id: str) -> Doc:
+        """The journal entry of a record that decided nothing (``storekeys.skipped_source``):
+        an empty decision's entry under its own key."""
+        doc, _ = self.journal_doc(Decision(source_key=source_key, session_id=session_id))
+        return {**doc, "_id": skipped_source(source_key), "tombstone": True}
 
     async def skipped(self, source_keys: dict[str, str]) -> None:
         """Tombstones of dead-lettered records (source key → session id)."""
@@ -132,11 +131,6 @@ class StorageRepository:
         keys = list(source_keys)
         found = await find_by_ids(self.db.journal, keys + [skipped_source(k) for k in keys])
         return {k for k in keys if k in found or skipped_source(k) in found}
-
-    async def write(self, journal_docs: list[Doc], chunks: list[Doc]) -> None:
-        """Apply decided records: ``commit`` then ``apply_rest``."""
-        await self.commit(journal_docs, chunks)
-        await self.apply_rest(journal_docs)
 
     async def commit(self, journal_docs: list[Doc], chunks: list[Doc]) -> None:
         """Make decided records durable: chunks, Items, journal (the commit point). Items go
