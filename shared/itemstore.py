@@ -4,11 +4,12 @@ original image URIs put back."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from shared import imagerefs
 from shared.store import Doc, find_by_ids
-from shared.storecodec import item_from_doc
+from shared.storecodec import item_from_doc, pack
 from shared.storekeys import chunk_key, item_key
 
 
@@ -36,3 +37,31 @@ async def page(db: Any, session_id: str, after: int, limit: int, last: int) -> l
     document's ``last_sequence`` (Items beyond it are not yet committed to the Session)."""
     hi = min(after + limit, last)
     return await items_by_keys(db, [item_key(session_id, n) for n in range(after + 1, hi + 1)])
+
+
+async def session_head(db: Any, doc: Doc | None) -> Doc | None:
+    """A Session document brought up to what storage journaled after it. Storage writes a
+    Session's document behind the Items it journals (services/storage/sessionwriter.py), so
+    Items may stand past the document's ``last_sequence``; each one whose journal entry holds it
+    (an Item without one is the orphan of a crash between the two writes: never shown) comes
+    with the Session's whole state after it. Take that state and look again, until the next
+    sequence holds no Item. Returns the document as stored (packed), ``None`` for ``None``. One
+    look-up when the document is current."""
+    if doc is None:
+        return None
+    sid = doc["_id"]
+    while True:
+        nxt = int(doc.get("last_sequence", 0)) + 1
+        item = await db.items.find_one({"_id": item_key(sid, nxt)}, {"source_key": 1})
+        if item is None or not isinstance(item.get("source_key"), str):
+            return doc
+        entry = await db.journal.find_one({"_id": item["source_key"].rsplit("#", 1)[0]})
+        if entry is None:
+            return doc
+        j = json.loads(entry["payload"])
+        state = j.get("state")
+        if (not isinstance(state, dict) or int(state.get("last_sequence", 0)) < nxt
+                or not any(it.get("session_id") == sid and it.get("sequence") == nxt
+                           for it in j.get("items", ()))):
+            return doc
+        doc = {**pack({k: v for k, v in state.items() if k != "_id"}), "_id": sid}

@@ -61,6 +61,9 @@ STORAGE_BATCH_SECONDS = Histogram(
     "session_core_storage_batch_seconds",
     "Seconds to make one batch durable and publish its outputs (store writes included)",
     buckets=FAST_BUCKETS)
+STORAGE_SESSIONS_BEHIND = Gauge(
+    "session_core_storage_sessions_behind",
+    "Sessions whose newest state is journaled but whose document is not written yet")
 
 # --- the store (every service): round trips and their latency, by command -------------------
 STORE_COMMANDS = Counter(

@@ -32,8 +32,10 @@ OWNERS: dict[str, str] = {
 }
 
 READ_GRANTS: dict[str, frozenset[str]] = {
+    # journal: a Session document lags behind its Items; readers bring it up from the journal
+    # entries that hold them (shared.itemstore.session_head)
     "admission": frozenset({"sessions", "items", "calls", "applications",
-                                        "idempotency", "image_chunks"}),
+                                        "idempotency", "image_chunks", "journal"}),
 }
 
 

@@ -18,4 +18,4 @@ if [[ ! -f $CONTAINERS_STORAGE_CONF ]]; then
 fi
 
 log() { printf '==> [%s %4ds] %s\n' "$STEP" "$SECONDS" "$*" >&2; }
-die() { printf '%s: FAIL: %s\n' "$STEP" "$*" >&2; exit 1; }
+die() { FAIL_REASON="$*"; printf '%s: FAIL: %s\n' "$STEP" "$*" >&2; exit 1; }

@@ -36,6 +36,7 @@ cleanup() {
   if [[ -n $STACK_DIR ]]; then PYTHONPATH="$REPO" python3 -m deploy.local.stack down --state-dir "$STACK_DIR" >/dev/null 2>&1 || true; fi
   if ((rc != 0)); then
     for f in "$WORK"/*.log; do [[ -f $f ]] && { echo "--- $f"; tail -n 30 "$f"; }; done
+    echo "smoke: FAIL: ${FAIL_REASON:-exit $rc} (the services' logs are above)" >&2
   fi
   rm -rf "$WORK"
   [[ -n $STACK_DIR ]] && rm -rf "$STACK_DIR"
@@ -136,7 +137,11 @@ for svc in "${SERVICES[@]}"; do
   wait_ready "$svc" "http://127.0.0.1:${HEALTH[$svc]}/readyz" "${!pid_var}"
 done
 wait_ready "admission (HTTP API)" "http://127.0.0.1:$HTTP_PORT/readyz" "$PID_admission"
-curl -s "http://127.0.0.1:${HEALTH[admission]}/metrics" | grep -q '^session_core_http_request_duration_seconds_bucket' ||
+# to a file first: `curl | grep -q` fails under pipefail when grep exits before curl has written
+# everything (curl: exit 23 on the closed pipe), a flaky "no histogram"
+curl -s --max-time 10 -o "$WORK/metrics.txt" "http://127.0.0.1:${HEALTH[admission]}/metrics" ||
+  die "admission's /metrics did not answer"
+grep -q '^session_core_http_request_duration_seconds_bucket' "$WORK/metrics.txt" ||
   die "admission's /metrics lacks the HTTP histogram"
 echo "  admission: /metrics on its metrics port serves session_core_http_request_duration_seconds"
 

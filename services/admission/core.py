@@ -203,8 +203,8 @@ class Admission:
     async def catch_up(self, session_id: str, watch: TurnWatch) -> None:
         """Feed ``watch`` the Items already stored after what it knows (those published before
         a waiter attached to the Item tail), and tell it whether its Turn is still running."""
-        doc = await self.db.sessions.find_one(
-            {"_id": session_id}, {"last_sequence": 1, "turn_id": 1, "turn_running": 1})
+        doc = await self._session(session_id, {"last_sequence": 1, "turn_id": 1,
+                                               "turn_running": 1})
         if doc is None:
             return
         watch.turn_ended_before(doc.get("turn_id"), bool(doc.get("turn_running")))
@@ -219,7 +219,7 @@ class Admission:
     async def items_after(self, session_id: str, after: int) -> list[Json]:
         """Every stored Item of the Session after ``sequence`` ``after``, in order (an SSE
         stream's catch-up: what was published before its listener attached)."""
-        doc = await self.db.sessions.find_one({"_id": session_id}, {"last_sequence": 1})
+        doc = await self._session(session_id, {"last_sequence": 1})
         last = int((doc or {}).get("last_sequence", 0))
         out: list[Json] = []
         while after < last:
@@ -227,11 +227,18 @@ class Admission:
             after = min(after + CATCH_UP_PAGE, last)
         return out
 
+    async def _session(self, session_id: str, fields: dict[str, int] | None = None
+                       ) -> Json | None:
+        """The Session document, brought up to what storage journaled after it (storage writes
+        it behind its Items: ``itemstore.session_head``)."""
+        doc = await self.db.sessions.find_one({"_id": session_id}, fields)
+        return await itemstore.session_head(self.db, doc)
+
     async def get_session(self, session_id: str, *, tenant: str) -> Answer:
         owned = await self._owned(session_id, tenant)
         if isinstance(owned, ApiError):
             return Answer.error(owned)
-        doc = unpack(await self.db.sessions.find_one({"_id": session_id}))
+        doc = unpack(await self._session(session_id))
         if doc is None:
             return Answer.error(errors.not_found("no such Session", "session_id"))
         body = {
@@ -254,7 +261,7 @@ class Admission:
         owned = await self._owned(session_id, tenant)
         if isinstance(owned, ApiError):
             return Answer.error(owned)
-        session = await self.db.sessions.find_one({"_id": session_id}, {"last_sequence": 1})
+        session = await self._session(session_id, {"last_sequence": 1})
         if session is None:
             return Answer.error(errors.not_found("no such Session", "session_id"))
         last = int(session.get("last_sequence", 0))
@@ -271,7 +278,7 @@ class Admission:
                            ) -> AsyncIterator[Doc]:
         """Every stored Item of the Session after ``after`` (the caller checked ownership)."""
         while True:
-            session = await self.db.sessions.find_one({"_id": session_id}, {"last_sequence": 1})
+            session = await self._session(session_id, {"last_sequence": 1})
             last = int(session.get("last_sequence", 0)) if session else 0
             if after >= last:
                 return

@@ -72,7 +72,8 @@ class StorageService(CoreService):
             fetch_max_bytes=max_record_bytes(settings) * 2,
             ack_policy=AckPolicy.NACK_ON_ERROR,
             decoder=raw_decoder,
-            listener=Rebalance(self.batch_lock, self.decided, lambda: self.consumer),
+            listener=Rebalance(self.batch_lock, self.decided, lambda: self.consumer,
+                               self.repo.session_writer),
         )(self.on_batch)
 
     async def on_batch(self, body: Any, msg: KafkaMessage) -> None:
@@ -102,9 +103,11 @@ class StorageService(CoreService):
     async def start(self) -> None:
         await ensure_topics(self.settings, self.topics)
         await ensure_indexes(self.repo.db)
+        self.repo.session_writer.start()
         await self.broker.start()
         log.info("storage.started", group=GROUP)
 
     async def stop(self) -> None:
         await self.broker.stop()
+        await self.repo.session_writer.stop()  # what is behind, written (at most 5 s)
         await self.client.close()

@@ -23,6 +23,7 @@ from services.storage.handler import (
     source_key,
 )
 from services.storage.repository import StaleDecision, StorageRepository
+from services.storage.sessionwriter import SessionWriter
 from shared import records, typedrecords
 from shared.domain.poison import UNPROCESSABLE, Poison
 from shared.kafka import DeadLetters, encode
@@ -37,6 +38,7 @@ log = get_logger(__name__)
 RETRY_ERRORS = (ConnectionFailure, AutoReconnect, ServerSelectionTimeoutError, OSError,
                 StaleDecision)
 Publish = Callable[..., Awaitable[Any]]
+REVOKE_DRAIN_S = 10.0  # Session documents written before partitions are given up, at most
 
 
 class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -49,13 +51,21 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     its Sessions may be stale afterwards (``DecidedState``)."""
 
     def __init__(self, lock: asyncio.Lock, decided: DecidedState,
-                 consumer: Callable[[], Any]) -> None:
+                 consumer: Callable[[], Any], writer: SessionWriter) -> None:
         self.lock = lock
         self.decided = decided
         self.consumer = consumer
+        self.writer = writer
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         async with self.lock:
+            # the new owner reads the Session documents: write what is behind first (the
+            # store away: the new owner rolls those Sessions forward from the journal)
+            try:
+                await self.writer.drain(REVOKE_DRAIN_S)
+            except Exception as exc:
+                log.warning("storage.revoke_drain_failed", error=repr(exc))
+                self.writer.drop()
             # Hand over exactly what was written: commit the written offsets of the revoked
             # partitions (the framework's commit after the batch may come too late, mid-
             # rebalance), so the new owner starts after them instead of re-deciding them.
@@ -143,7 +153,7 @@ class BatchWriter:
                                  item["session_id"]) for item in out.items]
         sent += [await self._send(self.topics.session_stored, records.stored_record(stored),
                                   stored["session_id"]) for stored in out.stored]
-        await self.repo.apply_rest(out.rest)
+        await self.repo.apply_rest(out.rest, defer=True)
         for reply in out.replies:
             reply = await load_reply_items(self.repo, reply)
             sent.append(await self._send(self.topics.storage_replies,

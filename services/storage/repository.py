@@ -12,6 +12,7 @@ from pymongo import UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
 
+from services.storage.sessionwriter import SessionWriter
 from shared import imagerefs as images
 from shared import itemstore
 from shared.domain.sessions import Decision, SessionState
@@ -74,11 +75,22 @@ class StorageRepository:
         self.db = db
         self.inline_max = inline_image_max
         self.chunk_bytes = chunk_bytes
+        # every Session document write goes through it (services/storage/sessionwriter.py)
+        self.session_writer = SessionWriter(self.write_sessions)
 
     # ---- reads -------------------------------------------------------------------
     async def sessions(self, ids: Iterable[str]) -> dict[str, SessionState]:
-        found = await find_by_ids(self.db.sessions, list(ids))
-        return {k: SessionState.from_doc(unpack(d) or d) for k, d in found.items()}
+        """The Sessions' states as the store holds them, or newer: a state decided but not
+        written yet (``SessionWriter``). May still lag behind the journal (``roll_forward``)."""
+        wanted = list(ids)
+        found = await find_by_ids(self.db.sessions, wanted)
+        out = {k: SessionState.from_doc(unpack(d) or d) for k, d in found.items()}
+        for sid in wanted:
+            unwritten = self.session_writer.state(sid)
+            if unwritten is not None and (sid not in out
+                                          or unwritten.version > out[sid].version):
+                out[sid] = unwritten
+        return out
 
     async def journal(self, keys: Iterable[str]) -> dict[str, Doc]:
         found = await find_by_ids(self.db.journal, list(keys))
@@ -213,12 +225,17 @@ class StorageRepository:
             await self.db.items.delete_one({"_id": doc["_id"]})
             seq += 1
 
-    async def apply_rest(self, journal_docs: list[Doc], stored: dict[str, int] | None = None
-                         ) -> None:
+    async def apply_rest(self, journal_docs: list[Doc], stored: dict[str, int] | None = None,
+                         *, defer: bool = False) -> None:
+        """The writes derived from journaled decisions: calls, idempotency, verdicts, Sessions.
+        ``stored``: see ``apply``. ``defer``: the Session documents that may lag behind the
+        journal are left to the ``SessionWriter`` (services/storage/sessionwriter.py); those
+        that may not — a Session created here, a change without an Item — are written now."""
         call_ops: list[UpdateOne] = []
         idem: list[Doc] = []
         verdicts: list[Doc] = []
         latest: dict[str, Doc] = {}
+        urgent: set[str] = set()
         for j in journal_docs:
             for cu in j["call_updates"]:
                 upd: Doc = {}
@@ -231,13 +248,25 @@ class StorageRepository:
             verdicts.extend(j.get("applications", ()))
             if j["state"] is not None:
                 latest[j["session_id"]] = j["state"]
-        if call_ops:
-            await self.db.calls.bulk_write(call_ops, ordered=True)
+                if not j["items"] or j["state"]["version"] == 1:
+                    urgent.add(j["session_id"])
+        # in commands of SESSIONS_PER_UPDATE statements, as the Sessions (FerretDB's pool)
+        for i in range(0, len(call_ops), SESSIONS_PER_UPDATE):
+            await self.db.calls.bulk_write(call_ops[i:i + SESSIONS_PER_UPDATE], ordered=True)
         await insert_ignoring_duplicates(self.db.idempotency, idem)
         await insert_ignoring_duplicates(self.db.applications, _dedupe(verdicts))
-        await self._advance_sessions(
-            {sid: st for sid, st in latest.items()
-             if stored is None or st["version"] > stored.get(sid, -1)})
+        newer = {sid: st for sid, st in latest.items()
+                 if stored is None or st["version"] > stored.get(sid, -1)}
+        if defer:
+            await self.session_writer.write_now(
+                {sid: st for sid, st in newer.items() if sid in urgent})
+            self.session_writer.defer({sid: st for sid, st in newer.items() if sid not in urgent})
+        else:
+            await self.session_writer.write_now(newer)
+
+    async def write_sessions(self, states: dict[str, Doc]) -> None:
+        """The ``SessionWriter``'s writes (only it calls this: one writer, no moving back)."""
+        await self._advance_sessions(states)
 
     async def _advance_sessions(self, states: dict[str, Doc]) -> None:
         """Every Session of the batch in one unordered bulk write (per ``SESSIONS_PER_UPDATE``

@@ -24,8 +24,8 @@ from PIL import Image
 from pymongo import AsyncMongoClient
 
 from services.storage.handler import StorageHandler, source_key
-from services.storage.repository import StaleDecision
-from shared import records
+from services.storage.repository import StaleDecision, StorageRepository
+from shared import itemstore, records
 from shared.kafka import encode, now_rfc3339
 from shared.storecodec import unpack
 from tests.support.builders import admitted_create, admitted_event
@@ -550,6 +550,72 @@ async def test_an_event_right_after_the_201_finds_its_session(core: System) -> N
         e = await core.event(r.json()["id"], {"type": records.EV_MESSAGE, "input": [
             {"role": "user", "content": [{"type": "input_text", "text": f"then {n}"}]}]})
         assert e.status_code == 202, (n, e.text)
+
+
+# ---- Session documents behind the journal (services/storage/sessionwriter.py) -----------------
+
+async def _decide(h: StorageHandler, repo: StorageRepository, *recs: Json) -> None:
+    out = await h.handle(list(recs), defer_rest=True)
+    await repo.apply_rest(out.rest, defer=True)
+
+
+async def test_session_documents_lag_behind_their_items_and_every_reader_sees_the_head(
+        core: System) -> None:
+    """A batch does not wait for its Session updates (one FerretDB statement each): they are
+    written behind it — except a creation (``GET`` must find the Session once its creator is
+    answered) and a change without an Item (a binding: readers bring a lagging document up from
+    the Items' journal entries, which a binding has none of). Storage's own reads and admission's
+    reads see the newest state all the same. This repository's writer is never started, so
+    what it defers stays unwritten."""
+    repo = StorageRepository(core.storage.repo.db, INLINE_MAX, CHUNK)
+    db = repo.db
+    h = StorageHandler(repo, now_rfc3339)
+    create = admitted_create("behind")
+    sid = create["session_id"]
+    await _decide(h, repo, create)
+    doc = await db.sessions.find_one({"_id": sid})
+    assert doc is not None and doc["version"] == 1 and sid not in repo.session_writer.dirty
+    await _decide(h, repo, admitted_event(sid, "one"), admitted_event(sid, "two"))
+    doc = await db.sessions.find_one({"_id": sid})
+    assert doc is not None and doc["version"] == 1  # behind its Items
+    newest = repo.session_writer.dirty[sid]
+    assert newest["version"] == 3 and newest["last_sequence"] > doc["last_sequence"]
+    # storage's own read: the newest state, not the store's
+    assert (await repo.sessions([sid]))[sid].version == 3
+    # every reader: the document brought up from the journal
+    head = await itemstore.session_head(db, doc)
+    assert head is not None and head["version"] == 3
+    assert head["last_sequence"] == newest["last_sequence"]
+    r = await http(core).get(f"/v1/sessions/{sid}")
+    assert r.status_code == 200 and r.json()["last_sequence"] == newest["last_sequence"], r.text
+    r = await http(core).get(f"/v1/sessions/{sid}/items", params={"limit": 100})
+    assert [i["sequence"] for i in r.json()["items"]] == list(
+        range(1, newest["last_sequence"] + 1))
+    # a binding changes the state without an Item: written now, with everything before it
+    await _decide(h, repo, {"schema": records.FACT, "fact_id": f"test:{uuid.uuid4().hex}",
+                            "session_id": sid, "kind": "binding", "status": "bound",
+                            "runtime_id": "rt_behind", "reason": None})
+    doc = unpack(await db.sessions.find_one({"_id": sid}))
+    assert doc is not None and doc["version"] == 4 and doc["binding"]["runtime_id"] == "rt_behind"
+    assert doc["last_sequence"] == newest["last_sequence"] and sid not in repo.session_writer.dirty
+
+
+async def test_the_head_of_a_session_never_takes_an_item_without_its_journal_entry(
+        core: System) -> None:
+    """An Item past ``last_sequence`` whose journal entry is missing (a crash between the two
+    writes; ``roll_forward`` removes it) is not part of the Session: readers stop before it."""
+    h = StorageHandler(core.storage.repo, now_rfc3339)
+    create = admitted_create("orphan ahead")
+    sid = create["session_id"]
+    await h.handle([create])
+    db = core.storage.repo.db
+    doc = await db.sessions.find_one({"_id": sid})
+    assert doc is not None
+    nxt = doc["last_sequence"] + 1
+    await db.items.insert_one({"_id": f"{sid}/{nxt}", "session_id": sid, "sequence": nxt,
+                               "source_key": f"req:nobody#{nxt}"})
+    head = await itemstore.session_head(db, doc)
+    assert head is not None and head["last_sequence"] == doc["last_sequence"]
 
 
 # ---- write rate --------------------------------------------------------------------------------

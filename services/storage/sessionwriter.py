@@ -1,0 +1,141 @@
+"""Session documents written behind the batch.
+
+A Session document is derived from the journal: every journaled decision holds the Session's
+whole state after it. On FerretDB v1 each Session update is one statement of ~0.5 ms, the
+batch's dearest part by far (an ``insert_many`` of hundreds of Items or journal entries is one
+statement), so the batch does not wait for them. It hands the states here; one writer task
+writes the latest state of each dirty Session, as many per command as ``SESSIONS_PER_UPDATE``,
+while the next batches are decided (a Session decided again before its write went out is
+written once, in its newest state).
+
+What stays true (docs/storage.md, "Session documents behind the journal"):
+- **A Session document never moves back.** One writer (this object, under its lock) writes a
+  Session; it writes the newest state it holds, and a state it was handed is dropped once a
+  newer one is written.
+- **What is written now.** A Session created in the batch (its document must exist when its
+  creator is answered: ``GET`` reads it) and a decision that changes the state without an Item
+  (a binding): readers and ``roll_forward`` find every other change from its Items, a binding
+  they would not. ``write_now`` awaits those before the batch answers anyone.
+- **A crash loses nothing.** Offsets are committed before a deferred write may have gone out;
+  after ``kill -9`` the document lags behind its Items, and the lag is what ``roll_forward``
+  (storage, before it decides a Session it does not hold in memory) and
+  ``shared.itemstore.session_head`` (every reader) already bring up from the journal.
+- **The replica's own reads** take the state from here first (``state``): a Session whose
+  newest state is not written yet is not read back stale from the store.
+- **Partitions move**: the rebalance listener drains the writer before it gives its
+  partitions up, so the new owner reads current documents (or, the store away, drops what is
+  left; the new owner rolls those Sessions forward)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from shared.domain.sessions import SessionState
+from shared.logging import get_logger
+from shared.metrics import STORAGE_SESSIONS_BEHIND
+
+log = get_logger(__name__)
+Doc = dict[str, Any]
+Write = Callable[[dict[str, Doc]], Awaitable[None]]
+RETRY_S = 0.5  # after a failed write (the store away): the states stay, newer ones supersede
+PER_ROUND = 256  # Sessions written per round (several commands of SESSIONS_PER_UPDATE)
+
+
+class SessionWriter:
+    def __init__(self, write: Write) -> None:
+        self._write = write  # StorageRepository.write_sessions: the states, newest, by id
+        self.dirty: dict[str, Doc] = {}  # session id → its newest state not written yet
+        self._lock = asyncio.Lock()  # one write at a time: a document never moves back
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="storage-session-writer")
+
+    async def stop(self, drain_s: float = 5.0) -> None:
+        """Write what is left (for at most ``drain_s``), then stop."""
+        with contextlib.suppress(TimeoutError):
+            await self.drain(drain_s)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def state(self, session_id: str) -> SessionState | None:
+        doc = self.dirty.get(session_id)
+        return SessionState.from_doc(doc) if doc is not None else None
+
+    def defer(self, states: dict[str, Doc]) -> None:
+        """Newest states, to be written behind the batch."""
+        for sid, st in states.items():
+            held = self.dirty.get(sid)
+            if held is None or int(st["version"]) > int(held["version"]):
+                self.dirty[sid] = st
+        if self.dirty:
+            self._idle.clear()
+            self._wake.set()
+        STORAGE_SESSIONS_BEHIND.set(len(self.dirty))
+
+    async def write_now(self, states: dict[str, Doc]) -> None:
+        """Write these states before returning (after any write in flight)."""
+        if not states:
+            return
+        async with self._lock:
+            for sid, st in states.items():  # superseded: what is written now is newer
+                held = self.dirty.get(sid)
+                if held is not None and int(held["version"]) <= int(st["version"]):
+                    del self.dirty[sid]
+            await self._write(states)
+        STORAGE_SESSIONS_BEHIND.set(len(self.dirty))
+
+    async def drain(self, timeout_s: float) -> None:
+        """Until every state handed over so far is written (``TimeoutError`` after
+        ``timeout_s``)."""
+        if self._task is None:
+            await self._round_until_clean()
+            return
+        await asyncio.wait_for(self._idle.wait(), timeout_s)
+
+    def drop(self) -> None:
+        """Forget the unwritten states (their documents lag; ``roll_forward`` brings them up)."""
+        if self.dirty:
+            log.warning("storage.session_writes_dropped", sessions=len(self.dirty))
+        self.dirty.clear()
+        self._idle.set()
+        STORAGE_SESSIONS_BEHIND.set(0)
+
+    async def _round_until_clean(self) -> None:
+        while self.dirty:
+            await self._round()
+
+    async def _round(self) -> None:
+        async with self._lock:
+            take = dict(list(self.dirty.items())[:PER_ROUND])
+            try:
+                await self._write(take)
+            except Exception as exc:
+                log.warning("storage.session_write_failed", error=repr(exc)[:300],
+                            sessions=len(take))
+                raise
+            for sid, st in take.items():  # a newer state handed over meanwhile stays
+                if self.dirty.get(sid) is st:
+                    del self.dirty[sid]
+        STORAGE_SESSIONS_BEHIND.set(len(self.dirty))
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self.dirty:
+                try:
+                    await self._round()
+                except Exception:
+                    await asyncio.sleep(RETRY_S)
+            self._idle.set()

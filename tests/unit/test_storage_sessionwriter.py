@@ -1,0 +1,117 @@
+"""The Session writer (services/storage/sessionwriter.py): Session documents written behind the
+batch never move back, the newest state wins, a failed write loses nothing, a drain waits for
+everything handed over. The store here is a dict behind an async write (a unit test of one
+object); the real store's side is tests/integration/test_storage.py."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from services.storage import sessionwriter
+from services.storage.sessionwriter import SessionWriter
+
+Doc = dict[str, Any]
+
+
+def st(sid: str, version: int) -> Doc:
+    return {"_id": sid, "harness": "codex", "placement": "default", "created_at": "t",
+            "version": version, "last_sequence": version}
+
+
+class Store:
+    def __init__(self, delay: float = 0.0) -> None:
+        self.docs: dict[str, int] = {}
+        self.writes: list[dict[str, int]] = []
+        self.delay = delay
+        self.fail = 0  # the next ``fail`` writes raise
+
+    async def write(self, states: dict[str, Doc]) -> None:
+        await asyncio.sleep(self.delay)
+        if self.fail:
+            self.fail -= 1
+            raise ConnectionError("the store is away")
+        self.writes.append({k: v["version"] for k, v in states.items()})
+        for sid, s in states.items():
+            self.docs[sid] = s["version"]
+
+
+async def test_the_newest_state_of_each_session_is_written_once() -> None:
+    store = Store()
+    w = SessionWriter(store.write)
+    w.defer({"a": st("a", 2), "b": st("b", 1)})
+    w.defer({"a": st("a", 3)})
+    w.defer({"a": st("a", 1)})  # older than what is held: ignored
+    w.start()
+    await w.drain(5)
+    assert store.docs == {"a": 3, "b": 1}
+    assert store.writes == [{"a": 3, "b": 1}]
+    assert not w.dirty
+    await w.stop()
+
+
+async def test_the_replica_reads_its_unwritten_state() -> None:
+    w = SessionWriter(Store().write)
+    w.defer({"a": st("a", 4)})
+    held = w.state("a")
+    assert held is not None and held.version == 4
+    assert w.state("b") is None
+
+
+async def test_a_write_now_waits_for_the_write_in_flight_so_a_document_never_moves_back(
+) -> None:
+    store = Store(delay=0.05)
+    w = SessionWriter(store.write)
+    w.defer({"a": st("a", 5)})
+    w.start()
+    await asyncio.sleep(0.01)  # the round writing v5 is in flight
+    await w.write_now({"a": st("a", 6)})
+    await w.drain(5)
+    assert store.writes == [{"a": 5}, {"a": 6}]
+    assert store.docs == {"a": 6}
+    await w.stop()
+
+
+async def test_a_write_now_supersedes_an_older_unwritten_state_but_not_a_newer_one() -> None:
+    store = Store()
+    w = SessionWriter(store.write)
+    w.defer({"a": st("a", 2), "b": st("b", 9)})
+    await w.write_now({"a": st("a", 3), "b": st("b", 8)})
+    assert "a" not in w.dirty  # v3 written: v2 is older
+    assert w.dirty["b"]["version"] == 9  # still to write: newer than what went now
+    await w.drain(5)  # not started: one round inline
+    assert store.docs == {"a": 3, "b": 9}
+
+
+async def test_a_failed_write_keeps_the_states_and_a_newer_one_handed_meanwhile_wins(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sessionwriter, "RETRY_S", 0.01)
+    store = Store(delay=0.02)
+    store.fail = 2
+    w = SessionWriter(store.write)
+    w.defer({"a": st("a", 1), "b": st("b", 1)})
+    w.start()
+    await asyncio.sleep(0.01)
+    w.defer({"a": st("a", 2)})  # while the first (failing) round is in flight
+    await w.drain(5)
+    assert store.docs == {"a": 2, "b": 1}
+    await w.stop()
+
+
+async def test_a_drain_that_cannot_finish_times_out_and_drop_forgets(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sessionwriter, "RETRY_S", 0.01)
+    store = Store()
+    store.fail = 10_000
+    w = SessionWriter(store.write)
+    w.defer({"a": st("a", 1)})
+    w.start()
+    with pytest.raises(TimeoutError):
+        await w.drain(0.1)
+    w.drop()
+    assert not w.dirty
+    await w.drain(0.1)  # nothing left to wait for
+    await w.stop(drain_s=0.1)
+    assert store.docs == {}
