@@ -106,8 +106,11 @@ class Binder:
             return
         # A record redelivered after a crash finds its own entry: it keeps its first place.
         await self.repo.queue(sid, rec["event_id"], rec, self._place(), self.clock())
-        if b.get("status") != WAITING:
+        if rt is None and b.get("status") != WAITING:
             await self.unbind(b, "the bound runtime is gone")
+        # A live bound Runtime with a queue: input left there by a crash or a store outage
+        # between a delivery and its unqueue (the chaos suite's FerretDB kill -9) — delivered
+        # again in order (the Runtime drops a delivery id it has seen), nothing failed.
         await self.try_bind(sid)
 
     async def observe(self, rec: Doc) -> None:

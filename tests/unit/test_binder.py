@@ -206,6 +206,33 @@ async def test_a_redelivered_waiting_record_is_queued_once(world: World) -> None
     assert [m["delivery_id"] for m in world.delivered()] == [wire.delivery_id(rec["event_id"])]
 
 
+async def test_a_record_redelivered_after_the_store_failed_mid_delivery_keeps_its_turn(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen in the chaos suite (FerretDB kill -9): a new Session's start was queued, bound and
+    delivered, and the store went away before its queue entry was removed. Redelivered after the
+    outage, the record found its own entry still queued while its Runtime was alive and bound —
+    and the dispatcher took that for a gone Runtime: it failed the running Turn ("the bound
+    runtime is gone") that the Runtime then completed. A live bound Runtime gets the queue
+    (again: the Runtime drops a delivery id it has seen); only a gone one fails the Turn."""
+    world.register("rt_a")
+    rec = stored("s1", "t1", "start")
+    gone = world.repo.unqueue
+
+    async def store_away(pending_id: str) -> None:
+        raise ConnectionError("the store went away")
+
+    monkeypatch.setattr(world.repo, "unqueue", store_away)
+    with pytest.raises(ConnectionError):
+        await world.binder.accept(rec)
+    monkeypatch.setattr(world.repo, "unqueue", gone)
+    await world.binder.accept(rec)  # the redelivery
+    assert world.out.turn_failures("s1") == []
+    assert [(rid, m["delivery_id"]) for rid, m in world.out.deliveries] == [
+        ("rt_a", wire.delivery_id(rec["event_id"]))] * 2
+    assert await world.repo.pending("s1") == []
+    assert world.repo.bindings["s1"]["runtime_id"] == "rt_a"
+
+
 def test_the_reading_clock_grants_a_timeout_only_after_a_stretch_without_reading() -> None:
     clock = ReadingClock(fresh_s=1.0)
     assert clock.floor(100.0) == 100.0  # nothing read yet: nothing ages
