@@ -122,10 +122,19 @@ class Admission:
         if isinstance(admitted, rules.AdmittedToolResult):
             call = unpack(await self.db.calls.find_one(
                 {"_id": call_key(session_id, admitted.call_id)}))
-            repeated = idempotency.result_repeat(call, record["submission_fingerprint"])
-            if repeated is not None:
-                return await self._replayed(repeated, session_id)
+            if call is not None or not await self._issued(session_id, admitted.call_id):
+                repeated = idempotency.result_repeat(call, record["submission_fingerprint"])
+                if repeated is not None:
+                    return await self._replayed(repeated, session_id)
         return await self._hand_over(record)
+
+    async def _issued(self, session_id: str, call_id: str) -> bool:
+        """The call is open in the Session's newest state although its call document is not
+        there yet: its ``function_call`` Item is journaled (and may be on the topic, and in
+        ``GET …/items``) while storage still writes the call behind it. Storage then decides
+        the result itself (it writes a batch's calls before it decides the next batch)."""
+        head = await self._session(session_id, {"last_sequence": 1, "open_calls": 1})
+        return call_id in ((head or {}).get("open_calls") or {})
 
     @staticmethod
     def _stamp(session_id: str, fp: str, tenant: str) -> rules.Stamp:

@@ -618,6 +618,44 @@ async def test_the_head_of_a_session_never_takes_an_item_without_its_journal_ent
     assert head is not None and head["last_sequence"] == doc["last_sequence"]
 
 
+async def test_a_result_for_a_call_whose_document_is_still_behind_its_item_goes_to_storage(
+        make_system: SystemFactory) -> None:
+    """Found by the chaos suite (CI at 3ddd35f, kill -9 broker and admission + storage rows):
+    a client saw a ``function_call`` Item (``GET …/items`` shows the journaled head) and sent
+    its result before storage had written the call's document; admission answered 404 "the
+    Session never issued this call". The call is open in the Session's newest state: admission
+    hands the result to storage (which writes a batch's calls before it decides the next batch)
+    instead. A call the Session never issued is still refused at once, and nothing is handed
+    over. Admission alone here: what it hands over stays on the topic, unanswered (504)."""
+    system = await make_system(services=("admission",), http_port=0,
+                               storage_reply_timeout_ms=1_500)
+    repo = StorageRepository(system.storage.repo.db, INLINE_MAX, CHUNK)
+    h = StorageHandler(repo, now_rfc3339)
+    create = admitted_create("a call behind its item")
+    sid = create["session_id"]
+    await h.handle([create])
+    fact = {"schema": records.FACT, "fact_id": f"test:{uuid.uuid4().hex}", "session_id": sid,
+            "kind": "function_call", "call_id": "call_behind", "name": "lookup",
+            "arguments": {"q": 1}}
+    await h.handle([fact], defer_rest=True)  # Items and journal; the call document not yet
+    assert await repo.db.calls.find_one({"_id": f"{sid}/call_behind"}) is None
+    listed = await http(system).get(f"/v1/sessions/{sid}/items", params={"limit": 100})
+    assert any(i["type"] == "function_call" and i["call_id"] == "call_behind"
+               for i in listed.json()["items"]), listed.text
+    result = {"type": records.EV_TOOL_RESULT, "call_id": "call_behind", "success": True,
+              "output": "42"}
+    r = await system.event(sid, result)
+    assert r.status_code == 504, r.text  # handed over; no storage here to answer
+    handed = [json.loads(x) for x in
+              await read_topic(system.settings, system.topics.session_admitted)]
+    assert [x.get("call_id") for x in handed if x.get("session_id") == sid] == ["call_behind"]
+    r = await system.event(sid, {**result, "call_id": "call_never"})
+    assert r.status_code == 404 and r.json()["error"]["param"] == "call_id", r.text
+    handed = [json.loads(x) for x in
+              await read_topic(system.settings, system.topics.session_admitted)]
+    assert [x.get("call_id") for x in handed if x.get("session_id") == sid] == ["call_behind"]
+
+
 # ---- write rate --------------------------------------------------------------------------------
 
 RATE_RECORDS = int(os.environ.get("SESSION_CORE_RATE_RECORDS", "5000"))
