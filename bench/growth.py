@@ -45,6 +45,7 @@ from shared.domain.sessions import SessionState, decide_message
 from shared.ids import new_id
 from shared.kafka import now_rfc3339
 from shared.storecodec import dumps, item_doc, pack, unpack
+from shared.storekeys import item_source
 from shared.topics import topics_for
 
 LOGS = Path(tempfile.mkdtemp(prefix="session-core-bench-growth-"))
@@ -87,7 +88,7 @@ class Filler:
             jdoc, _chunks = self.repo.journal_doc(d)
             self.journal.append({"_id": jdoc["_id"], "session_id": jdoc["session_id"],
                                  "payload": dumps(jdoc)})
-            self.items += [item_doc(it, f"{jdoc['_id']}#{it['sequence']}")
+            self.items += [item_doc(it, item_source(jdoc["_id"], it["sequence"]))
                            for it in jdoc["items"]]
             if len(self.items) >= BATCH:
                 await self.flush(background=True)

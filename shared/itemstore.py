@@ -10,7 +10,7 @@ from typing import Any
 from shared import imagerefs
 from shared.store import Doc, find_by_ids
 from shared.storecodec import item_from_doc, pack
-from shared.storekeys import chunk_key, item_key
+from shared.storekeys import chunk_key, item_key, journal_key_of
 
 
 async def rehydrate(db: Any, items: list[Doc]) -> list[Doc]:
@@ -39,14 +39,31 @@ async def page(db: Any, session_id: str, after: int, limit: int, last: int) -> l
     return await items_by_keys(db, [item_key(session_id, n) for n in range(after + 1, hi + 1)])
 
 
+def holds(entry: Doc, session_id: str, sequence: int) -> bool:
+    """Whether a journal entry (its payload) decided the Session's Item at ``sequence``: an Item
+    whose entry does not is an orphan of a crash between the two writes (or of a record decided
+    twice) — never part of the Session."""
+    return any(it.get("session_id") == session_id and it.get("sequence") == sequence
+               for it in entry.get("items", ()))
+
+
+def state_after(entry: Doc | None, session_id: str, sequence: int) -> Doc | None:
+    """The Session's state after its Item at ``sequence``, from the journal entry that decided
+    it; ``None`` when the entry is missing or does not hold that Item."""
+    if entry is None or not holds(entry, session_id, sequence):
+        return None
+    state = entry.get("state")
+    return state if isinstance(state, dict) else None
+
+
 async def session_head(db: Any, doc: Doc | None) -> Doc | None:
     """A Session document brought up to what storage journaled after it. Storage writes a
     Session's document behind the Items it journals (services/storage/sessionwriter.py), so
     Items may stand past the document's ``last_sequence``; each one whose journal entry holds it
-    (an Item without one is the orphan of a crash between the two writes: never shown) comes
-    with the Session's whole state after it. Take that state and look again, until the next
-    sequence holds no Item. Returns the document as stored (packed), ``None`` for ``None``. One
-    look-up when the document is current."""
+    comes with the Session's whole state after it (``state_after``). Take that state and look
+    again, until the next sequence holds no such Item. Returns the document as stored (packed),
+    ``None`` for ``None``. One look-up when the document is current. (Storage's own
+    ``roll_forward`` follows the same Items, and also repairs what it finds.)"""
     if doc is None:
         return None
     sid = doc["_id"]
@@ -55,13 +72,8 @@ async def session_head(db: Any, doc: Doc | None) -> Doc | None:
         item = await db.items.find_one({"_id": item_key(sid, nxt)}, {"source_key": 1})
         if item is None or not isinstance(item.get("source_key"), str):
             return doc
-        entry = await db.journal.find_one({"_id": item["source_key"].rsplit("#", 1)[0]})
-        if entry is None:
-            return doc
-        j = json.loads(entry["payload"])
-        state = j.get("state")
-        if (not isinstance(state, dict) or int(state.get("last_sequence", 0)) < nxt
-                or not any(it.get("session_id") == sid and it.get("sequence") == nxt
-                           for it in j.get("items", ()))):
+        entry = await db.journal.find_one({"_id": journal_key_of(item["source_key"])})
+        state = state_after(json.loads(entry["payload"]) if entry else None, sid, nxt)
+        if state is None:
             return doc
         doc = {**pack({k: v for k, v in state.items() if k != "_id"}), "_id": sid}

@@ -56,3 +56,14 @@ def skipped_source(source_key: str) -> str:
     a partition's journaled records a prefix of its log (``services/storage/decided.py``). Its
     own key, so the record may still be decided for real when it comes again."""
     return f"skip:{source_key}"
+
+
+def item_source(journal_key: str, sequence: int) -> str:
+    """An Item's ``source_key``: the journal entry that decided it, and its sequence (unique:
+    the Items' ``source_key`` index)."""
+    return f"{journal_key}#{sequence}"
+
+
+def journal_key_of(item_source_key: str) -> str:
+    """The journal entry an Item's ``source_key`` names (``item_source``)."""
+    return item_source_key.rsplit("#", 1)[0]

@@ -18,7 +18,7 @@ from shared import itemstore
 from shared.domain.sessions import Decision, SessionState
 from shared.store import Doc, find_by_ids
 from shared.storecodec import dumps, item_doc, pack, unpack
-from shared.storekeys import item_key, skipped_source
+from shared.storekeys import item_key, item_source, journal_key_of, skipped_source
 
 DUPLICATE_KEY = 11000
 # Session updates per ``update`` command. FerretDB v1.24 keeps every statement's query cursor of
@@ -76,7 +76,7 @@ class StorageRepository:
         self.inline_max = inline_image_max
         self.chunk_bytes = chunk_bytes
         # every Session document write goes through it (services/storage/sessionwriter.py)
-        self.session_writer = SessionWriter(self.write_sessions)
+        self.session_writer = SessionWriter(self._advance_sessions)
 
     # ---- reads -------------------------------------------------------------------
     async def sessions(self, ids: Iterable[str]) -> dict[str, SessionState]:
@@ -197,18 +197,16 @@ class StorageRepository:
             found = await find_by_ids(self.db.items, [item_key(s, q) for s, q in nxt.items()])
             heads = {sid: found[item_key(sid, q)] for sid, q in nxt.items()
                      if item_key(sid, q) in found}
-            journal = await self.journal(
-                {d["source_key"].rsplit("#", 1)[0] for d in heads.values()})
+            journal = await self.journal({journal_key_of(d["source_key"]) for d in heads.values()})
             pending = []
             for sid, doc in heads.items():
-                j = journal.get(doc["source_key"].rsplit("#", 1)[0])
-                if j is None or j.get("state") is None or not any(
-                        it["session_id"] == sid and it["sequence"] == nxt[sid]
-                        for it in j["items"]):
+                j = journal.get(journal_key_of(doc["source_key"]))
+                state = itemstore.state_after(j, sid, nxt[sid])
+                if j is None or state is None:
                     await self._drop_orphans(sid, nxt[sid])
                     continue
                 await self.apply([j])
-                out[sid] = SessionState.from_doc(j["state"])
+                out[sid] = SessionState.from_doc(state)
                 pending.append(sid)
         return out
 
@@ -218,9 +216,8 @@ class StorageRepository:
             doc = await self.db.items.find_one({"_id": item_key(sid, seq)})
             if doc is None:
                 return
-            j = await self.journal([doc["source_key"].rsplit("#", 1)[0]])
-            if any(it["session_id"] == sid and it["sequence"] == seq
-                   for p in j.values() for it in p["items"]):
+            j = await self.journal([journal_key_of(doc["source_key"])])
+            if any(itemstore.holds(p, sid, seq) for p in j.values()):
                 return  # decided and journaled: not an orphan (cannot follow one; stop)
             await self.db.items.delete_one({"_id": doc["_id"]})
             seq += 1
@@ -264,10 +261,6 @@ class StorageRepository:
         else:
             await self.session_writer.write_now(newer)
 
-    async def write_sessions(self, states: dict[str, Doc]) -> None:
-        """The ``SessionWriter``'s writes (only it calls this: one writer, no moving back)."""
-        await self._advance_sessions(states)
-
     async def _advance_sessions(self, states: dict[str, Doc]) -> None:
         """Every Session of the batch in one unordered bulk write (per ``SESSIONS_PER_UPDATE``
         Sessions), each filtered by ``_id`` alone: FerretDB v1 serves only a lone ``_id``
@@ -294,7 +287,7 @@ def _journal_row(j: Doc) -> Doc:
 
 
 def _item_docs(journal_docs: list[Doc]) -> list[Doc]:
-    return [item_doc(it, f"{j['_id']}#{it['sequence']}")
+    return [item_doc(it, item_source(j["_id"], it["sequence"]))
             for j in journal_docs for it in j["items"]]
 
 

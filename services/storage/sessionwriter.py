@@ -46,7 +46,7 @@ PER_ROUND = 256  # Sessions written per round (several commands of SESSIONS_PER_
 
 class SessionWriter:
     def __init__(self, write: Write) -> None:
-        self._write = write  # StorageRepository.write_sessions: the states, newest, by id
+        self._write = write  # StorageRepository._advance_sessions (only this object calls it)
         self.dirty: dict[str, Doc] = {}  # session id → its newest state not written yet
         self._lock = asyncio.Lock()  # one write at a time: a document never moves back
         self._wake = asyncio.Event()

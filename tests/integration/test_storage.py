@@ -317,16 +317,21 @@ async def test_a_record_that_decides_nothing_leaves_a_tombstone_in_the_journal(
     assert doc is not None and doc["binding"]["runtime_id"] == "rt_tomb"
 
 
+async def _created(core: System, text: str) -> tuple[StorageHandler, str]:
+    """A handler on the system's repository, and a Session it created."""
+    h = StorageHandler(core.storage.repo, now_rfc3339)
+    create = admitted_create(text)
+    await h.handle([create])
+    return h, create["session_id"]
+
+
 async def _crash_after_items(core: System, orphan: bool
                              ) -> tuple[str, list[Json], StorageHandler, Json]:
     """Owner A decides a message, and "crashes" after its Items (and, unless ``orphan``, its
     journal entry) are written but before its Session document advanced: the document is put
     back as it was. A fresh replica B then decides the Session's next record — one from another
     topic, so before the redelivery of A's record."""
-    a = StorageHandler(core.storage.repo, now_rfc3339)
-    create = admitted_create("crash")
-    sid = create["session_id"]
-    await a.handle([create])
+    a, sid = await _created(core, "crash")
     db = core.storage.repo.db
     before = await db.sessions.find_one({"_id": sid})
     first = admitted_event(sid, "decided by A before the crash")
@@ -604,10 +609,7 @@ async def test_the_head_of_a_session_never_takes_an_item_without_its_journal_ent
         core: System) -> None:
     """An Item past ``last_sequence`` whose journal entry is missing (a crash between the two
     writes; ``roll_forward`` removes it) is not part of the Session: readers stop before it."""
-    h = StorageHandler(core.storage.repo, now_rfc3339)
-    create = admitted_create("orphan ahead")
-    sid = create["session_id"]
-    await h.handle([create])
+    _, sid = await _created(core, "orphan ahead")
     db = core.storage.repo.db
     doc = await db.sessions.find_one({"_id": sid})
     assert doc is not None
