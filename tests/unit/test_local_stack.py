@@ -69,3 +69,29 @@ def test_the_controller_port_is_never_the_brokers_own() -> None:
                                 lambda: next(free)) == 9200
     assert pick_controller_port(9500, 9092, 27017, lambda p: True) == 9500
     assert pick_controller_port(None, 9092, 9093, lambda p: True, lambda: 9400) == 9400
+
+
+def test_make_run_starts_a_real_runtime_for_each_installed_harness(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``make run``'s demo runs on the real binaries: with both pinned harnesses installed,
+    the stack starts a real Runtime (``--engine real``, placements none and openai_hosted) per
+    harness and leaves only ``self_hosted`` to their simulated Runtimes (a path check of a
+    moved module once kept the real Runtimes from starting at all)."""
+    from deploy.local.stack import components
+    from deploy.local.stack.components import Options
+    from deploy.local.stack.processes import State
+
+    fake_bin = tmp_path / "bin"
+    fake_bin.write_text("")
+    monkeypatch.setattr(components, "harness_bin", lambda name: fake_bin)
+    monkeypatch.setattr(components, "harness_versions", lambda: None)
+    opts = Options(state=State(tmp_path), venv=tmp_path, with_services=True, runtimes=True,
+                   model_url="http://127.0.0.1:1")
+    comps = {c.name: c for c in components.runtime_components(opts, tmp_path / "exe", {})}
+    for harness in ("codex", "claude_code"):
+        real = comps[f"runtime-{harness}-real"].cmd
+        assert real[real.index("--engine") + 1] == "real"
+        assert real[real.index("--placements") + 1] == "none,openai_hosted"
+        sim = comps[f"runtime-{harness}"].cmd
+        assert sim[sim.index("--placements") + 1] == "self_hosted"
+    assert "runtime-minimax_code-real" not in comps

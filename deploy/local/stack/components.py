@@ -304,6 +304,11 @@ def harness_versions() -> None:
         log(f"harness {name} --version: {harness_version(name)}")
 
 
+def real_harnesses() -> set[str]:
+    """The harnesses whose pinned binary is installed (``install``): each gets a real Runtime."""
+    return {h for h, b in REAL_HARNESSES.items() if harness_bin(b).exists()}
+
+
 def runtime_components(opts: Options, exe: Path, env: dict[str, str]) -> list[Component]:
     """The scripted model server (a process), a real Runtime per real harness (``--engine
     real``, placements none and openai_hosted) and a simulated reference Runtime per harness
@@ -318,10 +323,9 @@ def runtime_components(opts: Options, exe: Path, env: dict[str, str]) -> list[Co
                          lambda: http_ok(model_url + "/_requests"), 30, "service", REPO, model_url,
                          f"scripted model server {model_url} (Responses + Messages API)"))
     harness_versions()
-    real = {h for h, b in REAL_HARNESSES.items() if harness_bin(b).exists()
-            and (REPO / "services" / "runtime" / "live" / f"{h}.py").exists()}
+    real = real_harnesses()
     for harness, binary in REAL_HARNESSES.items():
-        if harness not in real:  # not installed, or its live driver is not in this tree yet
+        if harness not in real:  # not installed: its simulated Runtime takes every placement
             continue
         base = model_url + ("/v1" if harness == "codex" else "")
         cmd = [str(exe), "runtime", "--harness", harness, "--engine", "real",
