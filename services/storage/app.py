@@ -23,7 +23,9 @@ from services.storage.repository import StorageRepository
 from shared import records
 from shared.coreservice import CoreService
 from shared.kafka import (
+    JSON_HEADERS,
     ensure_topics,
+    make_producer,
     max_record_bytes,
     now_rfc3339,
 )
@@ -54,8 +56,12 @@ class StorageService(CoreService):
             self.topics.core_facts: RECORD_TYPES[records.FACT],
             self.topics.runtime_observations: RECORD_TYPES[records.OBSERVATION],
         }
+        # Items, stored inputs and answers go out on a plain producer: three records per input
+        # on the hot path, where FastStream's publish wrapper cost several times aiokafka's
+        # own ``send`` (docs/benchmarks.md, pipeline profile)
+        self.producer = make_producer(settings, GROUP)
         self.batches = BatchWriter(self.repo, self.handler, self.decided, self.dlq, self.topics,
-                                   self.types, self.broker.publish)
+                                   self.types, self._send)
         self.batch_lock = asyncio.Lock()  # held while a batch is decided and written
         self.consumer: Any = None  # the subscriber's AIOKafkaConsumer (seen with a batch)
         self.broker.subscriber(
@@ -97,6 +103,9 @@ class StorageService(CoreService):
                 raise
             self.decided.batch_done(positions(mine))
 
+    async def _send(self, topic: str, value: bytes, key: bytes) -> Any:
+        return await self.producer.send(topic, value, key=key, headers=JSON_HEADERS)
+
     async def ready(self) -> bool:
         return await ping(self.client) and await self.broker.ping(timeout=2.0)
 
@@ -104,10 +113,12 @@ class StorageService(CoreService):
         await ensure_topics(self.settings, self.topics)
         await ensure_indexes(self.repo.db)
         self.repo.session_writer.start()
+        await self.producer.start()
         await self.broker.start()
         log.info("storage.started", group=GROUP)
 
     async def stop(self) -> None:
-        await self.broker.stop()
+        await self.broker.stop()  # the batch being written finishes (its sends acked)
+        await self.producer.stop()
         await self.repo.session_writer.stop()  # what is behind, written (at most 5 s)
         await self.client.close()

@@ -37,7 +37,8 @@ log = get_logger(__name__)
 # decision met the store holding another one at its place (stale state; nothing published).
 RETRY_ERRORS = (ConnectionFailure, AutoReconnect, ServerSelectionTimeoutError, OSError,
                 StaleDecision)
-Publish = Callable[..., Awaitable[Any]]
+# (topic, value, key) → a future resolved when the broker acked the record
+Send = Callable[[str, bytes, bytes], Awaitable[Awaitable[Any]]]
 REVOKE_DRAIN_S = 10.0  # Session documents written before partitions are given up, at most
 
 
@@ -91,7 +92,7 @@ class BatchWriter:
     dlq: DeadLetters
     topics: Topics
     types: dict[str, typedrecords.RecordType[Any]]
-    publish: Publish
+    send: Send
 
     async def write(self, raws: tuple[Any, ...]) -> None:
         # in partition order: the first record of a just-assigned partition opens its window
@@ -178,11 +179,7 @@ class BatchWriter:
     async def _send(self, topic: str, record: dict[str, Any], key: str
                     ) -> Awaitable[Any]:
         """Hand one record to the producer; the returned future resolves when it is acked."""
-        fut: Awaitable[Any] = await self.publish(
-            encode(record), topic=topic, key=key.encode(),
-            headers={"content-type": "application/json"}, no_confirm=True,
-        )
-        return fut
+        return await self.send(topic, encode(record), key.encode())
 
 
 def positions(raws: tuple[Any, ...]) -> list[tuple[TopicPartition, int]]:
