@@ -22,7 +22,7 @@ RUNTIMES     ?= $(if $(SERVICES),--runtimes,)
 DEMO         ?= $(if $(SERVICES),--demo,)
 PYTEST_ARGS  ?=
 
-.PHONY: help venv install run up down status env test test-unit test-integration test-e2e \
+.PHONY: help venv install run demo-check up down status env test test-unit test-integration test-e2e \
         faults test-chaos test-hostile lint deploy-tools deploy-check image image-smoke bench \
         bench-quick clean-state golden
 
@@ -41,6 +41,14 @@ install: venv ## venv + Kafka jars (Maven Central) + FerretDB build (Go module p
 
 run: install ## start Kafka, FerretDB, the four services and reference Runtimes in the foreground, play the demo; Ctrl-C stops all
 	@$(STACK) run $(SERVICES) $(RUNTIMES) $(DEMO) --state-dir $(STATE_DIR) $(STACK_ARGS)
+
+demo-check: install ## make run's demo on a private stack (free ports, temp state), then stop; fails unless every step of the demo held (CI)
+	@d=$$(mktemp -d "$${TMPDIR:-/tmp}/session-core-demo.XXXXXX"); \
+	ports=$$($(PY) -c 'from deploy.local.stack import free_port; print(free_port(), free_port(), free_port())'); \
+	set -- $$ports; \
+	$(STACK) run --with-services --runtimes --demo --exit-after-demo --state-dir "$$d" \
+	  --kafka-port $$1 --mongo-port $$2 --http-port $$3; rc=$$?; \
+	$(STACK) down --state-dir "$$d" >/dev/null 2>&1; rm -rf "$$d"; exit $$rc
 
 up: install ## the same in the background (no demo); waits until everything is ready
 	@$(STACK) up $(SERVICES) $(RUNTIMES) --state-dir $(STATE_DIR) $(STACK_ARGS)

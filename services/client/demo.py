@@ -76,9 +76,9 @@ def _script(key: str, replies: list[list[dict[str, Any]]]) -> bool:
         return bool(r.status == 200)
 
 
-def _show_model_saw_image(key: str, png: bytes) -> None:
+def _show_model_saw_image(key: str, png: bytes) -> bool:
     """Print what the scripted model received for ``key``: the image block's bytes compared
-    with the file's."""
+    with the file's; True when they are the same."""
     import base64
     import urllib.request
 
@@ -96,8 +96,9 @@ def _show_model_saw_image(key: str, png: bytes) -> None:
                           f"block of {len(png)} bytes: "
                           f"{'byte for byte as sent' if same else 'CHANGED by the harness'}",
                           flush=True)
-                    return
+                    return bool(same)
     print("the model request carried no image block", flush=True)
+    return False
 
 
 def _wait_call(session: str, timeout: float = 30) -> str:
@@ -127,8 +128,9 @@ def main(argv: list[str] | None = None) -> None:
               "--text", question, "--image", str(picture))
     sid = s["id"]
     _cli("tail", sid, "--follow", "--until-turn-end", "--timeout", "60")
-    if scripted:
-        _show_model_saw_image(key, picture.read_bytes())
+    failed: list[str] = []  # what the demo claims and did not see: exit code 1 at the end
+    if scripted and not _show_model_saw_image(key, picture.read_bytes()):
+        failed.append("1: the model did not receive the image byte for byte")
 
     _step("2. A function call on Codex, answered and confirmed by the native receipt")
     # On the real Codex (make run) the scripted model calls get_weather; the item/completed the
@@ -147,12 +149,17 @@ def main(argv: list[str] | None = None) -> None:
     _cli("result", sid2, call_id, "--success", "--output", "sunny, 21°C", "--wait",
          "--timeout-ms", "30000", check=False)
     _cli("call", sid2, call_id)
+    state = _json("call", sid2, call_id).get("state")
+    if state != "applied":
+        failed.append(f"2: the function result's application is {state!r}, not 'applied'")
 
     _step("3. A whitespace-only message: rejected for Claude Code, admitted for Codex")
     _cli("create", "--harness", "claude_code", "--text", " \n\t", check=False)
     s = _json("create", "--harness", "codex", "--text", " \n\t")
     _cli("tail", s["id"], "--follow", "--until-turn-end", "--timeout", "30")
 
+    if failed:
+        raise SystemExit("demo: FAILED — " + "; ".join(failed))
     print(f"\n{BOLD}Demo done. The system keeps running — try the CLI yourself:{RESET}")
     print(f"  .venv/bin/session-core cli create --harness claude_code --text hi --image {picture}")
     print(f"  .venv/bin/session-core cli tail {sid} --follow")

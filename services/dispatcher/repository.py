@@ -1,4 +1,4 @@
-"""The dispatcher's MongoDB adapter. It owns three collections (``shared/collections.py``):
+"""The dispatcher's MongoDB adapter. It owns three collections (``shared/ownership.py``):
 
 * ``bindings`` — one per Session: its Runtime (or none), whether its input needs message
   images, the Turn it carries (a gone Runtime fails that Turn);

@@ -47,6 +47,7 @@ def make_options(args: argparse.Namespace, foreground: bool = False) -> Options:
         with_services=bool(getattr(args, "with_services", False)),
         runtimes=bool(getattr(args, "runtimes", False)),
         demo=bool(getattr(args, "demo", False)),
+        exit_after_demo=bool(getattr(args, "exit_after_demo", False)),
         extra=parse_extra(getattr(args, "extra", None) or []),
         only=list(getattr(args, "only", None) or []),
         foreground=foreground,
@@ -138,7 +139,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         procs = lifecycle.start_all(opts)
         lifecycle.print_banner(opts)
         if opts.demo and opts.with_services:
-            run_demo(opts)
+            return_code = run_demo(opts)
+            if opts.exit_after_demo:
+                log(f"the demo ended (exit code {return_code}); stopping")
+                return return_code  # the finally block stops everything
         svc = [p for p in procs if p.name not in INFRA]
         if svc:
             follower = threading.Thread(target=_follow, args=(svc, stop), daemon=True)
@@ -224,9 +228,11 @@ def build_parser() -> argparse.ArgumentParser:
             None).add_argument(
         "--python", default=None, help="base interpreter (default: python3.11)")
     command("up", cmd_up, "start in the background and wait until ready", starting)
-    command("run", cmd_run, "start in the foreground; Ctrl-C stops everything",
-            starting).add_argument("--demo", action="store_true",
-                                   help="once ready, play the scripted demo (session-core demo)")
+    p = command("run", cmd_run, "start in the foreground; Ctrl-C stops everything", starting)
+    p.add_argument("--demo", action="store_true",
+                   help="once ready, play the scripted demo (session-core demo)")
+    p.add_argument("--exit-after-demo", action="store_true",
+                   help="with --demo: then stop everything and exit with the demo's exit code")
     p = command("down", cmd_down, "stop everything started from this state dir")
     p.add_argument("--only", action="append", metavar="NAME", help="stop only this component")
     p.add_argument("--kill", action="store_true",

@@ -105,6 +105,7 @@ class Options:
     with_services: bool = False
     runtimes: bool = False
     demo: bool = False
+    exit_after_demo: bool = False  # stop everything once the demo ended; its exit code (CI)
     extra: list[tuple[str, str]] = field(default_factory=list)
     only: list[str] = field(default_factory=list)
     foreground: bool = False
@@ -342,15 +343,18 @@ def runtime_components(opts: Options, exe: Path, env: dict[str, str]) -> list[Co
     return out
 
 
-def run_demo(opts: Options) -> None:
-    """``session-core demo`` against the running system (make run's scripted tour)."""
+def run_demo(opts: Options) -> int:
+    """``session-core demo`` against the running system (make run's scripted tour); its exit
+    code."""
     env = {**os.environ, **service_env(opts),
            "SESSION_CORE_API": f"http://127.0.0.1:{opts.http_port}"}
     log("running the demo (session-core demo) — service logs follow it")
     rc = subprocess.call([str(opts.venv / "bin" / "session-core"), "demo"], env=env,
                          cwd=REPO, stdin=subprocess.DEVNULL)
     if rc != 0:
-        log(f"the demo ended with exit code {rc}; the system keeps running")
+        log(f"the demo ended with exit code {rc}" + (
+            "" if opts.exit_after_demo else "; the system keeps running"))
+    return rc
 
 
 def parse_extra(values: Sequence[str]) -> list[tuple[str, str]]:
