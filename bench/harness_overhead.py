@@ -62,14 +62,12 @@ async def runtime_over_kafka(infra: Infra, harness: str, live: Any,
                              is_end: Callable[[dict[str, Any]], bool]) -> AsyncIterator[TurnFn]:
     """A Runtime (in this process) driving ``live``; a Turn is a ``start`` delivery published
     on Kafka until the observation ``is_end`` accepts is read back from Kafka."""
-    from aiokafka import AIOKafkaProducer
-
     from bench.common import prepare_topics
     from services.runtime.app import RuntimeConfig, RuntimeService
     from services.runtime.conformance import Wire
     from shared.domain.delivery import message_delivery
     from shared.ids import new_id
-    from shared.kafka import encode, max_record_bytes
+    from shared.kafka import encode, make_producer
     from shared.logging import configure_logging
 
     # logs as the Runtime writes them in production (INFO, JSON), not structlog's default
@@ -86,9 +84,7 @@ async def runtime_over_kafka(infra: Infra, harness: str, live: Any,
     # The delivery is published as Core's dispatcher does (acks=all, idempotent) but without
     # its 2 ms linger: the figure is the Runtime's overhead, and the dispatcher's batching
     # delay is Core's (docs/benchmarks.md, case 5).
-    publisher = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers,
-                                 acks="all", enable_idempotence=True, linger_ms=0,
-                                 max_request_size=max_record_bytes(settings))
+    publisher = make_producer(settings, "bench-dispatcher", linger_ms=0)
     await publisher.start()
     try:
         sid = new_id("session")

@@ -10,7 +10,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from services.runtime.harness import Emit
-from shared.kafka import client_security, encode, max_record_bytes, now_rfc3339
+from shared.kafka import encode, make_producer, now_rfc3339
 from shared.logging import get_logger
 from shared.settings import Settings
 
@@ -18,21 +18,13 @@ log = get_logger(__name__)
 
 
 def runtime_producer(settings: Settings, runtime_id: str) -> AIOKafkaProducer:
-    """A plain producer (acks=all, idempotent, like shared.kafka.make_broker's): ``send`` only
+    """A plain producer (``shared.kafka.make_producer``: acks=all, idempotent): ``send`` only
     queues, so a Turn's records go out in order without waiting for each acknowledgement;
     ``flush`` waits for them before offsets are committed. No linger: aiokafka keeps one produce
     request in flight per broker, so records printed while one is in flight still leave together
     in the next; a linger would only hold every first record (a Turn's end, a receipt) back
     (docs/harnesses.md, Bench)."""
-    return AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap_servers,
-        client_id=f"runtime-{runtime_id}",
-        acks="all",
-        enable_idempotence=True,
-        linger_ms=0,
-        max_request_size=max_record_bytes(settings),
-        **client_security(settings),
-    )
+    return make_producer(settings, f"runtime-{runtime_id}", linger_ms=0)
 
 
 class ObservationOutbox:
