@@ -23,7 +23,7 @@ from shared.coreservice import CoreService
 from shared.domain.binding import RuntimeInfo
 from shared.domain.poison import UNPROCESSABLE, Poison
 from shared.ids import new_id
-from shared.kafka import ensure_topics, max_record_bytes
+from shared.kafka import broker_ping, ensure_topics, max_record_bytes
 from shared.logging import bound, get_logger
 from shared.metrics import set_runtimes
 from shared.service import cancel, decode_records, raw_decoder
@@ -77,7 +77,7 @@ class DispatcherService(CoreService):
 
     async def ready(self) -> bool:
         return (self.registry.ready.is_set() and await ping(self.client)
-                and await self.broker.ping(timeout=2.0))
+                and await broker_ping(self.broker))
 
     def _changed(self, rt: RuntimeInfo) -> None:
         set_runtimes(self.registry.runtimes.values())

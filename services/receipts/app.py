@@ -19,7 +19,7 @@ from services.receipts.repository import ReceiptRepository
 from services.receipts.tracker import Tracker
 from shared import typedrecords
 from shared.coreservice import CoreService
-from shared.kafka import client_security, encode, ensure_topics, max_record_bytes
+from shared.kafka import broker_ping, client_security, encode, ensure_topics, max_record_bytes
 from shared.logging import get_logger
 from shared.service import decode_records, raw_decoder
 from shared.settings import Settings
@@ -113,7 +113,7 @@ class ReceiptService(CoreService):
         await self.client.close()
 
     async def ready(self) -> bool:
-        return await ping(self.client) and await self.broker.ping(timeout=2.0)
+        return await ping(self.client) and await broker_ping(self.broker)
 
     async def on_deliveries(self, body: Any, msg: KafkaMessage) -> None:
         batch = [(got.value, raw.timestamp / 1000.0)

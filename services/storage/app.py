@@ -24,6 +24,7 @@ from shared import records
 from shared.coreservice import CoreService
 from shared.kafka import (
     JSON_HEADERS,
+    broker_ping,
     ensure_topics,
     make_producer,
     max_record_bytes,
@@ -107,7 +108,7 @@ class StorageService(CoreService):
         return await self.producer.send(topic, value, key=key, headers=JSON_HEADERS)
 
     async def ready(self) -> bool:
-        return await ping(self.client) and await self.broker.ping(timeout=2.0)
+        return await ping(self.client) and await broker_ping(self.broker)
 
     async def start(self) -> None:
         await ensure_topics(self.settings, self.topics)

@@ -134,3 +134,37 @@ async def test_a_consumer_started_right_after_ensure_topics_meets_no_leaderless_
         await consumer.stop()
     assert ends == [0] * len(parts)
     assert [r.getMessage() for r in caplog.records if "NotLeader" in r.getMessage()] == []
+
+
+async def test_broker_ping_asks_for_no_topic_and_fails_on_a_closed_port(settings: Settings
+                                                                       ) -> None:
+    """Readiness and admission's broker watch probe the broker once a second. FastStream's
+    ``ping`` asks for the metadata of every topic in the cluster (costly on a broker holding
+    thousands); ``broker_ping`` asks for none — and still says False when nothing answers."""
+    from aiokafka.protocol.metadata import MetadataRequest
+
+    from shared.kafka import broker_ping, make_broker
+
+    broker = make_broker(settings, "ping-test")
+    await broker.start()
+    try:
+        admin = broker.config.admin_client
+        asked: list[Any] = []
+        send = admin._send_request
+
+        async def spy(request: Any, node_id: int | None = None) -> Any:
+            if isinstance(request, MetadataRequest):
+                asked.append(request._topics)
+            return await send(request, node_id)
+
+        admin._send_request = spy  # type: ignore[method-assign]
+        assert await broker_ping(broker) is True
+        assert asked == [[]], f"metadata asked for {asked!r}, not for no topic"
+    finally:
+        await broker.stop()
+
+    away = make_broker(settings.model_copy(
+        update={"kafka_bootstrap_servers": f"127.0.0.1:{closed_port()}"}), "ping-away")
+    t0 = time.monotonic()
+    assert await broker_ping(away) is False
+    assert time.monotonic() - t0 < 10
