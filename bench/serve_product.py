@@ -53,7 +53,6 @@ def install_timings() -> None:
         _timed(StorageRepository, n, f"storage.repo.{n}")
     _timed(StorageService, "on_batch", "storage.on_batch")
     _timed(storage_app, "publish", "storage.publish (each)")
-    _timed(admission_core, "publish", "admission.publish (each)")
     _timed(admission_core.Admission, "add_event", "admission.add_event (whole)")
     _timed(admission_core.Admission, "_hand_over", "admission._hand_over (publish+wait)")
 

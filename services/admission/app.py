@@ -16,7 +16,13 @@ from services.admission.serving import HttpServer
 from services.admission.tails import ItemTail, ReplyTail
 from shared.coreservice import CoreService
 from shared.domain.poison import Poison
-from shared.kafka import broker_watch, ensure_topics, max_record_bytes, publish
+from shared.kafka import (
+    broker_watch,
+    ensure_topics,
+    make_producer,
+    max_record_bytes,
+    publish,
+)
 from shared.logging import bound, get_logger
 from shared.service import raw_decoder
 from shared.settings import Settings
@@ -32,7 +38,8 @@ class AdmissionService(CoreService):
         self.replies = ReplyTail(settings, self.topics.storage_replies, self.dlq)
         self.items = ItemTail(settings, self.topics.session_items, self.dlq)
         self.watches = (store_watch(self.client), broker_watch(self.broker))
-        self.admission = Admission(settings, self.topics, self.broker, self.db, self.replies,
+        self.producer = make_producer(settings, "admission")  # the hand-over to storage
+        self.admission = Admission(settings, self.topics, self.producer, self.db, self.replies,
                                    self.items, self.watches)
         self.http = build_http_app(settings, lambda: self.admission, self.ready)
         self.server: HttpServer | None = None
@@ -69,6 +76,7 @@ class AdmissionService(CoreService):
         await ensure_topics(self.settings, self.topics)
         await self.replies.start()
         await self.items.start()
+        await self.producer.start()
         await self.broker.start()
         if serve_http:
             self.server = HttpServer(self.http, self.settings.http_host, self.settings.http_port)
@@ -79,6 +87,7 @@ class AdmissionService(CoreService):
         if self.server is not None:
             await self.server.stop()
         await self.broker.stop()
+        await self.producer.stop()
         await self.replies.stop()
         await self.items.stop()
         await self.client.close()
