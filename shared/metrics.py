@@ -65,6 +65,25 @@ STORAGE_SESSIONS_BEHIND = Gauge(
     "session_core_storage_sessions_behind",
     "Sessions whose newest state is journaled but whose document is not written yet")
 
+# --- Kafka: the plain producers (FastStream's brokers count their own publishes) -------------
+KAFKA_PUBLISHED = Counter(
+    "session_core_kafka_published_records_total",
+    "Records Kafka acknowledged on a service's plain producer (admission's hand-over to "
+    "storage; storage's Items, stored inputs and answers), by topic", ["topic"])
+
+
+def count_acked(topic: str) -> Any:
+    """A done-callback for a send's future: counts the record in ``KAFKA_PUBLISHED`` once
+    Kafka acknowledged it."""
+    counter = KAFKA_PUBLISHED.labels(topic)
+
+    def done(fut: Any) -> None:
+        if not fut.cancelled() and fut.exception() is None:
+            counter.inc()
+
+    return done
+
+
 # --- the store (every service): round trips and their latency, by command -------------------
 STORE_COMMANDS = Counter(
     "session_core_store_commands_total",

@@ -23,6 +23,7 @@ from shared.domain.waiting import TurnWatch
 from shared.ids import is_id, new_id
 from shared.kafka import JSON_HEADERS, encode, now_rfc3339
 from shared.logging import bound, get_logger
+from shared.metrics import KAFKA_PUBLISHED
 from shared.settings import Settings
 from shared.store import Doc
 from shared.storecodec import unpack
@@ -198,6 +199,7 @@ class Admission:
                 await asyncio.wait_for(self.producer.send_and_wait(
                     self.topics.session_admitted, encode(record),
                     key=record["session_id"].encode(), headers=JSON_HEADERS), budget)
+                KAFKA_PUBLISHED.labels(self.topics.session_admitted).inc()
                 reply = await asyncio.wait_for(fut, budget)
             except TimeoutError:
                 log.warning("admission.storage_timeout")

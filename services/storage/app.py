@@ -31,7 +31,12 @@ from shared.kafka import (
     now_rfc3339,
 )
 from shared.logging import get_logger
-from shared.metrics import STORAGE_BATCH_RECORDS, STORAGE_BATCH_SECONDS, Stopwatch
+from shared.metrics import (
+    STORAGE_BATCH_RECORDS,
+    STORAGE_BATCH_SECONDS,
+    Stopwatch,
+    count_acked,
+)
 from shared.service import raw_decoder
 from shared.settings import Settings
 from shared.store import ensure_indexes, ping
@@ -105,7 +110,9 @@ class StorageService(CoreService):
             self.decided.batch_done(positions(mine))
 
     async def _send(self, topic: str, value: bytes, key: bytes) -> Any:
-        return await self.producer.send(topic, value, key=key, headers=JSON_HEADERS)
+        fut = await self.producer.send(topic, value, key=key, headers=JSON_HEADERS)
+        fut.add_done_callback(count_acked(topic))
+        return fut
 
     async def ready(self) -> bool:
         return await ping(self.client) and await broker_ping(self.broker)
