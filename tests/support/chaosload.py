@@ -34,6 +34,7 @@ import httpx
 from aiokafka import TopicPartition
 from PIL import Image
 
+from shared.domain.receipts import REASON_LATE
 from shared.kafka import assigned_consumer
 from shared.settings import Settings
 from shared.topics import topics_for
@@ -44,6 +45,7 @@ RETRY_BUDGET_S = 150.0  # per input: the client keeps retrying this long
 # per attempt: a hang counts as a timeout (no row allows one) and is retried. Above admission's
 # own budget (storage's reply, 10 s), so a timeout here means no answer at all
 REQUEST_TIMEOUT_S = 30.0
+LATE_PREFIX = REASON_LATE.split("{")[0]  # "the native receipt arrived "
 SETTLE_S = 90.0  # after the load: every Turn must end and every call get its verdict by then
 QUIET_S = 5.0  # … and no new Item for this long (a late hand-over starts a new Turn)
 REFUSAL_TURN_ENDED = "turn_ended"  # CONTRACT / docs/runtime-boundary.md: a steer after the end
@@ -401,6 +403,10 @@ class Verdict:
     calls: int = 0
     verdicts: Counter[str] = field(default_factory=Counter)  # application state → count
     verdict_problems: list[str] = field(default_factory=list)  # not exactly one, not applied
+    # (session index, call id) of each call ``uncertain`` because its receipt came after the
+    # window (receipts' REASON_LATE): ``excuse_late`` decides whether a fault explains it
+    late: dict[str, tuple[int, str]] = field(default_factory=dict)  # its problem → the call
+    excused: list[str] = field(default_factory=list)  # late verdicts a broker outage explains
     turns: int = 0
     turns_ended: int = 0
     turn_problems: list[str] = field(default_factory=list)  # never ended, ended twice, failed
@@ -518,8 +524,11 @@ def _check_verdicts_and_turns(v: Verdict, run: SessionRun, items: list[Json]) ->
             v.verdict_problems.append(f"s{run.index}: call {cid} has {len(got)} verdicts "
                                       f"{[a.get('state') for a in got]}")
         elif got[0].get("state") != "applied":
-            v.verdict_problems.append(f"s{run.index}: call {cid} {got[0].get('state')}: "
-                                      f"{got[0].get('reason')}")
+            problem = f"s{run.index}: call {cid} {got[0].get('state')}: {got[0].get('reason')}"
+            v.verdict_problems.append(problem)
+            if got[0].get("state") == "uncertain" and str(got[0].get("reason")).startswith(
+                    LATE_PREFIX):
+                v.late[problem] = (run.index, cid)
     turns: dict[str, list[Json]] = defaultdict(list)
     for it in items:
         if it.get("type") == "turn":
@@ -535,6 +544,24 @@ def _check_verdicts_and_turns(v: Verdict, run: SessionRun, items: list[Json]) ->
         v.turns_ended += 1
         if ends[0].get("state") == "failed":
             v.turn_problems.append(f"s{run.index}: Turn {tid} failed: {ends[0].get('reason')}")
+
+
+def excuse_late(v: Verdict, load: Load, away_from: float, back_at: float, window_s: float
+                ) -> None:
+    """A broker outage longer than the receipt window can hold a ``function_result`` delivery
+    (appended just before the broker died, fetched by the Runtime only once it is back) or its
+    receipt past the window: the spec's verdict is then ``uncertain`` (not confirmed within 10
+    s), not ``applied``. Such a verdict is moved from ``verdict_problems`` to ``excused`` when —
+    and only when — the call's result was acknowledged to the client within one window before
+    the broker went away, or while it was away (``time.monotonic()`` of this process); a late
+    receipt of any other call stays a problem."""
+    acked = {(i.session, i.call_id): i.acked_at for i in load.inputs
+             if i.kind == "result" and i.call_id}
+    for problem, (session, call_id) in v.late.items():
+        at = acked.get((session, call_id))
+        if at is not None and away_from - window_s <= at <= back_at:
+            v.verdict_problems.remove(problem)
+            v.excused.append(problem)
 
 
 def check(load: Load, store: dict[str, list[Json]], topic: dict[str, list[Json]],
