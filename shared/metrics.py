@@ -5,6 +5,7 @@ free text."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter as Tally
 from collections.abc import Iterable
@@ -72,9 +73,11 @@ KAFKA_PUBLISHED = Counter(
     "storage; storage's Items, stored inputs and answers), by topic", ["topic"])
 
 
+@functools.cache  # one callback per topic (a bounded set), not one closure per record
 def count_acked(topic: str) -> Any:
     """A done-callback for a send's future: counts the record in ``KAFKA_PUBLISHED`` once
-    Kafka acknowledged it."""
+    Kafka acknowledged it (admission's hand-over and storage's outputs, the one way both
+    count)."""
     counter = KAFKA_PUBLISHED.labels(topic)
 
     def done(fut: Any) -> None:

@@ -23,7 +23,7 @@ from shared.domain.waiting import TurnWatch
 from shared.ids import is_id, new_id
 from shared.kafka import JSON_HEADERS, encode, now_rfc3339
 from shared.logging import bound, get_logger
-from shared.metrics import KAFKA_PUBLISHED
+from shared.metrics import count_acked
 from shared.settings import Settings
 from shared.store import Doc
 from shared.storecodec import unpack
@@ -182,6 +182,14 @@ class Admission:
         headers = {"Idempotent-Replayed": "true"} if repeated.replayed else {}
         return Answer(repeated.status, body, headers, session_id=session_id or body.get("id"))
 
+    async def _hand(self, record: Json) -> None:
+        """Publish to storage (acks=all) and wait for the acknowledgement."""
+        topic = self.topics.session_admitted
+        fut = await self.producer.send(topic, encode(record), key=record["session_id"].encode(),
+                                       headers=JSON_HEADERS)
+        fut.add_done_callback(count_acked(topic))
+        await fut
+
     async def _hand_over(self, record: Json) -> Answer:
         """Publish to storage with acks=all, then wait for the stored answer. With the store
         or the broker unreachable nothing is published (``Watch.require`` raises; the HTTP layer
@@ -196,10 +204,7 @@ class Admission:
             try:
                 budget = self.settings.storage_reply_timeout_ms / 1000
                 # bounded too: a broker lost after the watch's probe must not hold the request
-                await asyncio.wait_for(self.producer.send_and_wait(
-                    self.topics.session_admitted, encode(record),
-                    key=record["session_id"].encode(), headers=JSON_HEADERS), budget)
-                KAFKA_PUBLISHED.labels(self.topics.session_admitted).inc()
+                await asyncio.wait_for(self._hand(record), budget)
                 reply = await asyncio.wait_for(fut, budget)
             except TimeoutError:
                 log.warning("admission.storage_timeout")

@@ -61,9 +61,10 @@ async def run_scenario(core: Core, api: httpx.AsyncClient, record: Callable[[Row
                        allowed: frozenset[str], sessions: int = SESSIONS,
                        avoid_steer_race: bool = True, pace_s: float = 0.6,
                        broker_outage: bool = False) -> Counter[Any]:
-    """``broker_outage``: the fault takes the broker away; a call whose receipt that held past
-    the window may be ``uncertain`` (``chaosload.excuse_late``: only a call whose result was
-    acknowledged within a window before the outage or during it), counted in the row."""
+    """``broker_outage``: the fault takes the broker away; a call whose delivery or receipt
+    the outage held past the window may be ``uncertain`` (``chaosload.excuse_late``: only a call
+    whose result was acknowledged within a window before the outage or during it), counted in
+    the row."""
     load = Load(core.base_url, API_KEY, uuid.uuid4().hex[:8], sessions=sessions,
                 avoid_steer_race=avoid_steer_race, pace_s=pace_s)
     since = await topic_ends(core.settings)
