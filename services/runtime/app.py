@@ -57,6 +57,7 @@ class RuntimeService:
         self.outbox = ObservationOutbox(self.producer, self.topics.runtime_observations)
         self._tasks: list[asyncio.Task[None]] = []
         self._consumers: list[AIOKafkaConsumer] = []
+        self._deliveries: deliveries.DeliveryLoop | None = None
         self.ready = asyncio.Event()
         self.dlq = DeadLetters(lambda t, v, k: self.producer.send_and_wait(t, v, key=k),
                                self.topics)
@@ -80,8 +81,9 @@ class RuntimeService:
         self._consumers.append(consumer)
         await self.register()
         handle = deliveries.to_harness(self.live, self.harness, self.clock, self.outbox.enqueue)
-        loop = deliveries.DeliveryLoop(consumer, self.config.runtime_id, handle, self.outbox,
-                                       self.ready, lambda r, poison: self.dlq.record(r, poison))
+        loop = self._deliveries = deliveries.DeliveryLoop(
+            consumer, self.config.runtime_id, handle, self.outbox, self.ready,
+            lambda r, poison: self.dlq.record(r, poison))
         self._task(loop.run(), "runtime:in")
         self._task(heartbeat(self.register, self.config.heartbeat_s), "runtime:heartbeat")
         if self.live is None:
@@ -102,6 +104,11 @@ class RuntimeService:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.outbox.sent(), 5)
             await asyncio.wait_for(self.producer.flush(), 5)
+        if self._deliveries is not None and self._deliveries.uncommitted_since is not None:
+            try:  # what was read and handed over: not again after a clean stop
+                await asyncio.wait_for(self._deliveries.commit(), 5)
+            except Exception:
+                log.exception("runtime.commit_failed")
         with contextlib.suppress(Exception):
             await self.register("gone")
         await _cancel(self._tasks)

@@ -1,12 +1,13 @@
 """The Runtime's delivery loop: ``runtime.deliveries`` in its own consumer group
 ``session-core-runtime-<runtime_id>`` (``auto_offset_reset=earliest``: a fresh group reads what
 was sent before it joined, a restarted one resumes at its committed offset). It keeps only the
-records for its ``runtime_id``, hands each to the harness and commits a batch after the
-observations it caused are published (at least once)."""
+records for its ``runtime_id``, hands each to the harness and commits its offsets once the loop is
+idle — after the observations queued by then are published (at least once)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,14 @@ log = get_logger(__name__)
 # read), so this bounds only the idle polling: 2 fetches a second per consumer, not 20, while
 # the harness works on the same machine (docs/harnesses.md, Bench).
 FETCH_MAX_WAIT_MS = 500
+
+# Offsets are committed when a poll comes back empty (the loop is idle), or after this long with
+# deliveries still arriving. Not after every batch: the commit's round trip then ran while the
+# harness started the delivery's Turn — the delivery loop sent it before the Session's worker
+# had written the input to the harness — on every Turn (docs/harnesses.md, Bench). What a crash
+# can redeliver grows from one batch to this window; deliveries carry their ``delivery_id`` for
+# that (at least once, as before).
+COMMIT_AFTER_S = 1.0
 
 Handle = Callable[[Mapping[str, Any]], Awaitable[None]]
 DeadLetter = Callable[[Any, Poison], Awaitable[None]]
@@ -91,6 +100,8 @@ class DeliveryLoop:
     outbox: ObservationOutbox
     ready: asyncio.Event
     dead_letter: DeadLetter
+    clock: Callable[[], float] = time.monotonic
+    uncommitted_since: float | None = None  # the first batch not committed yet
 
     async def run(self) -> None:
         await read_forever(self.consumer, self.on_batch, log, "runtime.deliveries_error")
@@ -103,12 +114,20 @@ class DeliveryLoop:
         for recs in batches.values():
             for r in recs:
                 handled += await self.handle_raw(r)
-        if batches:
-            await self.outbox.sent()  # observations out before the offsets move on
-            await self.outbox.producer.flush()
-            await consumer.commit()
+        if batches and self.uncommitted_since is None:
+            self.uncommitted_since = self.clock()
+        if self.uncommitted_since is not None and (
+                not batches or self.clock() - self.uncommitted_since >= COMMIT_AFTER_S):
+            await self.commit()
         if handled:
             log.debug("deliveries.handled", count=handled)
+
+    async def commit(self) -> None:
+        """Commit what was read, once the observations queued so far are published."""
+        await self.outbox.sent()
+        await self.outbox.producer.flush()
+        await self.consumer.commit()
+        self.uncommitted_since = None
 
     async def handle_raw(self, r: Any) -> int:
         got = typedrecords.DELIVERY.decode(r.value or b"")
