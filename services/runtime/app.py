@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaConsumer
 from services.runtime import control, deliveries
 from services.runtime.harness import SimulatedHarness
 from services.runtime.live import LiveHarness
-from services.runtime.outbox import ObservationOutbox, runtime_producer
+from services.runtime.outbox import HOLD_S, ObservationOutbox, runtime_producer
 from services.runtime.registration import (
     STATUSES,
     RuntimeConfig,
@@ -54,7 +54,9 @@ class RuntimeService:
         self.live = live
         self.status = config.status
         self.producer = runtime_producer(settings, config.runtime_id)
-        self.outbox = ObservationOutbox(self.producer, self.topics.runtime_observations)
+        # a real harness's records without a fact may wait a moment for the ones behind them
+        self.outbox = ObservationOutbox(self.producer, self.topics.runtime_observations,
+                                        hold_s=0.0 if live is None else HOLD_S)
         self._tasks: list[asyncio.Task[None]] = []
         self._consumers: list[AIOKafkaConsumer] = []
         self._deliveries: deliveries.DeliveryLoop | None = None

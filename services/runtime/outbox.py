@@ -1,6 +1,14 @@
 """The Runtime's observations out: ``runtime.observation/1`` records keyed by Core
 ``session_id``, through one ordered queue so a Turn's records leave in the order the harness made
-them, on an acks=all idempotent producer."""
+them, on an acks=all idempotent producer.
+
+With ``hold_s`` (the real harnesses), a record that carries no fact Core acts on — by the
+harness's own classification (``shared.domain.observations``): not a function call, not a
+Turn's end, not a refusal — may wait up to ``hold_s`` for the records behind it, and they leave
+together: a Turn's ``turn/started`` / ``item/started`` / ``item/completed`` lines, printed
+milliseconds apart, become one produce request and one fetch on Core's side instead of one
+each, while the binary is working on the same machine. A fact record never waits, and sends
+whatever waits ahead of it (docs/harnesses.md, Bench)."""
 
 from __future__ import annotations
 
@@ -10,11 +18,14 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from services.runtime.harness import Emit
+from shared.domain.observations import classify_all
 from shared.kafka import encode, make_producer, now_rfc3339
 from shared.logging import get_logger
 from shared.settings import Settings
 
 log = get_logger(__name__)
+
+HOLD_S = 0.005  # how long a record without a fact may wait for the ones behind it (live Runtimes)
 
 
 def runtime_producer(settings: Settings, runtime_id: str) -> AIOKafkaProducer:
@@ -30,9 +41,10 @@ def runtime_producer(settings: Settings, runtime_id: str) -> AIOKafkaProducer:
 class ObservationOutbox:
     """``enqueue`` from the harness (simulated or live), ``run`` publishes in order."""
 
-    def __init__(self, producer: AIOKafkaProducer, topic: str) -> None:
+    def __init__(self, producer: AIOKafkaProducer, topic: str, hold_s: float = 0.0) -> None:
         self.producer = producer
         self.topic = topic
+        self.hold_s = hold_s
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.timers: list[asyncio.TimerHandle] = []
         self.published = 0
@@ -60,17 +72,32 @@ class ObservationOutbox:
 
     async def run(self) -> None:
         while True:
-            rec = await self.queue.get()
+            batch = await self._next()
+            for rec in batch:
+                try:
+                    fut = await self.producer.send(self.topic, encode(rec),
+                                                   key=str(rec["session_id"]).encode())
+                    fut.add_done_callback(_log_send_failure)
+                    self.published += 1
+                except Exception:
+                    log.exception("observation.publish_failed", session_id=rec.get("session_id"))
+                finally:
+                    self.queue.task_done()
+
+    async def _next(self) -> list[dict[str, Any]]:
+        """The next record, and (``hold_s``) the ones that follow it within ``hold_s`` until one
+        carries a fact; each stamped ``observed_at`` as it is taken from the queue."""
+        batch = [_stamped(await self.queue.get())]
+        if self.hold_s <= 0:
+            return batch
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.hold_s
+        while not _carries_fact(batch[-1]) and (left := deadline - loop.time()) > 0:
             try:
-                rec["observed_at"] = now_rfc3339()
-                fut = await self.producer.send(self.topic, encode(rec),
-                                               key=str(rec["session_id"]).encode())
-                fut.add_done_callback(_log_send_failure)
-                self.published += 1
-            except Exception:
-                log.exception("observation.publish_failed", session_id=rec.get("session_id"))
-            finally:
-                self.queue.task_done()
+                batch.append(_stamped(await asyncio.wait_for(self.queue.get(), left)))
+            except TimeoutError:
+                break
+        return batch
 
     async def sent(self) -> None:
         """Until every queued record is handed to the producer."""
@@ -79,6 +106,17 @@ class ObservationOutbox:
     def cancel_timers(self) -> None:
         for h in self.timers:
             h.cancel()
+
+
+def _stamped(rec: dict[str, Any]) -> dict[str, Any]:
+    rec["observed_at"] = now_rfc3339()
+    return rec
+
+
+def _carries_fact(rec: dict[str, Any]) -> bool:
+    """A function call or a Turn's end (the harness's classification), or a refusal."""
+    native = rec.get("native")
+    return native is None or bool(classify_all(str(rec.get("harness")), native))
 
 
 def _log_send_failure(fut: asyncio.Future[Any]) -> None:

@@ -1,0 +1,127 @@
+"""The Runtime's observation outbox (``services/runtime/outbox.py``): records leave in the order
+the harness made them; with ``hold_s`` (the real harnesses) a record that carries no fact waits
+for the ones behind it, and a fact — a function call, a Turn's end, a refusal — never waits and
+takes what waits ahead of it along."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from services.runtime.harness import Emit
+from services.runtime.outbox import ObservationOutbox
+
+SID = "session_" + "b" * 32
+
+
+class Producer:
+    """Notes each send: loop time, what it was, wall clock."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[float, str]] = []
+        self.wall: list[datetime] = []
+
+    async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[None]:
+        import json
+
+        rec = json.loads(value)
+        native = rec["native"] or {}
+        self.sent.append((asyncio.get_running_loop().time(),
+                          native.get("method") or native.get("type") or "refusal"))
+        self.wall.append(datetime.now(UTC))
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
+
+def codex(method: str, **params: Any) -> Emit:
+    return Emit({"schema": "runtime.observation/1", "session_id": SID, "harness": "codex",
+                 "turn_id": "turn_1", "native": {"method": method, "params": params}})
+
+
+TURN_DONE = {"turn": {"id": "t1", "status": "completed"}}
+TOOL_ITEM = {"item": {"type": "dynamicToolCall", "id": "call_1", "tool": "get_weather"},
+             "threadId": "th", "turnId": "t1"}
+
+
+async def run(outbox: ObservationOutbox, script: list[tuple[float, list[Emit]]]) -> None:
+    task = asyncio.create_task(outbox.run())
+    try:
+        for pause, emits in script:
+            await asyncio.sleep(pause)
+            outbox.enqueue(emits)
+        await asyncio.sleep(0.05)
+        await outbox.sent()
+    finally:
+        task.cancel()
+
+
+async def test_records_without_a_fact_wait_for_the_turn_end_and_leave_with_it() -> None:
+    p = Producer()
+    outbox = ObservationOutbox(p, "obs", hold_s=0.2)  # type: ignore[arg-type]
+    await run(outbox, [(0, [codex("turn/started", turn={"id": "t1"})]),
+                       (0.01, [codex("item/started", item={"type": "agentMessage"})]),
+                       (0.01, [codex("turn/completed", **TURN_DONE)])])
+    assert [m for _, m in p.sent] == ["turn/started", "item/started", "turn/completed"]
+    times = [t for t, _ in p.sent]
+    assert times[-1] - times[0] < 0.005  # one go, when the Turn's end arrived (~20 ms in)
+
+
+async def test_a_function_call_is_sent_at_once_with_what_waited_before_it() -> None:
+    p = Producer()
+    outbox = ObservationOutbox(p, "obs", hold_s=0.2)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await run(outbox, [(0, [codex("turn/started", turn={"id": "t1"})]),
+                       (0.02, [codex("item/started", **TOOL_ITEM)])])
+    assert [m for _, m in p.sent] == ["turn/started", "item/started"]
+    assert all(t - t0 < 0.1 for t, _ in p.sent)  # long before the 0.2 s hold ran out
+
+
+async def test_a_record_without_a_fact_waits_at_most_the_hold() -> None:
+    p = Producer()
+    outbox = ObservationOutbox(p, "obs", hold_s=0.03)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    task = asyncio.create_task(outbox.run())
+    try:
+        outbox.enqueue([codex("turn/started", turn={"id": "t1"})])
+        await asyncio.sleep(0.01)
+        assert p.sent == []  # waiting for what follows
+        await asyncio.sleep(0.1)
+        assert [m for _, m in p.sent] == ["turn/started"]
+        assert 0.03 <= p.sent[0][0] - t0 < 0.1
+    finally:
+        task.cancel()
+
+
+async def test_a_refusal_is_a_fact_and_without_a_hold_nothing_waits() -> None:
+    refusal = Emit({"schema": "runtime.observation/1", "session_id": SID, "harness": "codex",
+                    "turn_id": "turn_1", "native": None, "refusal": {"reason": "x"}})
+    p = Producer()
+    outbox = ObservationOutbox(p, "obs", hold_s=0.5)  # type: ignore[arg-type]
+    t0 = asyncio.get_running_loop().time()
+    await run(outbox, [(0, [codex("turn/started", turn={"id": "t1"}), refusal])])
+    assert [m for _, m in p.sent] == ["turn/started", "refusal"]
+    assert p.sent[-1][0] - t0 < 0.1
+    p = Producer()
+    outbox = ObservationOutbox(p, "obs")  # type: ignore[arg-type]  # the simulated Runtime
+    t0 = asyncio.get_running_loop().time()
+    task = asyncio.create_task(outbox.run())
+    try:
+        outbox.enqueue([codex("turn/started", turn={"id": "t1"})])
+        await asyncio.sleep(0.01)
+        assert [m for _, m in p.sent] == ["turn/started"]
+    finally:
+        task.cancel()
+
+
+async def test_records_are_stamped_when_taken_not_when_they_leave() -> None:
+    p = Producer()
+    outbox = ObservationOutbox(p, "obs", hold_s=0.05)  # type: ignore[arg-type]
+    first = codex("turn/started", turn={"id": "t1"})
+    await run(outbox, [(0, [first]), (0.04, [codex("turn/completed", **TURN_DONE)])])
+    stamped = datetime.fromisoformat(first.record["observed_at"])
+    # stamped on arrival, ~40 ms before it left with the Turn's end
+    assert (p.wall[0] - stamped).total_seconds() >= 0.03
