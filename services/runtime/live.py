@@ -91,7 +91,7 @@ def build(options: LiveOptions) -> LiveHarness:
 
 def envelope(runtime_id: str, harness: str, session_id: str, turn_id: str | None,
              native: Json | None) -> Json:
-    """A ``runtime.observation/1`` record (the publisher stamps ``observed_at``)."""
+    """A ``runtime.observation/1`` record (the outbox stamps ``observed_at``)."""
     return records.observation_record(
         runtime_id=runtime_id, session_id=session_id, harness=harness, native=native,
         turn_id=turn_id, observation_id=f"obs_{uuid.uuid4().hex}")

@@ -31,7 +31,7 @@ Json = dict[str, Any]
 @dataclass(frozen=True, slots=True)
 class Emit:
     """One observation envelope to publish ``delay_s`` seconds after the call that made it.
-    ``observed_at`` is left out: the publisher stamps it when the record leaves."""
+    ``observed_at`` is left out: the outbox stamps it when it takes the record from its queue."""
 
     record: Json
     delay_s: float = 0.0
