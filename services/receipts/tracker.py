@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 import uuid
 from collections import defaultdict, deque
@@ -107,6 +108,8 @@ class Tracker(Verdicts):
         self.firing: set[asyncio.Task[None]] = set()
         self.settling: set[asyncio.Task[None]] = set()
         self.to_settle: list[str] = []  # decided calls whose records are not deleted yet
+        self.last_fired = -math.inf
+        self.settle_now = asyncio.Event()
 
     def read_to(self, t0: float) -> None:
         self.read_up_to = max(self.read_up_to, t0)

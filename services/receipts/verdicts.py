@@ -29,6 +29,12 @@ FIRING_MAX = 4  # verdict batches in flight at once (claim + publish), so one sl
 # does not hold back the deadlines that fall due while it runs
 RETRY_S = 0.5  # a failed verdict batch goes again after this
 SETTLE_MAX = 200  # calls per background delete: the claims queued behind it wait less
+# The deletes wait until no verdict batch was fired for SETTLE_QUIET_S, unless SETTLE_BACKLOG
+# calls wait to be settled (then one delete at a time, as many as keep the backlog there): a
+# FerretDB v1 delete costs ~0.3 ms a document, six times an insert, and while verdicts fall due
+# the store's time goes to turning them into Items (docs/receipts.md, "The deadline path").
+SETTLE_QUIET_S = 1.0
+SETTLE_BACKLOG = 10_000  # also what a stop may have to delete (~3 s)
 
 Key = tuple[str, str]  # (session_id, call_id)
 SendFacts = Callable[[list[Doc]], Awaitable[None]]
@@ -58,6 +64,8 @@ class Verdicts:
     firing: set[asyncio.Task[None]]
     settling: set[asyncio.Task[None]]
     to_settle: list[str]
+    last_fired: float  # the event loop's time of the last verdict batch
+    settle_now: asyncio.Event  # set while draining: the deletes do not wait
 
     def _forget(self, key: Key) -> None:
         """Stop tracking a call (the tracker's)."""
@@ -69,6 +77,7 @@ class Verdicts:
         sent together, one delete per collection for what the calls leave behind."""
         if not verdicts:
             return
+        self.last_fired = asyncio.get_running_loop().time()
         now = self.clock()
         docs = [{"_id": call_key(sid, cid), "state": str(step.state), "reason": step.reason,
                  "by": id(self), "at": now} for (sid, cid), step in verdicts]
@@ -105,15 +114,28 @@ class Verdicts:
         """Delete the settled calls' records in the background, one delete (of at most
         SETTLE_MAX calls) at a time: what is settled meanwhile goes in the next. (One task per
         verdict batch had dozens of deletes queued in the store before the next batches'
-        claims: at 2 000 timeouts/s a claim waited up to 2 s.)"""
+        claims: at 2 000 timeouts/s a claim waited up to 2 s.) They wait for a quiet moment
+        (``_quiet``)."""
         self.to_settle.extend(ids)
         if all(t.done() for t in self.settling):
             task = asyncio.create_task(self._settle_queued())
             self.settling.add(task)
             task.add_done_callback(self.settling.discard)
 
+    async def _quiet(self) -> None:
+        """Until no verdict batch was fired for SETTLE_QUIET_S, SETTLE_BACKLOG calls wait, or a
+        drain asks for the deletes now."""
+        loop = asyncio.get_running_loop()
+        while len(self.to_settle) < SETTLE_BACKLOG and not self.settle_now.is_set():
+            rest = self.last_fired + SETTLE_QUIET_S - loop.time()
+            if rest <= 0:
+                return
+            with contextlib.suppress(TimeoutError):  # a look at the backlog every 0.1 s
+                await asyncio.wait_for(self.settle_now.wait(), min(rest, 0.1))
+
     async def _settle_queued(self) -> None:
         while self.to_settle:
+            await self._quiet()
             ids, self.to_settle = self.to_settle[:SETTLE_MAX], self.to_settle[SETTLE_MAX:]
             try:
                 await self.store.settle(ids)
@@ -229,8 +251,12 @@ class Verdicts:
 
     async def drain(self) -> None:
         """Let verdict batches under way finish (their claims are in the store) and the
-        settling deletes land."""
-        for tasks in (self.firing, self.settling):
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
+        settling deletes land (at once: no quiet moment awaited)."""
+        self.settle_now.set()
+        try:
+            for tasks in (self.firing, self.settling):
+                if tasks:
+                    await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            self.settle_now.clear()
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from services.receipts import verdicts
 from services.receipts.verdicts import RETRY_S
 from shared.domain.receipts import REASON_TIMEOUT, Expected, State
 from tests.support.fakes.receipts import Clock, Facts, MemoryReceiptStore, tracker
@@ -73,9 +76,11 @@ class SlowSettle(MemoryReceiptStore):
         await super().settle(ids)
 
 
-def test_settling_deletes_go_one_at_a_time_what_is_settled_meanwhile_together() -> None:
+def test_settling_deletes_go_one_at_a_time_what_is_settled_meanwhile_together(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 18 item 3: one background delete per verdict batch queued dozens of deletes in the
     store ahead of the next batches' claims (a claim waited up to 2 s at 2 000 timeouts/s)."""
+    monkeypatch.setattr(verdicts, "SETTLE_QUIET_S", 0.0)
     store, facts, clock = SlowSettle(), Facts(), Clock(200.0)
     t = tracker(store, facts, clock)
     for n, cid in enumerate("abc"):
@@ -92,3 +97,51 @@ def test_settling_deletes_go_one_at_a_time_what_is_settled_meanwhile_together() 
     asyncio.run(scenario())
     assert store.settles == [["s1/a"], ["s1/b", "s1/c"]]
     assert len(facts.sent) == 3
+
+
+def test_settling_deletes_wait_while_verdicts_fall_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deletes yield the store to the verdicts' own writes: none while verdict batches keep
+    being fired, all once none was fired for SETTLE_QUIET_S."""
+    monkeypatch.setattr(verdicts, "SETTLE_QUIET_S", 0.2)
+    store, facts, clock = SlowSettle(), Facts(), Clock(200.0)
+    store.gate.set()
+    t = tracker(store, facts, clock)
+    for n, cid in enumerate("abcd"):
+        t._track(expected(cid), 100.0 + n)
+
+    async def scenario() -> None:
+        for n in range(4):  # a verdict batch every 0.1 s: never quiet for 0.2 s
+            assert await t.fire_due(100.0 + n) == 1
+            await asyncio.sleep(0.1)
+        assert store.settles == []
+        await asyncio.sleep(0.25)
+        assert store.settles == [["s1/a", "s1/b", "s1/c", "s1/d"]]
+
+    asyncio.run(scenario())
+    assert len(facts.sent) == 4 and store.pending_receipts == {}
+
+
+def test_a_settle_backlog_or_a_drain_deletes_without_waiting(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verdicts, "SETTLE_QUIET_S", 3600.0)
+    monkeypatch.setattr(verdicts, "SETTLE_BACKLOG", 2)
+    store, facts, clock = SlowSettle(), Facts(), Clock(200.0)
+    store.gate.set()
+    t = tracker(store, facts, clock)
+    for n, cid in enumerate("abc"):
+        t._track(expected(cid), 100.0 + n)
+
+    async def scenario() -> None:
+        assert await t.fire_due(100.0) == 1
+        await asyncio.sleep(0.05)
+        assert store.settles == []  # one call waits: under the backlog
+        assert await t.fire_due(101.0) == 1
+        await asyncio.sleep(0.2)
+        assert store.settles == [["s1/a", "s1/b"]]  # two: the backlog goes at once
+        assert await t.fire_due(102.0) == 1
+        await asyncio.sleep(0.05)
+        assert store.settles == [["s1/a", "s1/b"]]
+        await asyncio.wait_for(t.drain(), 1.0)  # a drain (stopping) does not wait
+        assert store.settles == [["s1/a", "s1/b"], ["s1/c"]]
+
+    asyncio.run(scenario())

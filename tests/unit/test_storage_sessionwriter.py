@@ -115,3 +115,36 @@ async def test_a_drain_that_cannot_finish_times_out_and_drop_forgets(
     await w.drain(0.1)  # nothing left to wait for
     await w.stop(drain_s=0.1)
     assert store.docs == {}
+
+
+async def test_while_sessions_keep_falling_dirty_the_writer_rests_between_rounds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # PACE × a 20 ms round = 20 s of rest: the second round must not come while we look
+    monkeypatch.setattr(sessionwriter, "PACE", 1000.0)
+    store = Store(delay=0.02)
+    w = SessionWriter(store.write)
+    w.defer({"a": st("a", 1)})
+    w.start()
+    await asyncio.sleep(0.005)  # round 1 (a) in flight
+    w.defer({"b": st("b", 1)})  # dirty again before it ends: the writer rests
+    await asyncio.sleep(0.3)
+    assert store.writes == [{"a": 1}]
+    assert "b" in w.dirty
+    w.defer({"b": st("b", 2)})  # decided again while it rests: written once, newest
+    await w.drain(2)  # a drain does not rest
+    assert store.writes == [{"a": 1}, {"b": 2}]
+    await w.stop()
+
+
+async def test_without_a_backlog_the_writer_does_not_rest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sessionwriter, "PACE", 1000.0)
+    store = Store(delay=0.02)
+    w = SessionWriter(store.write)
+    w.start()
+    w.defer({"a": st("a", 1)})
+    await asyncio.sleep(0.1)  # written, nothing dirty after it: idle, no rest pending
+    w.defer({"a": st("a", 2)})
+    await asyncio.sleep(0.1)
+    assert store.writes == [{"a": 1}, {"a": 2}]
+    await w.stop()
