@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import gc
+import os
 import signal
 import sys
 import time
@@ -19,6 +21,7 @@ from typing import Any
 from services.admission.app import AdmissionService
 from services.storage.app import StorageService
 from shared.logging import configure_logging
+from shared.service import settle_heap
 from shared.settings import get_settings
 
 TIMINGS: dict[str, list[float]] = {}
@@ -72,6 +75,7 @@ async def serve() -> None:
     admission = AdmissionService(settings)
     await storage.start()
     await admission.start()
+    settle_heap()  # as shared.service.run_until_stopped does for every service
     print("READY", flush=True)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -85,7 +89,27 @@ async def serve() -> None:
         report_timings()
 
 
+def log_gc_pauses() -> None:
+    """With ``BENCH_GC_LOG=1``: every full (generation 2) collection, and any other longer than
+    20 ms, printed to stderr (the server's log) with its pause and the objects tracked."""
+    if not os.environ.get("BENCH_GC_LOG"):
+        return
+    began = [0.0]
+
+    def callback(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+            return
+        pause = time.perf_counter() - began[0]
+        if info["generation"] == 2 or pause > 0.02:
+            print(f"GC gen{info['generation']} {1000 * pause:.0f}ms "
+                  f"objects={len(gc.get_objects())}", file=sys.stderr, flush=True)
+
+    gc.callbacks.append(callback)
+
+
 def main() -> None:
+    log_gc_pauses()
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", default=None)
     ap.add_argument("--timings", action="store_true")
