@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from services.receipts import verdicts
+from services.receipts.tracker import Tracker
 from services.receipts.verdicts import RETRY_S
 from shared.domain.receipts import REASON_TIMEOUT, Expected, State
 from tests.support.fakes.receipts import Clock, Facts, MemoryReceiptStore, tracker
@@ -99,15 +100,22 @@ def test_settling_deletes_go_one_at_a_time_what_is_settled_meanwhile_together(
     assert len(facts.sent) == 3
 
 
+def open_deletes_tracker(cids: str) -> tuple[SlowSettle, Facts, Tracker]:
+    """A tracker whose store records every delete and lets it through, one call per letter of
+    ``cids`` due at 100, 101, …"""
+    store, facts = SlowSettle(), Facts()
+    store.gate.set()
+    t = tracker(store, facts, Clock(200.0))
+    for n, cid in enumerate(cids):
+        t._track(expected(cid), 100.0 + n)
+    return store, facts, t
+
+
 def test_settling_deletes_wait_while_verdicts_fall_due(monkeypatch: pytest.MonkeyPatch) -> None:
     """Deletes yield the store to the verdicts' own writes: none while verdict batches keep
     being fired, all once none was fired for SETTLE_QUIET_S."""
     monkeypatch.setattr(verdicts, "SETTLE_QUIET_S", 0.2)
-    store, facts, clock = SlowSettle(), Facts(), Clock(200.0)
-    store.gate.set()
-    t = tracker(store, facts, clock)
-    for n, cid in enumerate("abcd"):
-        t._track(expected(cid), 100.0 + n)
+    store, facts, t = open_deletes_tracker("abcd")
 
     async def scenario() -> None:
         for n in range(4):  # a verdict batch every 0.1 s: never quiet for 0.2 s
@@ -125,11 +133,7 @@ def test_a_settle_backlog_or_a_drain_deletes_without_waiting(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(verdicts, "SETTLE_QUIET_S", 3600.0)
     monkeypatch.setattr(verdicts, "SETTLE_BACKLOG", 2)
-    store, facts, clock = SlowSettle(), Facts(), Clock(200.0)
-    store.gate.set()
-    t = tracker(store, facts, clock)
-    for n, cid in enumerate("abc"):
-        t._track(expected(cid), 100.0 + n)
+    store, _, t = open_deletes_tracker("abc")
 
     async def scenario() -> None:
         assert await t.fire_due(100.0) == 1
