@@ -25,7 +25,10 @@ from shared.settings import Settings
 
 log = get_logger(__name__)
 
-HOLD_S = 0.005  # how long a record without a fact may wait for the ones behind it (live Runtimes)
+# How long a record without a fact may wait for the ones behind it (live Runtimes): longer than a
+# short Turn (an instant model's Turn prints its lines over ~25–35 ms), so such a Turn's records
+# leave as one produce request, read with one fetch (docs/harnesses.md, Bench).
+HOLD_S = 0.05
 
 
 def runtime_producer(settings: Settings, runtime_id: str) -> AIOKafkaProducer:
