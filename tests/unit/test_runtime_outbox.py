@@ -125,3 +125,28 @@ async def test_records_are_stamped_when_taken_not_when_they_leave() -> None:
     stamped = datetime.fromisoformat(first.record["observed_at"])
     # stamped on arrival, ~40 ms before it left with the Turn's end
     assert (p.wall[0] - stamped).total_seconds() >= 0.03
+
+
+def claude(kind: str, **fields: Any) -> Emit:
+    return Emit({"schema": "runtime.observation/1", "session_id": SID, "harness": "claude_code",
+                 "turn_id": "turn_1", "native": {"type": kind, **fields}})
+
+
+async def test_the_default_hold_sends_a_short_claude_turn_as_one_go() -> None:
+    """A Claude Code Turn on an instant model prints ``command_lifecycle`` at once,
+    ``system/init`` ~13 ms later and its ``result`` at ~26–30 ms: with the live Runtimes' hold
+    (``HOLD_S``) all of it leaves when the ``result`` arrives, one produce request, not one per
+    pause (with the former 5 ms hold: three)."""
+    from services.runtime.outbox import HOLD_S
+
+    p = Producer()
+    outbox = ObservationOutbox(p, "obs", hold_s=HOLD_S)  # type: ignore[arg-type]
+    await run(outbox, [(0, [claude("command_lifecycle", state="queued")]),
+                       (0.013, [claude("system", subtype="init")]),
+                       (0.013, [claude("user", isReplay=True), claude("assistant", message={
+                           "content": [{"type": "text", "text": "ok"}]}),
+                                claude("result", subtype="success")])])
+    assert [m for _, m in p.sent] == ["command_lifecycle", "system", "user", "assistant",
+                                      "result"]
+    times = [t for t, _ in p.sent]
+    assert times[-1] - times[0] < 0.005  # one go, when the result arrived (~26 ms in)
