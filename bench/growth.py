@@ -17,6 +17,7 @@ failed requests (the table's ``failed`` column: 504s and requests whose Item nev
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import tempfile
 import time
@@ -38,6 +39,7 @@ from bench.common import (
     prepare_topics,
     progress,
 )
+from bench.cpu import CpuSampler, stack_pids
 from bench.load import Collector, Latency, Target, open_loop, start_server
 from bench.pipeline import preflight
 from services.storage.repository import StorageRepository
@@ -124,17 +126,21 @@ class Filler:
 
 
 async def _phase(name: str, target: Target, collector: Collector, rate: float, seconds: float,
-                 sessions: list[str]) -> Latency:
+                 sessions: list[str], cpu: CpuSampler | None = None) -> Latency:
     rng = random.Random(name)
     try:
         await preflight(Target(target.base_url, sessions[:1], target.counter), collector)
     except (RuntimeError, TimeoutError) as exc:  # a 504 here is a finding, not a crash
         progress(f"  {name}: preflight failed ({str(exc)[:80]}); measuring anyway")
+    if cpu is not None:
+        cpu.phase()  # the preflight's and the fill's seconds are not the phase's
     lat = await open_loop(target, collector, rate=rate, duration=seconds,
                           session_for=lambda i: sessions[rng.randrange(len(sessions))])
     progress(f"  {name}: p50 {lat.p50:.1f} ms p99 {lat.p99:.1f} ms max {lat.max:.0f} ms "
              f"(n={len(lat.samples_ms)}, lost {lat.lost}, failed {lat.errors}; p99 with "
              f"failures at their failure time {p99_all(lat):.0f} ms)")
+    if cpu is not None:
+        progress(f"    {cpu.phase()}")
     return lat
 
 
@@ -174,6 +180,8 @@ async def _run(infra: Infra, quick: bool, rate: float) -> dict[str, Latency]:
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(infra.mongodb_uri)
     collector = Collector(infra.bootstrap, topics_for(settings).session_items)
     out: dict[str, Latency] = {}
+    cpu = CpuSampler({"product": server.proc.pid, **stack_pids(_port(infra.mongodb_uri)),
+                      "bench": os.getpid()}).start()
     try:
         db = client[tag]
         fill = Filler(db)
@@ -200,15 +208,24 @@ async def _run(infra: Infra, quick: bool, rate: float) -> dict[str, Latency]:
                      f"Sessions of {per}: {fill.written:,} Items stored in all, this fill "
                      f"{dt:.1f}s")
             out[f"{size}_one"] = await _phase(f"{size:,} Items, one Session", target,
-                                              collector, rate, seconds, [one])
+                                              collector, rate, seconds, [one], cpu)
             out[f"{size}_across"] = await _phase(
                 f"{size:,} Items across {len(across):,} Sessions", target, collector, rate,
-                seconds, across)
+                seconds, across, cpu)
         return out
     finally:
+        cpu.stop()
+        cpu.write_csv(LOGS / "cpu.csv")
+        progress(f"  cpu per second: {LOGS / 'cpu.csv'}")
         await collector.stop()
         server.stop()
         await client.close()
+
+
+def _port(uri: str) -> int:
+    from urllib.parse import urlsplit
+
+    return urlsplit(uri).port or 27017
 
 
 def p99_all(lat: Latency) -> float:

@@ -1,0 +1,104 @@
+"""Who used the two cores during a measured phase: CPU time of the product, the broker and the
+store (and the bench itself), sampled from ``/proc/<pid>/stat`` once a second by a thread. A
+diagnostic printed beside a case's figures (docs/benchmarks.md), not a figure: it says which
+process was busy when latency grew. Linux only; elsewhere it reports nothing."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+def _cpu_s(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def _cmdlines() -> dict[int, list[str]]:
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                raw = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            out[int(entry.name)] = raw.decode(errors="replace").split("\0")
+    return out
+
+
+def stack_pids(store_port: int) -> dict[str, int]:
+    """The store's pid (FerretDB listening on ``store_port``) and the broker's (the Kafka
+    process started from the same state dir, else the only one running)."""
+    found: dict[str, int] = {}
+    cmds = _cmdlines()
+    root = None
+    for pid, cmd in cmds.items():
+        if any("ferretdb" in c for c in cmd[:1]) and f"127.0.0.1:{store_port}" in cmd:
+            found["store"] = pid
+            if "-sqlite-dir" in cmd:
+                root = cmd[cmd.index("-sqlite-dir") + 1].rsplit("/ferretdb/", 1)[0]
+    brokers = [pid for pid, cmd in cmds.items() if "kafka.Kafka" in cmd]
+    mine = [pid for pid in brokers if root and any(root in c for c in cmds[pid])]
+    if mine or len(brokers) == 1:
+        found["broker"] = (mine or brokers)[0]
+    return found
+
+
+class CpuSampler:
+    """``start()`` … ``phase()``: the cores each process used since the last ``phase()`` (mean)
+    and in its busiest second, plus the per-second rows kept in ``rows``."""
+
+    def __init__(self, pids: dict[str, int], period_s: float = 1.0) -> None:
+        self.pids = pids
+        self.period = period_s
+        self.rows: list[tuple[float, dict[str, float]]] = []  # (time, cores per process)
+        self._mark = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="cpu-sampler")
+
+    def start(self) -> CpuSampler:
+        if Path("/proc/self/stat").exists():
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        last = {n: _cpu_s(p) for n, p in self.pids.items()}
+        t_last = time.monotonic()
+        while not self._stop.wait(self.period):
+            now = {n: _cpu_s(p) for n, p in self.pids.items()}
+            t = time.monotonic()
+            cores = {n: (now[n] - last[n]) / (t - t_last)  # type: ignore[operator]
+                     for n in self.pids if now[n] is not None and last[n] is not None}
+            self.rows.append((t, cores))
+            last, t_last = now, t
+
+    def phase(self) -> str:
+        """The rows since the previous call, summed up as one line."""
+        rows, self._mark = self.rows[self._mark:], len(self.rows)
+        if not rows:
+            return "cpu: no samples"
+        parts = []
+        for name in self.pids:
+            vals = [c[name] for _, c in rows if name in c]
+            if vals:
+                parts.append(f"{name} {sum(vals) / len(vals):.2f} (max {max(vals):.2f})")
+        total = [sum(c.values()) for _, c in rows]
+        return (f"cpu cores, mean (busiest second) over {len(rows)} s: " + ", ".join(parts)
+                + f"; together {sum(total) / len(total):.2f} (max {max(total):.2f})")
+
+    def write_csv(self, path: Path) -> None:
+        """Every second's cores per process (time in seconds since the first sample)."""
+        names = list(self.pids)
+        t0 = self.rows[0][0] if self.rows else 0.0
+        lines = ["t_s," + ",".join(names)]
+        lines += [f"{t - t0:.1f}," + ",".join(f"{c.get(n, 0.0):.3f}" for n in names)
+                  for t, c in self.rows]
+        path.write_text("\n".join(lines) + "\n")
