@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -134,6 +135,7 @@ async def _phase(name: str, target: Target, collector: Collector, rate: float, s
         progress(f"  {name}: preflight failed ({str(exc)[:80]}); measuring anyway")
     if cpu is not None:
         cpu.phase()  # the preflight's and the fill's seconds are not the phase's
+    _timings_report(f"before {name}")
     lat = await open_loop(target, collector, rate=rate, duration=seconds,
                           session_for=lambda i: sessions[rng.randrange(len(sessions))])
     progress(f"  {name}: p50 {lat.p50:.1f} ms p99 {lat.p99:.1f} ms max {lat.max:.0f} ms "
@@ -141,7 +143,22 @@ async def _phase(name: str, target: Target, collector: Collector, rate: float, s
              f"failures at their failure time {p99_all(lat):.0f} ms)")
     if cpu is not None:
         progress(f"    {cpu.phase()}")
+    _timings_report(name)
     return lat
+
+
+TIMINGS = bool(os.environ.get("BENCH_TIMINGS"))  # the product's await timings per phase
+SERVER: list[Any] = []  # the product server of the running case
+REPORTS = [0]
+
+
+def _timings_report(what: str) -> None:
+    """With ``BENCH_TIMINGS=1``: the product prints the timings gathered since its last report
+    to its log (``serve_product.report_timings``); the numbered report covers ``what``."""
+    if TIMINGS and SERVER:
+        SERVER[0].proc.send_signal(signal.SIGUSR1)
+        REPORTS[0] += 1
+        progress(f"    timings report {REPORTS[0]} in the product's log: {what}")
 
 
 async def _warm_up(target: Target, collector: Collector, fill: Filler,
@@ -175,8 +192,9 @@ async def _run(infra: Infra, quick: bool, rate: float) -> dict[str, Latency]:
     per = 10
     seconds = 6.0 if quick else 20.0
     await prepare_topics(infra, tag)
-    server = start_server("product", "bench.serve_product", [],
+    server = start_server("product", "bench.serve_product", ["--timings"] if TIMINGS else [],
                           infra.env(tag, SESSION_CORE_HTTP_PORT=str(port)), LOGS / "product.log")
+    SERVER[:] = [server]
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(infra.mongodb_uri)
     collector = Collector(infra.bootstrap, topics_for(settings).session_items)
     out: dict[str, Latency] = {}

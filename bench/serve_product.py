@@ -25,6 +25,7 @@ from shared.service import settle_heap
 from shared.settings import get_settings
 
 TIMINGS: dict[str, list[float]] = {}
+TIMINGS_ON = [False]
 
 
 def _timed(owner: Any, name: str, label: str) -> None:
@@ -51,21 +52,30 @@ def install_timings() -> None:
     from services.storage import app as storage_app
     from services.storage.repository import StorageRepository
 
-    for n in ("journal", "journaled", "sessions", "idempotency", "calls", "commit",
-              "apply_rest", "apply", "_advance_sessions"):
+    for n in ("journal", "journaled", "sessions", "roll_forward", "idempotency", "calls",
+              "commit", "apply_rest", "apply", "_advance_sessions"):
         _timed(StorageRepository, n, f"storage.repo.{n}")
     _timed(StorageService, "on_batch", "storage.on_batch")
     _timed(storage_app, "publish", "storage.publish (each)")
     _timed(admission_core.Admission, "add_event", "admission.add_event (whole)")
     _timed(admission_core.Admission, "_hand_over", "admission._hand_over (publish+wait)")
+    _timed(admission_core.Admission, "_session_profile", "admission._session_profile")
+
+
+REPORTS = [0]
 
 
 def report_timings() -> None:
-    lines = ["wall time per awaited step (count, total s, mean ms, max ms):"]
+    """Print the timings gathered since the last report, then start afresh (SIGUSR1 asks for
+    one: the growth case asks at each phase's start and end)."""
+    REPORTS[0] += 1
+    lines = [f"timings report {REPORTS[0]}: wall time per awaited step (count, total s, "
+             "mean ms, max ms):"]
     for label, ts in sorted(TIMINGS.items()):
         lines.append(f"  {label:42s} {len(ts):6d} {sum(ts):9.2f} {1000 * sum(ts) / len(ts):9.2f}"
                      f" {1000 * max(ts):9.1f}")
     print("\n".join(lines), file=sys.stderr, flush=True)
+    TIMINGS.clear()
 
 
 async def serve() -> None:
@@ -82,6 +92,8 @@ async def serve() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with suppress(NotImplementedError):
             loop.add_signal_handler(sig, stopping.set)
+    if TIMINGS_ON[0]:
+        loop.add_signal_handler(signal.SIGUSR1, report_timings)
     await stopping.wait()
     await admission.stop()
     await storage.stop()
@@ -116,6 +128,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.timings or args.profile:
         install_timings()
+        TIMINGS_ON[0] = True
     if not args.profile:
         asyncio.run(serve())
         return

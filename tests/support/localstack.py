@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from deploy.local.stack import StackError, free_port, java_bin, kafka_home
+from deploy.local.stack import StackError, free_ports, java_bin, kafka_home
 from deploy.local.stack.base import listening
 from shared.kafka import assigned_consumer, decode, ensure_topics, make_broker, publish
 from shared.settings import Settings
@@ -82,7 +82,7 @@ def private_kafka(root: Path, listener: str, security: str,
         java = java_bin()
     except StackError as exc:
         pytest.skip(str(exc))
-    port, cport = free_port(), free_port()
+    port, cport = free_ports(2)
     props = root / "server.properties"
     props.write_text(SINGLE_NODE.format(listener=listener, port=port, cport=cport,
                                         data=root / "data") + security)

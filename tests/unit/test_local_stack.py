@@ -95,3 +95,40 @@ def test_make_run_starts_a_real_runtime_for_each_installed_harness(
         sim = comps[f"runtime-{harness}"].cmd
         assert sim[sim.index("--placements") + 1] == "self_hosted"
     assert "runtime-minimax_code-real" not in comps
+
+
+class _Kernel:
+    """Hands out the lowest port not bound right now: as a kernel may hand a just-closed port out
+    again."""
+
+    bound: set[int] = set()
+
+    class Socket:
+        def __init__(self, *_: object) -> None:
+            self.port = 0
+
+        def __enter__(self) -> _Kernel.Socket:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            _Kernel.bound.discard(self.port)
+
+        def bind(self, _addr: object) -> None:
+            self.port = min(p for p in range(5000, 5100) if p not in _Kernel.bound)
+            _Kernel.bound.add(self.port)
+
+        def getsockname(self) -> tuple[str, int]:
+            return ("127.0.0.1", self.port)
+
+
+def test_the_ports_of_one_stack_are_distinct(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka, its controller and the store each get a port of their own, even from a kernel
+    that hands a just-closed port out again: every socket stays bound until all are picked (a
+    clean CI run once gave Kafka and FerretDB the same port)."""
+    from deploy.local.stack import base
+
+    monkeypatch.setattr(base.socket, "socket", _Kernel.Socket)
+    assert sorted(base.free_ports(3)) == [5000, 5001, 5002]
+    st = Stack.on_free_ports(Path("/nonexistent-state"))
+    assert len({st.kafka_port, st.mongo_port, st.controller_port}) == 3
+    assert not _Kernel.bound

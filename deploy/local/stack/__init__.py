@@ -4,9 +4,9 @@ the benchmarks use. Modules: ``base`` (paths, versions, log line, ports), ``inst
 ``probes`` (readiness), ``processes`` (state dir, start/stop), ``components`` (what runs),
 ``lifecycle`` (up/down/status, ``Stack``), ``cli``. docs/local-stack.md describes it."""
 
-from .base import StackError, cache_dir, free_port, harness_bin, kafka_home
+from .base import StackError, cache_dir, free_port, free_ports, harness_bin, kafka_home
 from .install import install_ferretdb, install_kafka, java_bin
 from .lifecycle import Stack
 
-__all__ = ["Stack", "StackError", "cache_dir", "free_port", "harness_bin", "install_ferretdb",
-           "install_kafka", "java_bin", "kafka_home"]
+__all__ = ["Stack", "StackError", "cache_dir", "free_port", "free_ports", "harness_bin",
+           "install_ferretdb", "install_kafka", "java_bin", "kafka_home"]

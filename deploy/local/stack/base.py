@@ -132,9 +132,20 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports the OS has just handed out. Each socket stays bound until all are
+    picked: a port closed before the next is asked for can be handed out again (a clean CI run
+    once gave Kafka and FerretDB the same port, 2026-12-01)."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(n):
+            s = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind(("127.0.0.1", 0))
+            ports.append(int(s.getsockname()[1]))
+        return ports
 
 
 def listening(port: int, host: str = "127.0.0.1") -> bool:

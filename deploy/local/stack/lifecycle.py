@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from .base import REPO, StackError, free_port, log, log_to, port_free
+from .base import REPO, StackError, free_ports, log, log_to, port_free
 from .components import (
     Options,
     auth_off,
@@ -165,8 +165,9 @@ class Stack:
     @classmethod
     def on_free_ports(cls, state_dir: Path, **kwargs: object) -> Stack:
         """Kafka, its controller and the store on ports the OS has just handed out."""
-        return cls(Path(state_dir), kafka_port=free_port(), mongo_port=free_port(),
-                   controller_port=free_port(), **kwargs)  # type: ignore[arg-type]
+        kafka, mongo, controller = free_ports(3)
+        return cls(Path(state_dir), kafka_port=kafka, mongo_port=mongo,
+                   controller_port=controller, **kwargs)  # type: ignore[arg-type]
 
     def options(self, only: Sequence[str] = ()) -> Options:
         return Options(state=State(Path(self.state_dir).expanduser().resolve()),
