@@ -5,6 +5,7 @@ nothing left behind."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -101,7 +102,7 @@ class _Kernel:
     """Hands out the lowest port not bound right now: as a kernel may hand a just-closed port out
     again."""
 
-    bound: set[int] = set()
+    bound: ClassVar[set[int]] = set()
 
     class Socket:
         def __init__(self, *_: object) -> None:
