@@ -38,7 +38,7 @@ def stack_pids(store_port: int) -> dict[str, int]:
     cmds = _cmdlines()
     root = None
     for pid, cmd in cmds.items():
-        if any("ferretdb" in c for c in cmd[:1]) and f"127.0.0.1:{store_port}" in cmd:
+        if "ferretdb" in cmd[0] and f"127.0.0.1:{store_port}" in cmd:
             found["store"] = pid
             if "-sqlite-dir" in cmd:
                 root = cmd[cmd.index("-sqlite-dir") + 1].rsplit("/ferretdb/", 1)[0]

@@ -17,11 +17,14 @@ failed requests (the table's ``failed`` column: 504s and requests whose Item nev
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import random
 import signal
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -41,7 +44,7 @@ from bench.common import (
     progress,
 )
 from bench.cpu import CpuSampler, stack_pids
-from bench.load import Collector, Latency, Target, open_loop, start_server
+from bench.load import Collector, Latency, Server, Target, open_loop, start_server
 from bench.pipeline import preflight
 from services.storage.repository import StorageRepository
 from shared.domain.sessions import SessionState, decide_message
@@ -127,38 +130,48 @@ class Filler:
 
 
 async def _phase(name: str, target: Target, collector: Collector, rate: float, seconds: float,
-                 sessions: list[str], cpu: CpuSampler | None = None) -> Latency:
+                 sessions: list[str], probes: Probes) -> Latency:
     rng = random.Random(name)
     try:
         await preflight(Target(target.base_url, sessions[:1], target.counter), collector)
     except (RuntimeError, TimeoutError) as exc:  # a 504 here is a finding, not a crash
         progress(f"  {name}: preflight failed ({str(exc)[:80]}); measuring anyway")
-    if cpu is not None:
-        cpu.phase()  # the preflight's and the fill's seconds are not the phase's
-    _timings_report(f"before {name}")
+    probes.begin(name)
     lat = await open_loop(target, collector, rate=rate, duration=seconds,
                           session_for=lambda i: sessions[rng.randrange(len(sessions))])
     progress(f"  {name}: p50 {lat.p50:.1f} ms p99 {lat.p99:.1f} ms max {lat.max:.0f} ms "
              f"(n={len(lat.samples_ms)}, lost {lat.lost}, failed {lat.errors}; p99 with "
              f"failures at their failure time {p99_all(lat):.0f} ms)")
-    if cpu is not None:
-        progress(f"    {cpu.phase()}")
-    _timings_report(name)
+    probes.end(name)
     return lat
 
 
 TIMINGS = bool(os.environ.get("BENCH_TIMINGS"))  # the product's await timings per phase
-SERVER: list[Any] = []  # the product server of the running case
-REPORTS = [0]
 
 
-def _timings_report(what: str) -> None:
-    """With ``BENCH_TIMINGS=1``: the product prints the timings gathered since its last report
-    to its log (``serve_product.report_timings``); the numbered report covers ``what``."""
-    if TIMINGS and SERVER:
-        SERVER[0].proc.send_signal(signal.SIGUSR1)
-        REPORTS[0] += 1
-        progress(f"    timings report {REPORTS[0]} in the product's log: {what}")
+@dataclass
+class Probes:
+    """What the case notes around each measured phase: the cores each process used (``cpu``)
+    and, with ``BENCH_TIMINGS=1``, the product's await timings — ``server`` is signalled to
+    print the timings gathered since its last report to its log
+    (``serve_product.report_timings``), reports numbered as the product numbers them."""
+
+    cpu: CpuSampler
+    server: Server | None
+    reports: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+    def begin(self, name: str) -> None:
+        self.cpu.phase()  # the preflight's and the fill's seconds are not the phase's
+        self._timings(f"before {name}")
+
+    def end(self, name: str) -> None:
+        progress(f"    {self.cpu.phase()}")
+        self._timings(name)
+
+    def _timings(self, what: str) -> None:
+        if self.server is not None:
+            self.server.proc.send_signal(signal.SIGUSR1)
+            progress(f"    timings report {next(self.reports)} in the product's log: {what}")
 
 
 async def _warm_up(target: Target, collector: Collector, fill: Filler,
@@ -194,12 +207,12 @@ async def _run(infra: Infra, quick: bool, rate: float) -> dict[str, Latency]:
     await prepare_topics(infra, tag)
     server = start_server("product", "bench.serve_product", ["--timings"] if TIMINGS else [],
                           infra.env(tag, SESSION_CORE_HTTP_PORT=str(port)), LOGS / "product.log")
-    SERVER[:] = [server]
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(infra.mongodb_uri)
     collector = Collector(infra.bootstrap, topics_for(settings).session_items)
     out: dict[str, Latency] = {}
     cpu = CpuSampler({"product": server.proc.pid, **stack_pids(_port(infra.mongodb_uri)),
                       "bench": os.getpid()}).start()
+    probes = Probes(cpu, server if TIMINGS else None)
     try:
         db = client[tag]
         fill = Filler(db)
@@ -226,10 +239,10 @@ async def _run(infra: Infra, quick: bool, rate: float) -> dict[str, Latency]:
                      f"Sessions of {per}: {fill.written:,} Items stored in all, this fill "
                      f"{dt:.1f}s")
             out[f"{size}_one"] = await _phase(f"{size:,} Items, one Session", target,
-                                              collector, rate, seconds, [one], cpu)
+                                              collector, rate, seconds, [one], probes)
             out[f"{size}_across"] = await _phase(
                 f"{size:,} Items across {len(across):,} Sessions", target, collector, rate,
-                seconds, across, cpu)
+                seconds, across, probes)
         return out
     finally:
         cpu.stop()

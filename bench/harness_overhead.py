@@ -221,9 +221,10 @@ def measure(run_: Run, infra: Infra, quick: bool, *, case: str, harness: str, ba
     through the Runtime, paired, against one scripted model server; the medians' ratio is the
     figure."""
     turns, warm_up = (6, 3) if quick else (TURNS, WARM_UP_PAIRS)
-    trip = asyncio.run(warm_broker(infra, 300 if quick else BROKER_WARM_UP))
-    progress(f"  broker warmed: {BROKER_WARM_UP if not quick else 300} round trips, the last "
-             f"100's median {trip * 1000:.2f} ms")
+    rounds = 300 if quick else BROKER_WARM_UP
+    trip = asyncio.run(warm_broker(infra, rounds))
+    progress(f"  broker warmed: {rounds} round trips, the last 100's median "
+             f"{trip * 1000:.2f} ms")
     with model_server_process() as url:
         progress(f"  bare {harness} and the Runtime (--engine real) over Kafka: {turns} paired "
                  f"Turns after {warm_up} unmeasured pairs")

@@ -11,21 +11,21 @@ import argparse
 import asyncio
 import functools
 import gc
+import itertools
 import os
 import signal
 import sys
 import time
-from contextlib import suppress
 from typing import Any
 
 from services.admission.app import AdmissionService
 from services.storage.app import StorageService
 from shared.logging import configure_logging
-from shared.service import settle_heap
+from shared.service import run_until_stopped
 from shared.settings import get_settings
 
 TIMINGS: dict[str, list[float]] = {}
-TIMINGS_ON = [False]
+REPORTS = itertools.count(1)  # report_timings numbers its reports
 
 
 def _timed(owner: Any, name: str, label: str) -> None:
@@ -62,14 +62,10 @@ def install_timings() -> None:
     _timed(admission_core.Admission, "_session_profile", "admission._session_profile")
 
 
-REPORTS = [0]
-
-
 def report_timings() -> None:
     """Print the timings gathered since the last report, then start afresh (SIGUSR1 asks for
     one: the growth case asks at each phase's start and end)."""
-    REPORTS[0] += 1
-    lines = [f"timings report {REPORTS[0]}: wall time per awaited step (count, total s, "
+    lines = [f"timings report {next(REPORTS)}: wall time per awaited step (count, total s, "
              "mean ms, max ms):"]
     for label, ts in sorted(TIMINGS.items()):
         lines.append(f"  {label:42s} {len(ts):6d} {sum(ts):9.2f} {1000 * sum(ts) / len(ts):9.2f}"
@@ -78,27 +74,28 @@ def report_timings() -> None:
     TIMINGS.clear()
 
 
-async def serve() -> None:
+async def serve(timings: bool = False) -> None:
+    """Storage and admission until SIGTERM/SIGINT (``shared.service.run_until_stopped``, as
+    every service runs); READY once both are up and the heap is settled. With ``timings``,
+    SIGUSR1 prints the timings gathered so far."""
     settings = get_settings()
     configure_logging(settings.log_level, "json", service="bench-product")
     storage = StorageService(settings)
     admission = AdmissionService(settings)
-    await storage.start()
-    await admission.start()
-    settle_heap()  # as shared.service.run_until_stopped does for every service
-    print("READY", flush=True)
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stopping.set)
-    if TIMINGS_ON[0]:
-        loop.add_signal_handler(signal.SIGUSR1, report_timings)
-    await stopping.wait()
-    await admission.stop()
-    await storage.stop()
-    if TIMINGS:
-        report_timings()
+
+    async def start() -> None:
+        await storage.start()
+        await admission.start()
+        if timings:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, report_timings)
+
+    async def stop() -> None:
+        await admission.stop()
+        await storage.stop()
+        if TIMINGS:
+            report_timings()
+
+    await run_until_stopped(start, stop, ready=lambda: print("READY", flush=True))
 
 
 def log_gc_pauses() -> None:
@@ -126,18 +123,18 @@ def main() -> None:
     ap.add_argument("--profile", default=None)
     ap.add_argument("--timings", action="store_true")
     args = ap.parse_args()
-    if args.timings or args.profile:
+    timings = bool(args.timings or args.profile)
+    if timings:
         install_timings()
-        TIMINGS_ON[0] = True
     if not args.profile:
-        asyncio.run(serve())
+        asyncio.run(serve(timings))
         return
     from pyinstrument import Profiler
 
     profiler: Any = Profiler(interval=0.002, async_mode="disabled")
     profiler.start()
     try:
-        asyncio.run(serve())
+        asyncio.run(serve(timings))
     finally:
         profiler.stop()
         with open(args.profile + ".txt", "w") as f:

@@ -79,8 +79,10 @@ def settle_heap() -> None:
 
 
 async def run_until_stopped(
-    start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]
+    start: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]],
+    ready: Callable[[], None] | None = None,
 ) -> None:
+    """Start, settle the heap, call ``ready`` (if given), serve until SIGTERM/SIGINT, stop."""
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -88,6 +90,8 @@ async def run_until_stopped(
             loop.add_signal_handler(sig, stopping.set)
     await start()
     settle_heap()
+    if ready is not None:
+        ready()
     try:
         await stopping.wait()
     finally:

@@ -37,3 +37,22 @@ async def test_a_service_settles_its_heap_after_start_up_before_it_serves(
 
     await service.run_until_stopped(start, stop)
     assert steps == ["started", "settled", "stopped"]
+
+
+async def test_ready_is_called_once_started_and_settled() -> None:
+    """``ready`` (the bench's product prints READY with it) comes after start-up and the settled
+    heap, before the service serves until its stop."""
+    steps: list[str] = []
+
+    async def start() -> None:
+        steps.append("started")
+        asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGTERM)
+
+    async def stop() -> None:
+        steps.append("stopped")
+
+    freeze_before = gc.get_freeze_count()
+    await service.run_until_stopped(start, stop, ready=lambda: steps.append(
+        f"ready, frozen {gc.get_freeze_count() >= freeze_before}"))
+    gc.unfreeze()
+    assert steps == ["started", "ready, frozen True", "stopped"]
