@@ -5,7 +5,6 @@ the store-index test."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import subprocess
 import time
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from deploy.local.stack import StackError, free_ports, java_bin, kafka_home
-from deploy.local.stack.base import listening
+from deploy.local.stack.base import kafka_cluster_id, listening
 from shared.kafka import assigned_consumer, decode, ensure_topics, make_broker, publish
 from shared.settings import Settings
 from shared.topics import topics_for
@@ -88,7 +87,7 @@ def private_kafka(root: Path, listener: str, security: str,
                                         data=root / "data") + security)
     jvm = ["-Xms128m", "-Xmx384m", "-Djava.awt.headless=true", f"-Dkafka.logs.dir={root}",
            "-cp", f"{libs}/*"]
-    cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster = kafka_cluster_id()
     subprocess.run([java, *jvm, "kafka.tools.StorageTool", "format", "--standalone",
                     "-t", cluster, "-c", str(props), *format_args],
                    check=True, capture_output=True, timeout=120)

@@ -4,12 +4,13 @@ nothing left behind."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
-from deploy.local.stack import Stack, StackError
+from deploy.local.stack import Stack, StackError, base
 
 
 def _stack(tmp_path: Path, command: str) -> Stack:
@@ -126,10 +127,20 @@ def test_the_ports_of_one_stack_are_distinct(monkeypatch: pytest.MonkeyPatch) ->
     """Kafka, its controller and the store each get a port of their own, even from a kernel
     that hands a just-closed port out again: every socket stays bound until all are picked (a
     clean CI run once gave Kafka and FerretDB the same port)."""
-    from deploy.local.stack import base
 
     monkeypatch.setattr(base.socket, "socket", _Kernel.Socket)
     assert sorted(base.free_ports(3)) == [5000, 5001, 5002]
     st = Stack.on_free_ports(Path("/nonexistent-state"))
     assert len({st.kafka_port, st.mongo_port, st.controller_port}) == 3
     assert not _Kernel.bound
+
+
+def test_a_kafka_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka's format tool reads ``-t -N19…`` as an option and fails: a CI run lost its SASL
+    broker to such an id. uuid4 is made to give a dash-first id before a good one."""
+    first_dash = uuid.UUID(bytes=b"\xf8" + bytes(15))  # base64 "-A…"
+    good = uuid.UUID(bytes=b"\x00" * 16)
+    ids = iter([first_dash, good])
+    monkeypatch.setattr(base.uuid, "uuid4", lambda: next(ids))
+    cid = base.kafka_cluster_id()
+    assert cid == "A" * 22 and len(cid) == 22

@@ -3,6 +3,7 @@ line, local ports. Standard library only: ``install`` and ``venv`` run before th
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import os
@@ -11,6 +12,7 @@ import socket
 import sys
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -24,6 +26,16 @@ INFRA = ("kafka", "postgres", "ferretdb")
 
 class StackError(RuntimeError):
     pass
+
+
+def kafka_cluster_id() -> str:
+    """A fresh KRaft cluster id: 16 random bytes, url-safe base64 as Kafka's own. Kafka's format
+    tool reads an id that starts with "-" as an option and fails (1 id in 64), so "-" is never
+    first, as Kafka's ``Uuid.randomUuid`` ensures too."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def cache_dir() -> Path:

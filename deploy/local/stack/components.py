@@ -5,7 +5,6 @@ reference and real Runtimes with the scripted model server, and extra commands â
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import re
@@ -25,6 +24,7 @@ from .base import (
     free_port,
     harness_bin,
     http_ok,
+    kafka_cluster_id,
     kafka_version,
     log,
     port_free,
@@ -163,9 +163,7 @@ def kafka_component(opts: Options) -> Component:
            "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log4j}",
            f"-Dkafka.logs.dir={st.logs}", "-cp", f"{libs}/*"]
     if not (data / "meta.properties").exists():
-        # Kafka's own ids are url-safe base64 too; one that starts with "-" is read by the
-        # format tool as an option (a failed start 1 run in 64), so "-" is never first.
-        cluster_id = "A" + base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")[1:]
+        cluster_id = kafka_cluster_id()
         st.logs.mkdir(parents=True, exist_ok=True)
         fmt = [java, *jvm, "kafka.tools.StorageTool", "format", "--standalone",
                "-t", cluster_id, "-c", str(props)]
