@@ -4,11 +4,12 @@ them, on an acks=all idempotent producer.
 
 With ``hold_s`` (the real harnesses), a record that carries no fact Core acts on — by the
 harness's own classification (``shared.domain.observations``): not a function call, not a
-Turn's end, not a refusal — may wait up to ``hold_s`` for the records behind it, and they leave
-together: a Turn's ``turn/started`` / ``item/started`` / ``item/completed`` lines, printed
-milliseconds apart, become one produce request and one fetch on Core's side instead of one
-each, while the binary is working on the same machine. A fact record never waits, and sends
-whatever waits ahead of it (docs/harnesses.md, Bench)."""
+Turn's end, not a refusal — may wait for the records behind it until the harness has printed
+nothing for ``hold_s`` (at most ``HOLD_MAX_S`` after the first), and they leave together: a
+Turn's ``turn/started`` / ``item/started`` / ``item/completed`` lines, printed milliseconds
+apart, become one produce request and one fetch on Core's side instead of one each, while the
+binary is working on the same machine. A fact record never waits, and sends whatever waits
+ahead of it (docs/harnesses.md, Bench)."""
 
 from __future__ import annotations
 
@@ -25,10 +26,15 @@ from shared.settings import Settings
 
 log = get_logger(__name__)
 
-# How long a record without a fact may wait for the ones behind it (live Runtimes): longer than a
-# short Turn (an instant model's Turn prints its lines over ~25–35 ms), so such a Turn's records
-# leave as one produce request, read with one fetch (docs/harnesses.md, Bench).
+# How long the harness may be quiet before records without a fact leave (live Runtimes): longer
+# than the pauses inside a short Turn (an instant model's Turn prints its lines over ~25–35 ms),
+# so such a Turn's records leave as one produce request, read with one fetch. The wait restarts
+# with each record: a line printed after a Turn's end (Claude Code's ``command_lifecycle``
+# ``completed``) leaves with the next Turn's lines if that Turn follows within ``HOLD_S``, not
+# alone in the middle of it. ``HOLD_MAX_S`` bounds the wait of the first record
+# (docs/harnesses.md, Bench).
 HOLD_S = 0.05
+HOLD_MAX_S = 0.2
 
 
 def runtime_producer(settings: Settings, runtime_id: str) -> AIOKafkaProducer:
@@ -88,14 +94,16 @@ class ObservationOutbox:
                     self.queue.task_done()
 
     async def _next(self) -> list[dict[str, Any]]:
-        """The next record, and (``hold_s``) the ones that follow it within ``hold_s`` until one
-        carries a fact; each stamped ``observed_at`` as it is taken from the queue."""
+        """The next record, and (``hold_s``) the ones that follow it, each within ``hold_s`` of
+        the one before and all within ``HOLD_MAX_S`` of the first, until one carries a fact;
+        each stamped ``observed_at`` as it is taken from the queue."""
         batch = [_stamped(await self.queue.get())]
         if self.hold_s <= 0:
             return batch
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.hold_s
-        while not _carries_fact(batch[-1]) and (left := deadline - loop.time()) > 0:
+        cap = loop.time() + max(self.hold_s, HOLD_MAX_S)
+        while not _carries_fact(batch[-1]) and (
+                left := min(self.hold_s, cap - loop.time())) > 0:
             try:
                 batch.append(_stamped(await asyncio.wait_for(self.queue.get(), left)))
             except TimeoutError:

@@ -150,3 +150,38 @@ async def test_the_default_hold_sends_a_short_claude_turn_as_one_go() -> None:
                                       "result"]
     times = [t for t, _ in p.sent]
     assert times[-1] - times[0] < 0.005  # one go, when the result arrived (~26 ms in)
+
+
+async def test_a_line_after_a_turns_end_waits_for_the_next_turn_not_alone_in_its_middle() -> None:
+    """Claude Code prints ``command_lifecycle`` ``completed`` just after a Turn's ``result``.
+    When the next Turn follows within the hold, that line leaves with the next Turn's records
+    when its ``result`` arrives: the wait restarts with each record. (With a wait counted from
+    the first record it left alone 50 ms after the ``result``, in the middle of the next Turn,
+    a produce request and a fetch while the binary worked.)"""
+    from services.runtime.outbox import HOLD_S
+
+    p = Producer()
+    outbox = ObservationOutbox(p, "obs", hold_s=HOLD_S)  # type: ignore[arg-type]
+    turn = [(0.030, [claude("command_lifecycle", state="queued")]),
+            (0.013, [claude("system", subtype="init")]),
+            (0.013, [claude("result", subtype="success")])]
+    await run(outbox, [(0, [claude("command_lifecycle", state="completed")]), *turn])
+    assert [m for _, m in p.sent] == ["command_lifecycle", "command_lifecycle", "system",
+                                      "result"]
+    times = [t for t, _ in p.sent]
+    assert times[-1] - times[0] < 0.005  # one go, with the next Turn's result (~56 ms in)
+
+
+async def test_records_that_keep_coming_wait_at_most_the_cap() -> None:
+    """A harness printing a line every 30 ms (under the 50 ms quiet gap) without a fact: the
+    first record still leaves ``HOLD_MAX_S`` after it was taken, with those behind it."""
+    from services.runtime.outbox import HOLD_MAX_S, HOLD_S
+
+    p = Producer()
+    outbox = ObservationOutbox(p, "obs", hold_s=HOLD_S)  # type: ignore[arg-type]
+    t0 = asyncio.get_running_loop().time()
+    await run(outbox, [(0 if i == 0 else 0.03, [claude("system", subtype="status")])
+                       for i in range(12)])
+    first = p.sent[0][0] - t0
+    assert HOLD_MAX_S <= first < HOLD_MAX_S + 0.04
+    assert len(p.sent) == 12
