@@ -16,42 +16,14 @@ from __future__ import annotations
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pymongo import MongoClient
 
-from deploy.local.stack import StackError, free_port, install_ferretdb
-from tests.support.localstack import running
+from tests.support.localstack import Store
 
 pytestmark = pytest.mark.integration
-
-
-class Store:
-    def __init__(self, binary: Path, root: Path) -> None:
-        self.binary, self.root = binary, root
-        self.data = root / "data"
-        self.port = free_port()
-
-    def run(self) -> Any:
-        cmd = [str(self.binary), "-listen", f"127.0.0.1:{self.port}",
-               "-sqlite-dir", str(self.data), "-log-level", "warn"]
-        return running(cmd, self.root / f"ferretdb-{uuid.uuid4().hex[:6]}.log", self.port,
-                       timeout_s=60)
-
-    def client(self) -> MongoClient[dict[str, Any]]:
-        return MongoClient(f"mongodb://127.0.0.1:{self.port}/", serverSelectionTimeoutMS=10_000)
-
-
-@pytest.fixture()
-def store(tmp_path: Path) -> Iterator[Store]:
-    try:
-        binary = install_ferretdb()
-    except StackError as exc:
-        pytest.skip(str(exc))
-    yield Store(binary, tmp_path)
 
 
 def find_plan(db: Any, coll: str, key: str) -> list[str]:

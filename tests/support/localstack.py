@@ -14,8 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pymongo import MongoClient
 
-from deploy.local.stack import StackError, free_ports, java_bin, kafka_home
+from deploy.local.stack import (
+    StackError,
+    free_port,
+    free_ports,
+    install_ferretdb,
+    java_bin,
+    kafka_home,
+)
 from deploy.local.stack.base import kafka_cluster_id, listening
 from shared.kafka import assigned_consumer, decode, ensure_topics, make_broker, publish
 from shared.settings import Settings
@@ -117,3 +125,33 @@ async def every_kind_of_client(settings: Settings) -> None:
                 seen.extend(decode(r.value) for recs in got.values() for r in recs)
         finally:
             await tail.stop()
+
+
+class Store:
+    """A FerretDB of a test's own (the binary the local stack builds) on a free port, its
+    SQLite files under ``root/data``; ``extra``: more flags of the wrapper
+    (deploy/local/ferretdb/main.go). ``run()`` starts it for a ``with`` block."""
+
+    def __init__(self, binary: Path, root: Path) -> None:
+        self.binary, self.root = binary, root
+        self.data = root / "data"
+        self.port = free_port()
+        self.extra: list[str] = []
+
+    def run(self) -> Any:
+        cmd = [str(self.binary), "-listen", f"127.0.0.1:{self.port}",
+               "-sqlite-dir", str(self.data), "-log-level", "warn", *self.extra]
+        return running(cmd, self.root / f"ferretdb-{uuid.uuid4().hex[:6]}.log", self.port,
+                       timeout_s=60)
+
+    def client(self) -> MongoClient[dict[str, Any]]:
+        return MongoClient(f"mongodb://127.0.0.1:{self.port}/", serverSelectionTimeoutMS=10_000)
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Iterator[Store]:
+    try:
+        binary = install_ferretdb()
+    except StackError as exc:
+        pytest.skip(str(exc))
+    yield Store(binary, tmp_path)

@@ -50,6 +50,11 @@ func main() {
 	backend := flag.String("backend", "sqlite", "FerretDB handler: sqlite or postgresql")
 	pgURL := flag.String("postgresql-url", "",
 		"PostgreSQL connection URL for -backend postgresql (postgres://user@host:port/db)")
+	ckptEvery := flag.Duration("checkpoint-interval", time.Second,
+		"how often to checkpoint each database's WAL from a connection of the wrapper's own, off "+
+			"FerretDB's commit path (checkpoint.go); 0 leaves it to SQLite's automatic checkpoints")
+	truncateAt := flag.Int64("wal-truncate-at", 256<<20,
+		"WAL size in bytes past which the wrapper's checkpoint also empties the WAL (checkpoint.go)")
 	idEvery := flag.Duration("id-index-interval", 200*time.Millisecond,
 		"how often to give new collections the _id index FerretDB's lookups can use (idindex.go,"+
 			" pgindex.go); 0 turns it off")
@@ -83,6 +88,9 @@ func main() {
 		}
 		cfg.Handler = "sqlite"
 		cfg.SQLiteURL = "file:" + abs + "/?_pragma=synchronous(" + *syncMode + ")"
+		if *ckptEvery > 0 {
+			cfg.SQLiteURL += "&_pragma=wal_autocheckpoint(0)"
+		}
 		where = abs
 	case "postgresql":
 		u, err := postgresURL(*pgURL)
@@ -107,6 +115,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	if *ckptEvery > 0 && *backend == "sqlite" {
+		go newCheckpointer(abs, *truncateAt, logger).run(ctx, *ckptEvery)
+	}
 	if *idEvery > 0 {
 		if *backend == "sqlite" {
 			go newIDIndexer(abs, logger).run(ctx, *idEvery)

@@ -1,0 +1,129 @@
+package main
+
+// WAL checkpoints off the commit path.
+//
+// In WAL mode SQLite copies the WAL back into the database file in a checkpoint, which fsyncs
+// the WAL and then the database file. By default the connection whose commit takes the WAL past
+// 1 000 pages runs it (wal_autocheckpoint), inside the write FerretDB is answering: on this
+// project's 2-core VMs, whose one disk the broker writes to as well, an fsync usually takes
+// ~0.4 ms but 0.1–1 s a few times a minute, and one insert in a few thousand waited that long
+// (0.4–5.5 s, docs/local-stack.md) — the stalls the growth benchmark kept meeting.
+//
+// So FerretDB's connections run with wal_autocheckpoint(0) (main.go), and this goroutine runs a
+// PASSIVE checkpoint from a connection of its own, every interval, on each database whose WAL
+// changed since its last one. A PASSIVE checkpoint waits for no reader and no writer: commits go
+// on appending to the WAL while it copies, and SQLite restarts the WAL from its beginning at the
+// first commit after a complete checkpoint. Nothing about durability changes: with
+// synchronous=NORMAL a commit was never fsynced (only checkpoints were), and the checkpoint is
+// SQLite's own, so a crash at any point leaves the database as consistent as before.
+//
+// What it costs: SQLite starts the WAL over only when a write begins after a complete
+// checkpoint, and under a steady stream of writes one always commits while a background
+// checkpoint syncs, so the WAL file keeps growing (readers do not pay for it: they look up only
+// the frames after the last checkpoint). Once it passes truncateAt (-wal-truncate-at, 256 MiB),
+// the checkpoint is followed by a
+// TRUNCATE one, which waits for the writer of the moment, copies the few frames committed since
+// the last PASSIVE one and empties the file — holding writers back for that copy and its syncs,
+// once per truncateAt of writes instead of once per 1 000 pages.
+
+import (
+	"context"
+	"database/sql"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+type checkpointer struct {
+	dir        string
+	truncateAt int64 // the WAL size past which a checkpoint also empties the WAL (see above)
+	logger     *slog.Logger
+	done       map[string]fileStamp // each file's WAL as it was at its last checkpoint
+}
+
+func newCheckpointer(dir string, truncateAt int64, logger *slog.Logger) *checkpointer {
+	return &checkpointer{dir: dir, truncateAt: truncateAt, logger: logger,
+		done: map[string]fileStamp{}}
+}
+
+// run checkpoints every interval until ctx ends.
+func (c *checkpointer) run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.sweep(ctx)
+	}
+}
+
+func (c *checkpointer) sweep(ctx context.Context) {
+	entries, err := os.ReadDir(c.dir)
+	if err != nil {
+		c.logger.Warn("checkpoint: read dir", "err", err)
+		return
+	}
+	present := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".sqlite") {
+			continue
+		}
+		present[name] = true
+		path := filepath.Join(c.dir, name)
+		wi, err := os.Stat(path + "-wal")
+		if err != nil || wi.Size() == 0 {
+			continue
+		}
+		// a checkpoint writes the WAL-index, not the WAL: the stamp moves only with commits
+		st := fileStamp{walMod: wi.ModTime(), wal: wi.Size()}
+		if c.done[name] == st {
+			continue
+		}
+		if err := c.checkpoint(ctx, path, wi.Size() >= c.truncateAt); err != nil {
+			c.logger.Warn("checkpoint", "file", name, "err", err) // tried again next interval
+			continue
+		}
+		c.done[name] = st
+	}
+	for name := range c.done {
+		if !present[name] {
+			delete(c.done, name)
+		}
+	}
+}
+
+// checkpoint runs a PASSIVE checkpoint on one database file and, with truncate, then a
+// TRUNCATE one (it waits up to 10 s for the writer of the moment).
+func (c *checkpointer) checkpoint(ctx context.Context, path string, truncate bool) error {
+	// mode=rw: never create a file FerretDB has just dropped
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=rw&_pragma=busy_timeout(10000)")
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	modes := []string{"PASSIVE"}
+	if truncate {
+		modes = append(modes, "TRUNCATE")
+	}
+	for _, mode := range modes {
+		start := time.Now()
+		var busy, frames, copied int
+		err = db.QueryRowContext(ctx, "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &frames,
+			&copied)
+		if err != nil {
+			return err
+		}
+		if took := time.Since(start); took > 100*time.Millisecond || mode != "PASSIVE" {
+			c.logger.Info("checkpoint", "mode", mode, "file", filepath.Base(path), "took", took,
+				"frames", frames, "copied", copied, "busy", busy)
+		}
+	}
+	return nil
+}
