@@ -25,6 +25,11 @@ package main
 // TRUNCATE one, which waits for the writer of the moment, copies the few frames committed since
 // the last PASSIVE one and empties the file — holding writers back for that copy and its syncs,
 // once per truncateAt of writes instead of once per 1 000 pages.
+//
+// Like the _id indexer's (idindex.go), the checkpoint's connection is open for milliseconds at a
+// time; a database dropped and created again under the same name within those milliseconds is
+// not provided for (SQLite's last connection to the dropped file removes its WAL by name). The
+// product never drops a database, and tests and benchmarks never reuse a name.
 
 import (
 	"context"
