@@ -113,7 +113,9 @@ func (x *idIndexer) sweep(ctx context.Context) {
 // indexFile creates the missing exact-expression indexes in one database file.
 func (x *idIndexer) indexFile(ctx context.Context, path string) error {
 	// mode=rw: never create a file FerretDB has just dropped
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=rw&_pragma=busy_timeout(10000)")
+	// no automatic checkpoint in its commit: checkpoints are checkpoint.go's
+	db, err := sql.Open("sqlite",
+		"file:"+path+"?mode=rw&_pragma=busy_timeout(10000)&_pragma=wal_autocheckpoint(0)")
 	if err != nil {
 		return err
 	}
