@@ -1,10 +1,11 @@
-"""The local store checkpoints its WAL off the commit path (deploy/local/ferretdb/checkpoint.go).
+"""The local store can checkpoint its WAL off the commit path (deploy/local/ferretdb/checkpoint.go).
 
 SQLite's automatic checkpoint runs inside the commit that takes the WAL past 1 000 pages and
 fsyncs the WAL and the database file there; on a disk the broker writes to as well an fsync now
 and then takes 0.1–1 s, and that insert waited as long (docs/local-stack.md). The wrapper turns
 the automatic checkpoint off on FerretDB's connections and checkpoints from a connection of its
-own every ``-checkpoint-interval``, emptying the WAL once it passes ``-wal-truncate-at``.
+own every ``-checkpoint-interval`` (opt-in; 0, the default, keeps SQLite's), emptying the WAL
+once it passes ``-wal-truncate-at``.
 
 Each test starts its own FerretDB (the binary the local stack builds) and reads the database
 file and its WAL from the outside: what was committed lives in the WAL until a checkpoint copies
@@ -73,3 +74,13 @@ def test_the_wrapper_checkpoints_and_empties_a_large_wal(store: Store) -> None:
         assert wait_for(lambda: sizes(store.data, dbname)[1] == 0), sizes(store.data, dbname)
         with store.client() as c:  # and every document is still there
             assert c[dbname]["items"].count_documents({}) == 100
+
+
+def test_by_default_sqlite_checkpoints_in_the_commit(store: Store) -> None:
+    """The wrapper's checkpoints are opt-in: without the flag, SQLite's automatic checkpoint has
+    copied the first 4 MB into the database file by the time the inserts are answered."""
+    dbname = f"ck{uuid.uuid4().hex[:8]}"
+    with store.run():
+        write_6mb(store, dbname)
+        db, wal = sizes(store.data, dbname)
+    assert db >= 3 * MB, (db, wal)

@@ -50,9 +50,10 @@ func main() {
 	backend := flag.String("backend", "sqlite", "FerretDB handler: sqlite or postgresql")
 	pgURL := flag.String("postgresql-url", "",
 		"PostgreSQL connection URL for -backend postgresql (postgres://user@host:port/db)")
-	ckptEvery := flag.Duration("checkpoint-interval", time.Second,
+	ckptEvery := flag.Duration("checkpoint-interval", 0,
 		"how often to checkpoint each database's WAL from a connection of the wrapper's own, off "+
-			"FerretDB's commit path (checkpoint.go); 0 leaves it to SQLite's automatic checkpoints")
+			"FerretDB's commit path (checkpoint.go; e.g. 1s); 0, the default, leaves it to "+
+			"SQLite's automatic checkpoints")
 	truncateAt := flag.Int64("wal-truncate-at", 256<<20,
 		"WAL size in bytes past which the wrapper's checkpoint also empties the WAL (checkpoint.go)")
 	idEvery := flag.Duration("id-index-interval", 200*time.Millisecond,
