@@ -215,16 +215,20 @@ async def warm_broker(infra: Infra, rounds: int) -> float:
     return statistics.median(trips[-100:])
 
 
+def warm(infra: Infra, rounds: int) -> None:
+    """``warm_broker``, and a progress line with its figure."""
+    trip = asyncio.run(warm_broker(infra, rounds))
+    progress(f"  broker warmed: {rounds} round trips, the last 100's median "
+             f"{trip * 1000:.2f} ms")
+
+
 def measure(run_: Run, infra: Infra, quick: bool, *, case: str, harness: str, bare: Side,
             runtime: Side, what: str) -> None:
     """The overhead case for one harness: the same number of Turns on the bare binary and
     through the Runtime, paired, against one scripted model server; the medians' ratio is the
     figure."""
     turns, warm_up = (6, 3) if quick else (TURNS, WARM_UP_PAIRS)
-    rounds = 300 if quick else BROKER_WARM_UP
-    trip = asyncio.run(warm_broker(infra, rounds))
-    progress(f"  broker warmed: {rounds} round trips, the last 100's median "
-             f"{trip * 1000:.2f} ms")
+    warm(infra, 300 if quick else BROKER_WARM_UP)
     with model_server_process() as url:
         progress(f"  bare {harness} and the Runtime (--engine real) over Kafka: {turns} paired "
                  f"Turns after {warm_up} unmeasured pairs")

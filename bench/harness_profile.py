@@ -172,9 +172,7 @@ def main() -> None:
     infra = Infra(os.environ["KAFKA_BOOTSTRAP_SERVERS"], os.environ["MONGODB_URI"], "external")
     sides = {"codex": (ho.bare_codex, ho.runtime_codex),
              "claude": (hoc.bare_claude, hoc.runtime_claude)}[harness]
-    trip = asyncio.run(ho.warm_broker(infra, ho.BROKER_WARM_UP))  # as case 5 does
-    print(f"broker warmed: {ho.BROKER_WARM_UP} round trips, the last 100's median "
-          f"{trip * 1000:.2f} ms")
+    ho.warm(infra, ho.BROKER_WARM_UP)  # as case 5 does
     with ho.model_server_process() as url:
         b, r = asyncio.run(paired(url, infra, *sides, turns))
     print(f"{turns} paired Turns: bare median {statistics.median(b) * 1000:.1f} ms, "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,10 +41,10 @@ def sizes(data: Path, dbname: str) -> tuple[int, int]:
     return db.stat().st_size, (wal.stat().st_size if wal.exists() else 0)
 
 
-def wait_for(check: object, timeout_s: float = 15.0) -> bool:
+def wait_for(check: Callable[[], bool], timeout_s: float = 15.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
+        if check():
             return True
         time.sleep(0.2)
     return False

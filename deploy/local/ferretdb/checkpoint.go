@@ -44,20 +44,28 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 )
 
 type checkpointer struct {
-	dir        string
 	truncateAt int64 // the WAL size past which a checkpoint also empties the WAL (see above)
 	logger     *slog.Logger
-	done       map[string]fileStamp // each file's WAL as it was at its last checkpoint
+	files      *sqliteFiles // stamped by their WAL only
 }
 
 func newCheckpointer(dir string, truncateAt int64, logger *slog.Logger) *checkpointer {
-	return &checkpointer{dir: dir, truncateAt: truncateAt, logger: logger,
-		done: map[string]fileStamp{}}
+	return &checkpointer{truncateAt: truncateAt, logger: logger,
+		files: newSQLiteFiles(dir, "checkpoint", logger, walStamp)}
+}
+
+// walStamp: a checkpoint writes the WAL-index, not the WAL, so this stamp moves only with
+// commits; an absent or empty WAL needs no checkpoint.
+func walStamp(path string) (fileStamp, bool) {
+	wi, err := os.Stat(path + "-wal")
+	if err != nil || wi.Size() == 0 {
+		return fileStamp{}, false
+	}
+	return fileStamp{walMod: wi.ModTime(), wal: wi.Size()}, true
 }
 
 // run checkpoints every interval until ctx ends.
@@ -75,39 +83,9 @@ func (c *checkpointer) run(ctx context.Context, interval time.Duration) {
 }
 
 func (c *checkpointer) sweep(ctx context.Context) {
-	entries, err := os.ReadDir(c.dir)
-	if err != nil {
-		c.logger.Warn("checkpoint: read dir", "err", err)
-		return
-	}
-	present := make(map[string]bool, len(entries))
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".sqlite") {
-			continue
-		}
-		present[name] = true
-		path := filepath.Join(c.dir, name)
-		wi, err := os.Stat(path + "-wal")
-		if err != nil || wi.Size() == 0 {
-			continue
-		}
-		// a checkpoint writes the WAL-index, not the WAL: the stamp moves only with commits
-		st := fileStamp{walMod: wi.ModTime(), wal: wi.Size()}
-		if c.done[name] == st {
-			continue
-		}
-		if err := c.checkpoint(ctx, path, wi.Size() >= c.truncateAt); err != nil {
-			c.logger.Warn("checkpoint", "file", name, "err", err) // tried again next interval
-			continue
-		}
-		c.done[name] = st
-	}
-	for name := range c.done {
-		if !present[name] {
-			delete(c.done, name)
-		}
-	}
+	c.files.sweep(func(path string, st fileStamp) error {
+		return c.checkpoint(ctx, path, st.wal >= c.truncateAt)
+	})
 }
 
 // quickCopy: a PASSIVE checkpoint that copied everything within this long is followed, when

@@ -30,7 +30,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	_ "modernc.org/sqlite" // the driver FerretDB itself uses ("sqlite")
@@ -38,19 +37,13 @@ import (
 
 const idIndexSuffix = "_sc_id_path"
 
-type fileStamp struct {
-	mod, walMod time.Time
-	size, wal   int64
-}
-
 type idIndexer struct {
-	dir    string
 	logger *slog.Logger
-	seen   map[string]fileStamp
+	files  *sqliteFiles
 }
 
 func newIDIndexer(dir string, logger *slog.Logger) *idIndexer {
-	return &idIndexer{dir: dir, logger: logger, seen: map[string]fileStamp{}}
+	return &idIndexer{logger: logger, files: newSQLiteFiles(dir, "id index", logger, stampOf)}
 }
 
 func stampOf(path string) (fileStamp, bool) {
@@ -80,34 +73,7 @@ func (x *idIndexer) run(ctx context.Context, interval time.Duration) {
 }
 
 func (x *idIndexer) sweep(ctx context.Context) {
-	entries, err := os.ReadDir(x.dir)
-	if err != nil {
-		x.logger.Warn("id index: read dir", "err", err)
-		return
-	}
-	present := make(map[string]bool, len(entries))
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".sqlite") {
-			continue
-		}
-		present[name] = true
-		path := filepath.Join(x.dir, name)
-		st, ok := stampOf(path)
-		if !ok || x.seen[name] == st {
-			continue
-		}
-		if err := x.indexFile(ctx, path); err != nil {
-			x.logger.Warn("id index", "file", name, "err", err) // retried next sweep
-			continue
-		}
-		x.seen[name] = st
-	}
-	for name := range x.seen {
-		if !present[name] {
-			delete(x.seen, name)
-		}
-	}
+	x.files.sweep(func(path string, _ fileStamp) error { return x.indexFile(ctx, path) })
 }
 
 // indexFile creates the missing exact-expression indexes in one database file.
