@@ -172,6 +172,38 @@ async def test_garbage_fails_the_turn_and_the_session_runs_again(
         await h.stop()
 
 
+async def test_a_restart_while_the_failed_process_is_reaped_keeps_the_new_process(
+        model: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next delivery may start a new process before the failed one is reaped (a loaded
+    machine): the reaping must not cancel the new process's reader or close its bridge."""
+    reaped = asyncio.Event()
+    wait = asyncio.subprocess.Process.wait
+
+    async def slow_wait(proc: asyncio.subprocess.Process) -> int:
+        code = await wait(proc)
+        await asyncio.sleep(1.0)  # the reaping is still under way when turn_2 arrives
+        reaped.set()
+        return code
+
+    monkeypatch.setattr(asyncio.subprocess.Process, "wait", slow_wait)
+    fake = tmp_path / "fake-claude"
+    mark = tmp_path / "started-once"
+    # the first process fails at once; the second only once the first has been reaped
+    fake.write_text(f"#!/bin/sh\nread line\nif [ -e {mark} ]; then sleep 2; fi\n"
+                    f"touch {mark}\necho 'this is not json'\nexec sleep 30\n")
+    fake.chmod(0o755)
+    h, sink = await live(model, tmp_path, binary=str(fake))
+    try:
+        await h.handle(start("session_e", "turn_1", t("hi")))
+        await sink.wait(lambda r: r.get("refusal") is not None, 30)
+        assert not reaped.is_set()
+        await h.handle(start("session_e", "turn_2", t("again")))
+        await sink.wait(lambda r: r.get("refusal") is not None and r["turn_id"] == "turn_2", 15)
+        assert reaped.is_set() and h.bad_lines == 2 and h.restarts == 2
+    finally:
+        await h.stop()
+
+
 async def test_no_image_capability_refuses_images(model: ModelServer, tmp_path: Path) -> None:
     h, sink = await live(model, tmp_path, images=False)
     try:

@@ -194,7 +194,19 @@ class ClaudeLive:
                  pid=s.proc.pid)
 
     async def _kill(self, s: Session) -> None:
+        # Everything of this process is taken off the Session before the first await: a
+        # delivery handled while the process is reaped may start the next one, whose reader,
+        # bridge and waiters this must not touch.
         proc, s.proc = s.proc, None
+        reader, s.reader = s.reader, None
+        bridge, s.bridge = s.bridge, None
+        waiters, s.waiters = s.waiters, {}
+        for fut in waiters.values():
+            if not fut.done():
+                fut.cancel()
+        s.printed.set()  # releases an interrupt grace still waiting for this process
+        if bridge is not None:
+            bridge.close()
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
@@ -202,19 +214,10 @@ class ClaudeLive:
                 await asyncio.wait_for(proc.wait(), 5)
         if proc is not None and proc.stdin is not None:
             proc.stdin.close()
-        if s.reader is not None and s.reader is not asyncio.current_task():
-            s.reader.cancel()
+        if reader is not None and reader is not asyncio.current_task():
+            reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await s.reader
-        s.reader = None
-        if s.bridge is not None:
-            s.bridge.close()
-            s.bridge = None
-        for fut in s.waiters.values():
-            if not fut.done():
-                fut.cancel()
-        s.waiters.clear()
-        s.printed.set()  # releases an interrupt grace still waiting for this process
+                await reader
 
     async def _write(self, s: Session, record: Json) -> None:
         assert s.proc is not None and s.proc.stdin is not None
