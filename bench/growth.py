@@ -142,6 +142,7 @@ async def _phase(name: str, target: Target, collector: Collector, rate: float, s
     progress(f"  {name}: p50 {lat.p50:.1f} ms p99 {lat.p99:.1f} ms max {lat.max:.0f} ms "
              f"(n={len(lat.samples_ms)}, lost {lat.lost}, failed {lat.errors}; p99 with "
              f"failures at their failure time {p99_all(lat):.0f} ms)")
+    progress(f"    seconds with a request over 250 ms: {lat.slow_seconds(250)}")
     probes.end(name)
     return lat
 

@@ -153,6 +153,9 @@ class Latency:
     offered_rate: float
     errors: int
     failed_ms: list[float] = field(default_factory=list)  # time until a non-2xx answer
+    # (seconds from the loop's start to the request's due time, latency ms), in send order:
+    # where in the phase the slow requests were (a stall, a warm-up, a steady queue)
+    series: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def with_failures(self) -> list[float]:
@@ -170,6 +173,16 @@ class Latency:
     @property
     def max(self) -> float:
         return max(self.samples_ms, default=float("nan"))
+
+    def slow_seconds(self, over_ms: float) -> str:
+        """The seconds of the loop (from its start, by due time) holding a request slower
+        than ``over_ms``: ``"7s: 12 (max 640 ms)"`` per second, or ``"none"``."""
+        per: dict[int, list[float]] = {}
+        for at, ms in self.series:
+            if ms > over_ms:
+                per.setdefault(int(at), []).append(ms)
+        return ", ".join(f"{s}s: {len(v)} (max {max(v):.0f} ms)"
+                         for s, v in sorted(per.items())) or "none"
 
 
 class RawHttp:
@@ -279,7 +292,9 @@ async def open_loop(target: Target, collector: Collector, *, rate: float, durati
     samples = [(collector.arrived[n] - t) * 1000 for n, t in sends.items()
                if n in collector.arrived]
     lost = sum(1 for n in sends if n not in collector.arrived)
-    return Latency(samples, lost, rate, errors, failed)
+    series = [(t - start, (collector.arrived[n] - t) * 1000) for n, t in sends.items()
+              if n in collector.arrived]
+    return Latency(samples, lost, rate, errors, failed, series)
 
 
 # ------------------------------------------------------------------------------------------
