@@ -204,7 +204,7 @@ async def _run(infra: Infra, quick: bool, rate: float) -> dict[str, Latency]:
     port = free_port()
     settings = infra.settings(tag)
     per = 10
-    seconds = 6.0 if quick else 20.0
+    seconds = float(os.environ.get("BENCH_GROWTH_SECONDS") or (6.0 if quick else 20.0))
     await prepare_topics(infra, tag)
     server = start_server("product", "bench.serve_product", ["--timings"] if TIMINGS else [],
                           infra.env(tag, SESSION_CORE_HTTP_PORT=str(port)), LOGS / "product.log")
