@@ -48,7 +48,7 @@ log = get_logger(__name__)
 Doc = dict[str, Any]
 Write = Callable[[dict[str, Doc]], Awaitable[None]]
 RETRY_S = 0.5  # after a failed write (the store away): the states stay, newer ones supersede
-PER_ROUND = 256  # Sessions written per round (several commands of SESSIONS_PER_UPDATE)
+PER_ROUND = 32  # Sessions written per round (one command of SESSIONS_PER_UPDATE)
 PACE = 3.0  # rest after a round, as a multiple of the round's duration, while more is dirty
 
 

@@ -40,12 +40,16 @@ func main() {
 	certFile := flag.String("tls-cert-file", "", "server certificate (PEM) for -listen-tls")
 	keyFile := flag.String("tls-key-file", "", "its private key (PEM)")
 	caFile := flag.String("tls-ca-file", "", "CA (PEM) whose client certificates are required")
-	// WAL with synchronous=NORMAL is SQLite's own advice for WAL databases: a commit is
-	// durable once it is in the WAL file, which survives a crash (kill -9) of this process or of
-	// any client; only an operating-system crash or power loss can lose the last commits (as
-	// Kafka's default flush policy can). FULL fsyncs every statement, and FerretDB v1 runs every
-	// statement of a bulk write as its own transaction: ~1 ms each (docs/local-stack.md).
-	syncMode := flag.String("sqlite-synchronous", "normal",
+	// synchronous=OFF, the local stack's durability: a commit is in the WAL file (the OS page
+	// cache) when FerretDB answers, which survives a crash (kill -9) of this process or of any
+	// client; an operating-system crash or power loss can lose the last commits or, unlike
+	// NORMAL, damage the database file (local data only: Kafka's default flush policy leaves
+	// flushing to the OS too; production runs MongoDB). NORMAL fsyncs at every checkpoint,
+	// which SQLite runs inside the commit that fills the WAL past 1 000 pages: on these VMs'
+	// shared disk an fsync takes 0.1-1 s a few times a minute, and the insert FerretDB is
+	// answering waits for it (measured: docs/local-stack.md). FULL fsyncs every statement, and
+	// FerretDB v1 runs every statement of a bulk write as its own transaction: ~1 ms each.
+	syncMode := flag.String("sqlite-synchronous", "off",
 		"SQLite synchronous pragma for every connection: off, normal, full or extra")
 	backend := flag.String("backend", "sqlite", "FerretDB handler: sqlite or postgresql")
 	pgURL := flag.String("postgresql-url", "",

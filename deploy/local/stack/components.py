@@ -214,7 +214,7 @@ def ferretdb_component(opts: Options) -> Component:
         data.mkdir(parents=True, exist_ok=True)
         cmd += ["-sqlite-dir", str(data)]
         sync = os.environ.get("SESSION_CORE_SQLITE_SYNCHRONOUS")
-        if sync:  # off | normal (the wrapper's default) | full | extra (docs/local-stack.md)
+        if sync:  # off (the wrapper's default) | normal | full | extra (docs/local-stack.md)
             cmd += ["-sqlite-synchronous", sync]
         what = "SQLite"
     return Component(
