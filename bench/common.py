@@ -88,10 +88,15 @@ class Result:
     notes: str = ""
     ratio: float | None = None  # default: value / baseline
     failed: int | None = None  # failed requests behind the figure (a target needs 0)
+    # why the ratio does not measure what the target is about (e.g. its baseline phase
+    # stalled): the verdict is INVALID, never met
+    invalid: str = ""
 
     def __post_init__(self) -> None:
         if self.ratio is None and self.value is not None and self.baseline:
             self.ratio = self.value / self.baseline
+        if self.invalid:
+            self.notes = f"INVALID: {self.invalid}; {self.notes}"
 
     @property
     def verdict(self) -> str:
@@ -101,6 +106,8 @@ class Result:
             return "info"
         if self.failed:
             return "MISSED"
+        if self.invalid:
+            return "INVALID"
         op, _, num = self.target.partition(" ")
         bound = float(num)
         ok = self.ratio >= bound if op == ">=" else self.ratio <= bound

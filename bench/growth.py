@@ -260,6 +260,19 @@ def _port(uri: str) -> int:
     return urlsplit(uri).port or 27017
 
 
+STALL_MS = 250.0  # a request this slow in the small phase: the denominator stalled
+
+
+def stalled(small: Latency, size: int) -> str:
+    """Why a growth ratio over this small phase is not valid: a request in it took over
+    ``STALL_MS`` (a disk or broker stall, a queue) — its p99 then measures the stall, and the
+    ratio flatters every larger phase. Empty when the small phase ran clean."""
+    if not any(ms > STALL_MS for _, ms in small.series):
+        return ""
+    return (f"the {size:,}-Item phase (the baseline) held requests over {STALL_MS:g} ms, at "
+            f"{small.slow_seconds(STALL_MS)}")
+
+
 def p99_all(lat: Latency) -> float:
     """p99 over successes and failures (a failure counts at the time its 504 came back — a
     lower bound of its latency); +inf when nothing came back at all."""
@@ -285,6 +298,6 @@ def run(run_: Run, infra: Infra, quick: bool = False, rate: float | None = None)
                 f"failed={b.errors} lost={b.lost} p50(ok) {b.p50:.1f}; small: "
                 f"ok={len(s.samples_ms)} failed={s.errors} lost={s.lost} p50(ok) {s.p50:.1f}; "
                 f"journal and Sessions grown alike; store bulk-loaded directly",
-                failed=b.errors + b.lost + s.errors + s.lost))
+                failed=b.errors + b.lost + s.errors + s.lost, invalid=stalled(s, small)))
     plot_latencies(BENCH_DIR / "growth_latency.png", f"HTTP → Item latency at {r:.0f}/s",
                    {k: v.samples_ms for k, v in lat.items()})
