@@ -26,6 +26,7 @@ from shared.settings import get_settings
 
 TIMINGS: dict[str, list[float]] = {}
 REPORTS = itertools.count(1)  # report_timings numbers its reports
+LAG_TASKS: set[asyncio.Task[None]] = set()  # watch_loop_lag (held: a task needs a reference)
 
 
 def _timed(owner: Any, name: str, label: str) -> None:
@@ -65,7 +66,8 @@ def install_timings() -> None:
 def report_timings() -> None:
     """Print the timings gathered since the last report, then start afresh (SIGUSR1 asks for
     one: the growth case asks at each phase's start and end)."""
-    lines = [f"timings report {next(REPORTS)}: wall time per awaited step (count, total s, "
+    lines = [f"timings report {next(REPORTS)} at {time.time():.3f}: wall time per awaited "
+             "step (count, total s, "
              "mean ms, max ms):"]
     for label, ts in sorted(TIMINGS.items()):
         lines.append(f"  {label:42s} {len(ts):6d} {sum(ts):9.2f} {1000 * sum(ts) / len(ts):9.2f}"
@@ -88,6 +90,8 @@ async def serve(timings: bool = False) -> None:
         await admission.start()
         if timings:
             asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, report_timings)
+        if os.environ.get("BENCH_LOOP_LAG"):
+            LAG_TASKS.add(asyncio.create_task(watch_loop_lag()))
 
     async def stop() -> None:
         await admission.stop()
@@ -115,6 +119,19 @@ def log_gc_pauses() -> None:
                   f"objects={len(gc.get_objects())}", file=sys.stderr, flush=True)
 
     gc.callbacks.append(callback)
+
+
+async def watch_loop_lag(threshold_ms: float = 50.0) -> None:
+    """With ``BENCH_LOOP_LAG=1``: every time the event loop wakes a 10 ms sleep more than
+    ``threshold_ms`` late (something held the loop: a long synchronous step, a collection),
+    ``LOOPLAG <epoch s> <late ms>`` on stderr (the server's log)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        before = loop.time()
+        await asyncio.sleep(0.01)
+        late = (loop.time() - before - 0.01) * 1000
+        if late > threshold_ms:
+            print(f"LOOPLAG {time.time():.3f} {late:.0f}", file=sys.stderr, flush=True)
 
 
 def main() -> None:
