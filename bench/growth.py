@@ -129,6 +129,9 @@ class Filler:
             await write()
 
 
+STALL_MS = 250.0  # a request this slow: a stall (in the small phase, the denominator stalled)
+
+
 async def _phase(name: str, target: Target, collector: Collector, rate: float, seconds: float,
                  sessions: list[str], probes: Probes) -> Latency:
     rng = random.Random(name)
@@ -142,7 +145,7 @@ async def _phase(name: str, target: Target, collector: Collector, rate: float, s
     progress(f"  {name}: p50 {lat.p50:.1f} ms p99 {lat.p99:.1f} ms max {lat.max:.0f} ms "
              f"(n={len(lat.samples_ms)}, lost {lat.lost}, failed {lat.errors}; p99 with "
              f"failures at their failure time {p99_all(lat):.0f} ms)")
-    progress(f"    seconds with a request over 250 ms: {lat.slow_seconds(250)}")
+    progress(f"    seconds with a request over {STALL_MS:g} ms: {lat.slow_seconds(STALL_MS)}")
     probes.end(name)
     return lat
 
@@ -258,9 +261,6 @@ def _port(uri: str) -> int:
     from urllib.parse import urlsplit
 
     return urlsplit(uri).port or 27017
-
-
-STALL_MS = 250.0  # a request this slow in the small phase: the denominator stalled
 
 
 def stalled(small: Latency, size: int) -> str:

@@ -289,12 +289,10 @@ async def open_loop(target: Target, collector: Collector, *, rate: float, durati
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and any(n not in collector.arrived for n in sends):  # noqa: ASYNC110
         await asyncio.sleep(0.1)
-    samples = [(collector.arrived[n] - t) * 1000 for n, t in sends.items()
-               if n in collector.arrived]
-    lost = sum(1 for n in sends if n not in collector.arrived)
     series = [(t - start, (collector.arrived[n] - t) * 1000) for n, t in sends.items()
               if n in collector.arrived]
-    return Latency(samples, lost, rate, errors, failed, series)
+    lost = len(sends) - len(series)
+    return Latency([ms for _, ms in series], lost, rate, errors, failed, series)
 
 
 # ------------------------------------------------------------------------------------------

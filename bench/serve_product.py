@@ -66,9 +66,8 @@ def install_timings() -> None:
 def report_timings() -> None:
     """Print the timings gathered since the last report, then start afresh (SIGUSR1 asks for
     one: the growth case asks at each phase's start and end)."""
-    lines = [f"timings report {next(REPORTS)} at {time.time():.3f}: wall time per awaited "
-             "step (count, total s, "
-             "mean ms, max ms):"]
+    lines = [f"timings report {next(REPORTS)} at {time.time():.3f}: wall time per awaited step "
+             "(count, total s, mean ms, max ms):"]
     for label, ts in sorted(TIMINGS.items()):
         lines.append(f"  {label:42s} {len(ts):6d} {sum(ts):9.2f} {1000 * sum(ts) / len(ts):9.2f}"
                      f" {1000 * max(ts):9.1f}")

@@ -91,6 +91,13 @@ func main() {
 			logger.Error("create sqlite dir", "err", err)
 			os.Exit(1)
 		}
+		switch *syncMode { // SQLite takes an unknown value silently as another level
+		case "off", "normal", "full", "extra":
+		default:
+			logger.Error("-sqlite-synchronous: expected off, normal, full or extra",
+				"got", *syncMode)
+			os.Exit(2)
+		}
 		cfg.Handler = "sqlite"
 		cfg.SQLiteURL = "file:" + abs + "/?_pragma=synchronous(" + *syncMode + ")"
 		if *ckptEvery > 0 {

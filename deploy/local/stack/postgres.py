@@ -23,9 +23,9 @@ from .processes import State
 BACKENDS = ("sqlite", "postgresql")
 DATABASE = "ferretdb"
 ROLE = "ferretdb"
-# the analogue of the SQLite backend's synchronous=NORMAL: a commit returns before its WAL is
-# flushed; a crash of PostgreSQL or of any client loses nothing written (the WAL is in the OS),
-# an operating-system crash can lose the last ~0.6 s (3 x wal_writer_delay). docs/local-stack.md
+# As the SQLite backend (synchronous=OFF): a commit returns before its WAL is flushed; a crash
+# of PostgreSQL or of any client loses nothing written (the WAL is in the OS), an
+# operating-system crash can lose the last ~0.6 s (3 x wal_writer_delay). docs/local-stack.md
 SYNC_ENV = "SESSION_CORE_PG_SYNCHRONOUS_COMMIT"
 
 
