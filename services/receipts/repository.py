@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from typing import Protocol
 
-from pymongo import ASCENDING, DeleteOne
+from pymongo import DeleteOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
 
@@ -22,6 +22,8 @@ from shared.domain.receipts import Expected
 from shared.store import Doc, find_by_ids
 
 DUPLICATE_KEY = 11000
+# declared by earlier versions on ``pending_receipts``; no query ever used them
+UNUSED_INDEXES = ("pending_session", "pending_deadline")
 
 
 def _duplicates(exc: BulkWriteError) -> list[int]:
@@ -72,10 +74,14 @@ class ReceiptRepository:
         self.db = db
 
     async def ensure_indexes(self) -> None:
-        await self.db.pending_receipts.create_index([("session_id", ASCENDING)],
-                                                    name="pending_session")
-        await self.db.pending_receipts.create_index([("deadline", ASCENDING)],
-                                                    name="pending_deadline")
+        """Every query here is an ``_id`` equality or a whole-collection read, so the tracker
+        declares no index of its own: a secondary index would only cost each insert and delete
+        (on FerretDB v1, a b-tree write per index, and it serves no query there either).
+        Indexes older versions declared are dropped."""
+        held = [i["name"] async for i in await self.db.pending_receipts.list_indexes()]
+        for name in UNUSED_INDEXES:
+            if name in held:
+                await self.db.pending_receipts.drop_index(name)
 
     # ---- pending calls --------------------------------------------------------------------
     async def pending(self) -> list[Doc]:

@@ -146,15 +146,17 @@ class BatchWriter:
                 out.merge(one)
         # Durable now (Items and journal): hand the Items (by id, in sequence order) and the
         # inputs to deliver to the producer without awaiting each (the idempotent producer keeps
-        # the send order per partition, so per Session); meanwhile write what derives from the
-        # journal (calls, verdicts, idempotency, Sessions), which a retry's answer and the next
-        # batch read; then the answers; then await every ack before the offsets are committed.
-        sent = [await self._send(self.topics.session_items,
-                                 item_record(item, out.tenants[item["session_id"]]),
-                                 item["session_id"]) for item in out.items]
-        sent += [await self._send(self.topics.session_stored, records.stored_record(stored),
-                                  stored["session_id"]) for stored in out.stored]
-        await self.repo.apply_rest(out.rest, defer=True)
+        # the send order per partition, so per Session) — a task of its own, so that this
+        # CPU work overlaps the store's work on what derives from the journal (calls, verdicts,
+        # idempotency, Sessions), which a retry's answer and the next batch read; then the
+        # answers; then await every ack before the offsets are committed.
+        handing = asyncio.create_task(self._hand_over(out), name="storage-hand-over")
+        try:
+            await self.repo.apply_rest(out.rest, defer=True)
+        except BaseException:
+            handing.cancel()  # the batch is retried from the start: its Items go again
+            raise
+        sent = await handing
         for reply in out.replies:
             reply = await load_reply_items(self.repo, reply)
             sent.append(await self._send(self.topics.storage_replies,
@@ -163,6 +165,15 @@ class BatchWriter:
         await asyncio.gather(*sent)
         if inputs:
             log.debug("storage.batch", records=len(inputs), items=len(out.items))
+
+    async def _hand_over(self, out: Outputs) -> list[Awaitable[Any]]:
+        """The batch's Items and stored inputs handed to the producer, in order; their acks."""
+        sent = [await self._send(self.topics.session_items,
+                                 item_record(item, out.tenants[item["session_id"]]),
+                                 item["session_id"]) for item in out.items]
+        sent += [await self._send(self.topics.session_stored, records.stored_record(stored),
+                                  stored["session_id"]) for stored in out.stored]
+        return sent
 
     async def _probe(self, held: list[tuple[tuple[Any, int], list[Any]]]) -> None:
         """Look up the first record (standing for any input) of each just-assigned partition:

@@ -22,6 +22,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
+	_ "net/http/pprof" // served only with -pprof-listen
 	"net/url"
 	"os"
 	"os/signal"
@@ -63,6 +65,8 @@ func main() {
 	idEvery := flag.Duration("id-index-interval", 200*time.Millisecond,
 		"how often to give new collections the _id index FerretDB's lookups can use (idindex.go,"+
 			" pgindex.go); 0 turns it off")
+	pprofAt := flag.String("pprof-listen", "",
+		"address to serve Go's /debug/pprof on, for profiling the store (empty: off)")
 	flag.Parse()
 
 	var lvl slog.Level
@@ -70,7 +74,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bad -log-level: %v\n", err)
 		os.Exit(2)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	logger := slog.New(lazyAttrs{inner: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})})
 
 	cfg := &ferretdb.Config{
 		Listener: ferretdb.ListenerConfig{
@@ -127,6 +131,13 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	if *pprofAt != "" {
+		go func() {
+			if err := http.ListenAndServe(*pprofAt, nil); err != nil {
+				logger.Error("pprof listener", "err", err)
+			}
+		}()
+	}
 	if *ckptEvery > 0 && *backend == "sqlite" {
 		go newCheckpointer(abs, *truncateAt, logger).run(ctx, *ckptEvery)
 	}

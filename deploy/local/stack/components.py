@@ -217,6 +217,9 @@ def ferretdb_component(opts: Options) -> Component:
         if sync:  # off (the wrapper's default) | normal | full | extra (docs/local-stack.md)
             cmd += ["-sqlite-synchronous", sync]
         what = "SQLite"
+    pprof = os.environ.get("SESSION_CORE_FERRETDB_PPROF")
+    if pprof:  # host:port for Go's /debug/pprof (docs/local-stack.md, profiling the store)
+        cmd += ["-pprof-listen", pprof]
     return Component(
         name="ferretdb", kind="infra", cmd=cmd,
         env={}, ready=probes.mongo_ready("127.0.0.1", opts.mongo_port), ready_timeout=60,
