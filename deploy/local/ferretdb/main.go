@@ -103,7 +103,12 @@ func main() {
 			os.Exit(2)
 		}
 		cfg.Handler = "sqlite"
-		cfg.SQLiteURL = "file:" + abs + "/?_pragma=synchronous(" + *syncMode + ")"
+		// temp_store(memory): SQLite's statement journals (each multi-row INSERT of a bulk write
+		// keeps one, to undo that statement alone) in memory instead of temporary files. They
+		// only ever serve a rollback inside a live transaction, so nothing of durability
+		// changes; in the receipts bench the store's disk writes fell from ~556 to ~115 MB.
+		cfg.SQLiteURL = "file:" + abs + "/?_pragma=synchronous(" + *syncMode + ")" +
+			"&_pragma=temp_store(memory)"
 		if *ckptEvery > 0 {
 			cfg.SQLiteURL += "&_pragma=wal_autocheckpoint(0)"
 		}
