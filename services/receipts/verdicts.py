@@ -35,6 +35,11 @@ SETTLE_MAX = 200  # calls per background delete: the claims queued behind it wai
 # the store's time goes to turning them into Items (docs/receipts.md, "The deadline path").
 SETTLE_QUIET_S = 1.0
 SETTLE_BACKLOG = 10_000  # also what a stop may have to delete (~3 s)
+# After each delete the next waits SETTLE_PACE times as long as that one took (not while
+# draining): the deletes take at most 1 / (1 + SETTLE_PACE) of the store's time, and storage,
+# still turning the last verdicts into Items when they begin, the rest (storage's Session
+# writer is paced the same way). A backlog only waits longer; the records stay correct.
+SETTLE_PACE = 3.0
 
 Key = tuple[str, str]  # (session_id, call_id)
 SendFacts = Callable[[list[Doc]], Awaitable[None]]
@@ -134,15 +139,21 @@ class Verdicts:
                 await asyncio.wait_for(self.settle_now.wait(), min(rest, 0.1))
 
     async def _settle_queued(self) -> None:
+        loop = asyncio.get_running_loop()
         while self.to_settle:
             await self._quiet()
             ids, self.to_settle = self.to_settle[:SETTLE_MAX], self.to_settle[SETTLE_MAX:]
+            began = loop.time()
             try:
                 await self.store.settle(ids)
             except asyncio.CancelledError:
                 raise
             except Exception:  # the records stay: a restarted tracker finds the claims
                 log.warning("receipts.settle_failed", calls=len(ids), exc_info=True)
+            if self.to_settle and not self.settle_now.is_set():
+                with contextlib.suppress(TimeoutError):  # paced; a drain cuts the rest short
+                    await asyncio.wait_for(self.settle_now.wait(),
+                                           (loop.time() - began) * SETTLE_PACE)
 
     def _decided(self, key: Key, step: Publish, published: float, log_it: bool) -> None:
         sid, cid = key

@@ -149,3 +149,47 @@ def test_a_settle_backlog_or_a_drain_deletes_without_waiting(
         assert store.settles == [["s1/a", "s1/b"], ["s1/c"]]
 
     asyncio.run(scenario())
+
+
+class TimedSettle(MemoryReceiptStore):
+    """A store whose every delete takes ``took`` seconds; records when each one began."""
+
+    def __init__(self, took: float) -> None:
+        super().__init__()
+        self.took = took
+        self.began: list[float] = []
+        self.second = asyncio.Event()  # set when the second delete begins
+
+    async def settle(self, ids: list[str]) -> None:
+        self.began.append(asyncio.get_running_loop().time())
+        if len(self.began) == 2:
+            self.second.set()
+        await asyncio.sleep(self.took)
+        await super().settle(ids)
+
+
+def test_settling_deletes_are_paced_and_a_drain_skips_the_rest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After each delete the next waits SETTLE_PACE times as long as it took, so the deletes
+    leave most of the store's time to storage (docs/receipts.md); a drain does not wait."""
+    monkeypatch.setattr(verdicts, "SETTLE_QUIET_S", 0.0)
+    monkeypatch.setattr(verdicts, "SETTLE_MAX", 1)
+    monkeypatch.setattr(verdicts, "SETTLE_PACE", 20.0)
+    store, facts = TimedSettle(took=0.02), Facts()
+    t = tracker(store, facts, Clock(200.0))
+    for n, cid in enumerate("abcd"):
+        t._track(expected(cid), 100.0 + n)
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        assert await t.fire_due(103.0) == 4  # one verdict batch: four calls to settle
+        await asyncio.wait_for(store.second.wait(), 3.0)
+        gap = store.began[1] - store.began[0]
+        assert gap >= 0.02 * 21 - 0.01, gap  # the delete, then 20× its time at rest
+        started = loop.time()
+        await asyncio.wait_for(t.drain(), 2.0)
+        # the rest of the second delete cut short, and none between the last two (≥ 0.4 s each)
+        assert loop.time() - started < 0.3
+
+    asyncio.run(scenario())
+    assert len(store.began) == 4 and store.pending_receipts == {}
