@@ -72,7 +72,12 @@ def test_the_wrapper_checkpoints_and_empties_a_large_wal(store: Store) -> None:
         write_6mb(store, dbname)
         assert wait_for(lambda: sizes(store.data, dbname)[0] >= 5 * MB), \
             sizes(store.data, dbname)
-        assert wait_for(lambda: sizes(store.data, dbname)[1] == 0), sizes(store.data, dbname)
+        # emptied: without a TRUNCATE checkpoint SQLite never shrinks the WAL file (it stays at
+        # its ~6 MB high-water mark); once emptied, a later small write — the wrapper's own
+        # `_id` index on the new collection (idindex.go), if its sweep comes after the
+        # checkpoint — may add a few frames, so "emptied" is "far below 6 MB", not "0 bytes"
+        assert wait_for(lambda: sizes(store.data, dbname)[1] < 1 * MB), \
+            sizes(store.data, dbname)
         with store.client() as c:  # and every document is still there
             assert c[dbname]["items"].count_documents({}) == 100
 
