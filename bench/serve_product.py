@@ -51,16 +51,14 @@ def install_timings() -> None:
     the services are not changed)."""
     from services.admission import core as admission_core
     from services.storage import app as storage_app
+    from services.storage.handler import StorageHandler
     from services.storage.repository import StorageRepository
 
     for n in ("journal", "journaled", "sessions", "roll_forward", "idempotency", "calls",
               "commit", "apply_rest", "apply", "_advance_sessions"):
         _timed(StorageRepository, n, f"storage.repo.{n}")
     _timed(StorageService, "on_batch", "storage.on_batch")
-    from services.storage.handler import StorageHandler
-    for n in ("handle",):
-        if hasattr(StorageHandler, n):
-            _timed(StorageHandler, n, f"storage.handler.{n}")
+    _timed(StorageHandler, "handle", "storage.handler.handle")
     _timed(storage_app, "publish", "storage.publish (each)")
     _timed(admission_core.Admission, "add_event", "admission.add_event (whole)")
     _timed(admission_core.Admission, "_hand_over", "admission._hand_over (publish+wait)")

@@ -19,6 +19,7 @@ from shared.domain.deadlines import DeadlineQueue
 from shared.domain.receipts import REASON_TIMEOUT, CallRecord, Log, Publish, State
 from shared.logging import get_logger
 from shared.metrics import RECEIPT_VERDICT_SECONDS, RECEIPT_VERDICTS
+from shared.pacing import rest_after
 from shared.store import Doc
 from shared.storekeys import call_key
 
@@ -150,10 +151,8 @@ class Verdicts:
                 raise
             except Exception:  # the records stay: a restarted tracker finds the claims
                 log.warning("receipts.settle_failed", calls=len(ids), exc_info=True)
-            if self.to_settle and not self.settle_now.is_set():
-                with contextlib.suppress(TimeoutError):  # paced; a drain cuts the rest short
-                    await asyncio.wait_for(self.settle_now.wait(),
-                                           (loop.time() - began) * SETTLE_PACE)
+            if self.to_settle:  # paced; a drain cuts the rest short
+                await rest_after(began, SETTLE_PACE, self.settle_now)
 
     def _decided(self, key: Key, step: Publish, published: float, log_it: bool) -> None:
         sid, cid = key

@@ -43,6 +43,7 @@ from typing import Any
 from shared.domain.sessions import SessionState
 from shared.logging import get_logger
 from shared.metrics import STORAGE_SESSIONS_BEHIND
+from shared.pacing import rest_after
 
 log = get_logger(__name__)
 Doc = dict[str, Any]
@@ -161,8 +162,6 @@ class SessionWriter:
                 except Exception:
                     await asyncio.sleep(RETRY_S)
                     continue
-                if self.dirty and not self._hurry.is_set():
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._hurry.wait(),
-                                               (loop.time() - began) * PACE)
+                if self.dirty:
+                    await rest_after(began, PACE, self._hurry)
             self._idle.set()
