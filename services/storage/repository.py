@@ -4,6 +4,7 @@ a crash is harmless; Session documents only move forward (version guard)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -75,6 +76,13 @@ class StorageRepository:
         self.db = db
         self.inline_max = inline_image_max
         self.chunk_bytes = chunk_bytes
+        # This replica's writes take turns, first come first served: one write command of it
+        # in the store at a time. SQLite (FerretDB's embedded backend) admits one writer; the
+        # others poll with sleeps of up to 100 ms (SQLite's default busy handler), so a batch's
+        # commit behind the Session writer's updates lost whole sleep quanta, and a run of small
+        # update transactions could keep winning the lock from it (docs/storage.md, "Writes
+        # take turns"). A batch's commit takes one turn, the Session writer one per command.
+        self.turn = asyncio.Lock()
         # every Session document write goes through it (services/storage/sessionwriter.py)
         self.session_writer = SessionWriter(self._advance_sessions)
 
@@ -135,8 +143,9 @@ class StorageRepository:
 
     async def skipped(self, source_keys: dict[str, str]) -> None:
         """Tombstones of dead-lettered records (source key → session id)."""
-        await insert_ignoring_duplicates(self.db.journal, [
-            _journal_row(self.tombstone(k, sid)) for k, sid in source_keys.items()])
+        async with self.turn:
+            await insert_ignoring_duplicates(self.db.journal, [
+                _journal_row(self.tombstone(k, sid)) for k, sid in source_keys.items()])
 
     async def journaled(self, source_keys: Iterable[str]) -> set[str]:
         """Which of these records are in the journal, decided or as a tombstone."""
@@ -150,16 +159,17 @@ class StorageRepository:
         found and removed by ``roll_forward`` — never a journal entry that nothing points to.
         What follows (``apply_rest``: calls, verdicts, idempotency, Sessions) is derived from
         the journal and may lag behind it: ``roll_forward`` and replays finish it."""
-        await insert_ignoring_duplicates(self.db.image_chunks, _dedupe(chunks))
-        items = _item_docs(journal_docs)
-        taken = await insert_in_order(self.db.items, items)
-        if taken:
-            held = await find_by_ids(self.db.items, [d["_id"] for d in taken])
-            other = [d["_id"] for d in taken
-                     if held.get(d["_id"], {}).get("source_key") != d["source_key"]]
-            if other:
-                raise StaleDecision(f"Items already held by other decisions: {other[:5]}")
-        taken = await insert_in_order(self.db.journal, [_journal_row(j) for j in journal_docs])
+        async with self.turn:  # one turn for the whole commit point
+            await insert_ignoring_duplicates(self.db.image_chunks, _dedupe(chunks))
+            taken = await insert_in_order(self.db.items, _item_docs(journal_docs))
+            if taken:
+                held = await find_by_ids(self.db.items, [d["_id"] for d in taken])
+                other = [d["_id"] for d in taken
+                         if held.get(d["_id"], {}).get("source_key") != d["source_key"]]
+                if other:
+                    raise StaleDecision(f"Items already held by other decisions: {other[:5]}")
+            taken = await insert_in_order(self.db.journal,
+                                          [_journal_row(j) for j in journal_docs])
         # a tombstone may be there already: the record decided nothing before, either
         tombstones = {j["_id"] for j in journal_docs if j.get("tombstone")}
         taken = [d for d in taken if d["_id"] not in tombstones]
@@ -176,7 +186,8 @@ class StorageRepository:
         await self.apply_rest(journal_docs, stored)
 
     async def _insert_items(self, journal_docs: list[Doc]) -> None:
-        await insert_ignoring_duplicates(self.db.items, _item_docs(journal_docs))
+        async with self.turn:
+            await insert_ignoring_duplicates(self.db.items, _item_docs(journal_docs))
 
     async def roll_forward(self, states: dict[str, SessionState], session_ids: Iterable[str]
                            ) -> dict[str, SessionState]:
@@ -219,7 +230,8 @@ class StorageRepository:
             j = await self.journal([journal_key_of(doc["source_key"])])
             if any(itemstore.holds(p, sid, seq) for p in j.values()):
                 return  # decided and journaled: not an orphan (cannot follow one; stop)
-            await self.db.items.delete_one({"_id": doc["_id"]})
+            async with self.turn:
+                await self.db.items.delete_one({"_id": doc["_id"]})
             seq += 1
 
     async def apply_rest(self, journal_docs: list[Doc], stored: dict[str, int] | None = None,
@@ -248,10 +260,11 @@ class StorageRepository:
                 if not j["items"] or j["state"]["version"] == 1:
                     urgent.add(j["session_id"])
         # in commands of SESSIONS_PER_UPDATE statements, as the Sessions (FerretDB's pool)
-        for i in range(0, len(call_ops), SESSIONS_PER_UPDATE):
-            await self.db.calls.bulk_write(call_ops[i:i + SESSIONS_PER_UPDATE], ordered=True)
-        await insert_ignoring_duplicates(self.db.idempotency, idem)
-        await insert_ignoring_duplicates(self.db.applications, _dedupe(verdicts))
+        async with self.turn:
+            for i in range(0, len(call_ops), SESSIONS_PER_UPDATE):
+                await self.db.calls.bulk_write(call_ops[i:i + SESSIONS_PER_UPDATE], ordered=True)
+            await insert_ignoring_duplicates(self.db.idempotency, idem)
+            await insert_ignoring_duplicates(self.db.applications, _dedupe(verdicts))
         newer = {sid: st for sid, st in latest.items()
                  if stored is None or st["version"] > stored.get(sid, -1)}
         if defer:
@@ -275,7 +288,8 @@ class StorageRepository:
         ops = [UpdateOne({"_id": sid}, {"$set": pack({k: v for k, v in st.items() if k != "_id"})},
                          upsert=True) for sid, st in states.items()]
         for i in range(0, len(ops), SESSIONS_PER_UPDATE):
-            await self.db.sessions.bulk_write(ops[i:i + SESSIONS_PER_UPDATE], ordered=False)
+            async with self.turn:  # per command: a batch's commit waits for one at most
+                await self.db.sessions.bulk_write(ops[i:i + SESSIONS_PER_UPDATE], ordered=False)
 
     # ---- image rehydration for published / read Items ------------------------------
     async def rehydrate(self, items: list[Doc]) -> list[Doc]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pymongo.errors import DuplicateKeyError
 
 from tests.support.localstack import Store
 
@@ -117,8 +118,10 @@ def test_the_index_survives_a_restart_and_is_made_once(store: Store) -> None:
     with sqlite3.connect(f"file:{store.data / (dbname + '.sqlite')}?mode=ro", uri=True) as con:
         sqls = [r[0] for r in con.execute(
             "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ?", (table,))]
-    exact = [s for s in sqls if "'$._id'" in s]
-    assert len(exact) == 1, sqls
+    # one _id index, FerretDB's own name, unique, on the expression the statements use
+    assert len([s for s in sqls if "_id" in s.split(" ON ")[1]]) == 1, sqls
+    assert f'CREATE UNIQUE INDEX "{table}__id_" ON "{table}" (_ferretdb_sjson->\'$._id\')' \
+        in sqls, sqls
     with store.run():
         client = store.client()
         try:
@@ -126,5 +129,49 @@ def test_the_index_survives_a_restart_and_is_made_once(store: Store) -> None:
             # FerretDB still lists only its own indexes (ours is not in its metadata)
             names = [ix["name"] for ix in client[dbname]["c"].list_indexes()]
             assert names == ["_id_"], names
+            # the rebuilt index still enforces _id uniqueness
+            with pytest.raises(DuplicateKeyError):
+                client[dbname]["c"].insert_one({"_id": "a"})
+        finally:
+            client.close()
+
+
+def _ids_indexes(data: Path, dbname: str, table: str) -> list[str]:
+    with sqlite3.connect(f"file:{data / (dbname + '.sqlite')}?mode=ro", uri=True) as con:
+        return sorted(r[0] for r in con.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ?", (table,)))
+
+
+def test_a_data_directory_of_an_older_wrapper_is_brought_to_one_id_index(store: Store) -> None:
+    """Earlier wrappers kept FerretDB's ``->"_id"`` index and added ``<table>_sc_id_path``: two
+    random-key b-trees per write. A start over such a directory leaves one."""
+    dbname = f"idx_{uuid.uuid4().hex[:8]}"
+    with store.run():
+        client = store.client()
+        try:
+            db = client[dbname]
+            db["c"].insert_many([{"_id": f"k{i}"} for i in range(100)])
+            assert indexed(wait_indexed(db, "c", "k1"))
+        finally:
+            client.close()
+    table = table_of(store.data, dbname, "c")
+    with sqlite3.connect(str(store.data / (dbname + ".sqlite"))) as con:  # the old layout
+        con.execute(f'DROP INDEX "{table}__id_"')
+        con.execute(f'CREATE UNIQUE INDEX "{table}__id_" ON "{table}" (_ferretdb_sjson->"_id")')
+        con.execute(f'CREATE INDEX "{table}_sc_id_path" ON "{table}" '
+                    "(_ferretdb_sjson->'$._id')")
+    assert len(_ids_indexes(store.data, dbname, table)) == 2
+    with store.run():
+        client = store.client()
+        try:
+            db = client[dbname]
+            assert indexed(wait_indexed(db, "c", "k2"))
+            deadline = time.monotonic() + 10
+            while len(_ids_indexes(store.data, dbname, table)) != 1:
+                assert time.monotonic() < deadline, _ids_indexes(store.data, dbname, table)
+                time.sleep(0.1)
+            assert db["c"].count_documents({}) == 100
+            with pytest.raises(DuplicateKeyError):
+                db["c"].insert_one({"_id": "k7"})
         finally:
             client.close()

@@ -7,21 +7,29 @@ package main
 //	SELECT _ferretdb_sjson FROM "<table>" WHERE _ferretdb_sjson->'$._id' = ?
 //
 // (UPDATE … WHERE and DELETE … WHERE … IN use the same expression), but the unique `_id_` index it
-// creates for every collection is on `_ferretdb_sjson->"_id"`. SQLite uses an expression index
-// only for the identical expression, so every one of those statements scanned the whole table:
-// lookups grew linearly with the collection.
+// creates for every collection ("<table>__id_") is on `_ferretdb_sjson->"_id"`. SQLite uses an
+// expression index only for the identical expression, so every one of those statements scanned
+// the whole table: lookups grew linearly with the collection.
 //
 // FerretDB has no hook for this in its embeddable API, and we do not patch its code, so this
 // wrapper does it from outside, against the same database files: every sweep it lists the
 // `*.sqlite` files in the data directory, and for each file that changed since its last look it
-// creates, for each collection in `_ferretdb_collections` that lacks it,
+// rebuilds, for each collection in `_ferretdb_collections` whose `_id_` index is not on the exact
+// expression yet, that index under its own name, in one transaction:
 //
-//	CREATE INDEX IF NOT EXISTS "<table>_sc_id_path" ON "<table>" (_ferretdb_sjson->'$._id')
+//	DROP INDEX "<table>__id_";
+//	CREATE UNIQUE INDEX "<table>__id_" ON "<table>" (_ferretdb_sjson->'$._id')
 //
-// Idempotent (IF NOT EXISTS; the file is skipped while it is unchanged), invisible to FerretDB's
-// listIndexes (not in its metadata), dropped with the table when FerretDB drops the collection or
-// the database. Uniqueness stays with FerretDB's own `_id_` index. A collection is indexed within
-// one sweep interval of its creation; until then lookups are correct, only slower.
+// Both expressions give the same value for every document (`->"_id"` is `->'$._id'`), so the
+// index enforces the same uniqueness (no writer sees the table without it: the swap is one
+// transaction) and FerretDB's metadata still names it; one `_id` index per table, not two — each
+// is a random-key b-tree every insert and every update writes. Idempotent (a rebuilt index is
+// recognised by its SQL; the file is skipped while it is unchanged), invisible to FerretDB's
+// listIndexes (same name, same key), dropped with the table when FerretDB drops the collection
+// or the database. A collection is rebuilt within one sweep interval of FerretDB creating its
+// `_id_` index (never before it exists: FerretDB creates it right after the table and would fail
+// on a name already taken); until then lookups are correct, only slower. Older data directories
+// also held a separate "<table>_sc_id_path" index on the exact expression: dropped in the swap.
 
 import (
 	"context"
@@ -35,7 +43,10 @@ import (
 	_ "modernc.org/sqlite" // the driver FerretDB itself uses ("sqlite")
 )
 
-const idIndexSuffix = "_sc_id_path"
+const (
+	ferretIDIndex = "__id_"       // FerretDB v1 names its _id index "<table>_" + "_id_"
+	oldIndex      = "_sc_id_path" // the separate exact-expression index of earlier wrappers
+)
 
 type idIndexer struct {
 	logger *slog.Logger
@@ -76,7 +87,7 @@ func (x *idIndexer) sweep(ctx context.Context) {
 	x.files.sweep(func(path string, _ fileStamp) error { return x.indexFile(ctx, path) })
 }
 
-// indexFile creates the missing exact-expression indexes in one database file.
+// indexFile puts the _id_ index of every collection in one database file on the exact expression.
 func (x *idIndexer) indexFile(ctx context.Context, path string) error {
 	// mode=rw: never create a file FerretDB has just dropped
 	// no automatic checkpoint in its commit: checkpoints are checkpoint.go's
@@ -97,10 +108,8 @@ func (x *idIndexer) indexFile(ctx context.Context, path string) error {
 	}
 	rows, err := db.QueryContext(ctx, `
 		SELECT c.table_name FROM _ferretdb_collections c
-		WHERE NOT EXISTS (SELECT 1 FROM sqlite_master m
-		                  WHERE m.type = 'index' AND m.name = c.table_name || ?)
-		  AND EXISTS (SELECT 1 FROM sqlite_master t
-		              WHERE t.type = 'table' AND t.name = c.table_name)`, idIndexSuffix)
+		JOIN sqlite_master m ON m.type = 'index' AND m.name = c.table_name || ?
+		WHERE instr(m.sql, '''$._id''') = 0`, ferretIDIndex)
 	if err != nil {
 		return err
 	}
@@ -119,13 +128,31 @@ func (x *idIndexer) indexFile(ctx context.Context, path string) error {
 	}
 	for _, t := range tables {
 		start := time.Now()
-		q := fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %q ON %q (_ferretdb_sjson->'$._id')`,
-			t+idIndexSuffix, t)
-		if _, err = db.ExecContext(ctx, q); err != nil {
+		if err = swapIDIndex(ctx, db, t); err != nil {
 			return fmt.Errorf("%s: %w", t, err)
 		}
-		x.logger.Info("id index created", "file", filepath.Base(path), "table", t,
-			"took", time.Since(start))
+		x.logger.Info("id index rebuilt on the exact expression", "file", filepath.Base(path),
+			"table", t, "took", time.Since(start))
 	}
 	return nil
+}
+
+// swapIDIndex replaces FerretDB's _id_ index of table t by a unique index on the expression its
+// statements use, in one transaction (the table is never without a unique _id index).
+func swapIDIndex(ctx context.Context, db *sql.DB, t string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	for _, q := range []string{
+		fmt.Sprintf(`DROP INDEX IF EXISTS %q`, t+oldIndex),
+		fmt.Sprintf(`DROP INDEX %q`, t+ferretIDIndex),
+		fmt.Sprintf(`CREATE UNIQUE INDEX %q ON %q (_ferretdb_sjson->'$._id')`, t+ferretIDIndex, t),
+	} {
+		if _, err = tx.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
