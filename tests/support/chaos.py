@@ -66,7 +66,7 @@ def make_row(fault: str, v: Verdict, down_s: float, recover_s: float | None,
         delivered=f"{v.delivered} ({len(v.undelivered)})",
         verdicts=f"{v.calls}: {states or 'none'}"
                  + (f" ({len(v.verdict_problems)} wrong)" if v.verdict_problems else "")
-                 + (f" ({len(v.excused)} late: the broker away)" if v.excused else ""),
+                 + (f" ({len(v.excused)} overdue: the broker away)" if v.excused else ""),
         turn_ends=f"{v.turns} / {v.turns_ended}"
                   + (f" ({len(v.turn_problems)} wrong)" if v.turn_problems else ""),
         allowed=", ".join(sorted(allowed)))

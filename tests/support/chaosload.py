@@ -34,7 +34,7 @@ import httpx
 from aiokafka import TopicPartition
 from PIL import Image
 
-from shared.domain.receipts import REASON_LATE
+from shared.domain.receipts import REASON_LATE, REASON_TIMEOUT
 from shared.kafka import assigned_consumer
 from shared.settings import Settings
 from shared.topics import topics_for
@@ -46,6 +46,7 @@ RETRY_BUDGET_S = 150.0  # per input: the client keeps retrying this long
 # own budget (storage's reply, 10 s), so a timeout here means no answer at all
 REQUEST_TIMEOUT_S = 30.0
 LATE_PREFIX = REASON_LATE.split("{")[0]  # "the native receipt arrived "
+TIMEOUT_PREFIX = REASON_TIMEOUT.split("{")[0]  # "no matching native receipt within "
 SETTLE_S = 90.0  # after the load: every Turn must end and every call get its verdict by then
 QUIET_S = 5.0  # … and no new Item for this long (a late hand-over starts a new Turn)
 REFUSAL_TURN_ENDED = "turn_ended"  # CONTRACT / docs/runtime-boundary.md: a steer after the end
@@ -403,8 +404,10 @@ class Verdict:
     calls: int = 0
     verdicts: Counter[str] = field(default_factory=Counter)  # application state → count
     verdict_problems: list[str] = field(default_factory=list)  # not exactly one, not applied
-    # (session index, call id) of each call ``uncertain`` because its receipt came after the
-    # window (receipts' REASON_LATE): ``excuse_late`` decides whether a fault explains it
+    # (session index, call id) of each call ``uncertain`` because its window ran out: its receipt
+    # came after the window (receipts' REASON_LATE), or none came in it (REASON_TIMEOUT: the
+    # tracker read the delivery overdue, or its timer fired first); ``excuse_late`` decides
+    # whether a fault explains it
     late: dict[str, tuple[int, str]] = field(default_factory=dict)  # its problem → the call
     excused: list[str] = field(default_factory=list)  # late verdicts a broker outage explains
     turns: int = 0
@@ -527,7 +530,7 @@ def _check_verdicts_and_turns(v: Verdict, run: SessionRun, items: list[Json]) ->
             problem = f"s{run.index}: call {cid} {got[0].get('state')}: {got[0].get('reason')}"
             v.verdict_problems.append(problem)
             if got[0].get("state") == "uncertain" and str(got[0].get("reason")).startswith(
-                    LATE_PREFIX):
+                    (LATE_PREFIX, TIMEOUT_PREFIX)):
                 v.late[problem] = (run.index, cid)
     turns: dict[str, list[Json]] = defaultdict(list)
     for it in items:
@@ -551,17 +554,25 @@ def excuse_late(v: Verdict, load: Load, away_from: float, back_at: float, window
     """A broker outage longer than the receipt window can hold a ``function_result`` delivery
     (appended just before the broker died, fetched by the Runtime only once it is back) or its
     receipt past the window: the spec's verdict is then ``uncertain`` (not confirmed within 10
-    s), not ``applied``. Such a verdict is moved from ``verdict_problems`` to ``excused`` when —
-    and only when — the call's result was acknowledged to the client within one window before
-    the broker went away, or while it was away (``time.monotonic()`` of this process); a late
-    receipt of any other call stays a problem."""
+    s), not ``applied`` — with the late-receipt reason when the tracker read the receipt before
+    deciding, with the timeout reason when it read the delivery already overdue (or its timer
+    fired before the receipt came). Such a verdict is moved from ``verdict_problems`` to
+    ``excused`` when — and only when — the call's result was acknowledged to the client within
+    one window before the broker went away, or while it was away (``time.monotonic()`` of this
+    process); an overdue verdict of any other call stays a problem, saying when its result was
+    acknowledged."""
     acked = {(i.session, i.call_id): i.acked_at for i in load.inputs
              if i.kind == "result" and i.call_id}
     for problem, (session, call_id) in v.late.items():
         at = acked.get((session, call_id))
+        v.verdict_problems.remove(problem)
         if at is not None and away_from - window_s <= at <= back_at:
-            v.verdict_problems.remove(problem)
             v.excused.append(problem)
+        else:  # say when, so a failure shows how far outside the outage it was
+            when = "never acknowledged" if at is None else (
+                f"result acknowledged {at - away_from:+.1f} s from the outage's start, "
+                f"{at - back_at:+.1f} s from the broker's return")
+            v.verdict_problems.append(f"{problem} ({when})")
 
 
 def check(load: Load, store: dict[str, list[Json]], topic: dict[str, list[Json]],

@@ -1,33 +1,44 @@
 """The chaos verifier's one allowance for a broker outage (``chaosload.excuse_late``): a call's
-``uncertain`` verdict for a receipt after the window is excused only when its result was
-acknowledged within one window before the broker went away, or while it was away."""
+``uncertain`` verdict because its window ran out — its receipt came after the window, or none came
+in it — is excused only when its result was acknowledged within one window before the broker went
+away, or while it was away."""
 
 from __future__ import annotations
 
-from shared.domain.receipts import REASON_LATE
+import pytest
+
+from shared.domain.receipts import REASON_LATE, REASON_RELEASED, REASON_TIMEOUT
 from tests.support.chaosload import Input, Load, Verdict, _check_verdicts_and_turns, excuse_late
 
+OVERDUE = [REASON_LATE.format(late=5.5, window=10),
+           # the tracker read the delivery already overdue (the Runtime got it only after the
+           # broker's return): decided by the clock, then the receipt came — chaos run 2026-12-02
+           REASON_TIMEOUT.format(window=10)]
 
-def _late_verdict(load: Load, acked_at: float, cid: str) -> Verdict:
+
+def _late_verdict(load: Load, acked_at: float, cid: str, reason: str) -> Verdict:
     run = load.runs[0]
     run.inputs.append(Input(0, "result", "f1", "idem", call_id=cid, acked_at=acked_at))
     items = [{"type": "function_call", "call_id": cid, "sequence": 1},
              {"type": "function_call_application", "call_id": cid, "sequence": 2,
-              "state": "uncertain", "reason": REASON_LATE.format(late=5.5, window=10)}]
+              "state": "uncertain", "reason": reason}]
     v = Verdict(sent=1, acked=1, retried=0, lost=[], duplicated=[], gaps=[])
     _check_verdicts_and_turns(v, run, items)
     return v
 
 
-def test_a_late_receipt_is_excused_only_around_the_outage() -> None:
+@pytest.mark.parametrize("reason", OVERDUE, ids=["late", "timeout"])
+def test_an_overdue_call_is_excused_only_around_the_outage(reason: str) -> None:
     away, back, window = 100.0, 115.0, 10.0
     for acked_at, excused in ((89.0, False), (90.0, True), (100.0, True), (115.0, True),
                               (115.5, False), (150.0, False)):
         load = Load("http://127.0.0.1:1", "key", "t")
-        v = _late_verdict(load, acked_at, "call_1")
+        v = _late_verdict(load, acked_at, "call_1", reason)
         assert len(v.verdict_problems) == 1  # without the allowance it is a problem
         excuse_late(v, load, away, back, window)
         assert (v.verdict_problems == [], len(v.excused)) == (excused, int(excused)), acked_at
+        if not excused:  # the problem says how far from the outage the result was acknowledged
+            assert "s from the broker's return" in v.verdict_problems[0]
 
 
 def test_an_uncertain_verdict_for_another_reason_is_never_excused() -> None:
@@ -36,7 +47,7 @@ def test_an_uncertain_verdict_for_another_reason_is_never_excused() -> None:
     run.inputs.append(Input(0, "result", "f1", "idem", call_id="c", acked_at=100.0))
     items = [{"type": "function_call", "call_id": "c", "sequence": 1},
              {"type": "function_call_application", "call_id": "c", "sequence": 2,
-              "state": "uncertain", "reason": "released without confirmation"}]
+              "state": "uncertain", "reason": REASON_RELEASED}]
     v = Verdict(sent=1, acked=1, retried=0, lost=[], duplicated=[], gaps=[])
     _check_verdicts_and_turns(v, run, items)
     excuse_late(v, load, 100.0, 115.0, 10.0)
