@@ -231,7 +231,8 @@ async def create_sessions(base_url: str, n: int) -> list[str]:
 
 
 async def run(bootstrap: str, mongo: str, calls: int, window: float, spread: float,
-              sessions: int, storage: bool = True) -> dict[str, Any]:
+              sessions: int, storage: bool = True, profile: str | None = None
+              ) -> dict[str, Any]:
     tag = f"benchrcpt{uuid.uuid4().hex[:8]}"
     infra = Infra(bootstrap, mongo, "external")
     settings: Settings = infra.settings(tag, receipt_window_s=window)
@@ -240,7 +241,8 @@ async def run(bootstrap: str, mongo: str, calls: int, window: float, spread: flo
     await create_topics(settings)
     port = free_port()
     product = start_server(
-        "product (admission + storage)", "bench.serve_product", ["--timings"],
+        "product (admission + storage)", "bench.serve_product",
+        ["--timings", *(["--profile", profile] if profile else [])],
         infra.env(tag, SESSION_CORE_HTTP_PORT=str(port), SESSION_CORE_LOG_LEVEL="WARNING"),
         LOGS / f"product-{tag}.log") if storage else None
     svc = ReceiptService(settings)
@@ -408,6 +410,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                     help="overdue calls sent first (their verdicts are not measured)")
     ap.add_argument("--no-storage", action="store_true",
                     help="profile the tracker alone: no storage, lateness at core.facts")
+    ap.add_argument("--profile", default=None, metavar="OUT",
+                    help="run storage (bench.serve_product) under pyinstrument; report to OUT")
     ap.add_argument("--produce", nargs=4, metavar=("BOOTSTRAP", "TOPIC", "FIRST", "COUNT"),
                     help=argparse.SUPPRESS)
     ap.add_argument("--sids", default=None, help=argparse.SUPPRESS)
@@ -422,7 +426,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     with infrastructure() as (bootstrap, mongo, kind):
         progress(f"stack: {kind} ({bootstrap}, {mongo})")
         result = asyncio.run(run(bootstrap, mongo, args.calls, args.window, args.spread,
-                                 args.sessions, storage=not args.no_storage))
+                                 args.sessions, storage=not args.no_storage,
+                                 profile=args.profile))
     result["stack"] = kind
     print(json.dumps(result))
     return result

@@ -5,6 +5,7 @@ go 1.24
 require (
 	github.com/FerretDB/FerretDB v1.24.2
 	github.com/jackc/pgx/v5 v5.7.5
+	modernc.org/libc v1.55.3
 	modernc.org/sqlite v1.32.0
 )
 
@@ -58,7 +59,6 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20250519155744-55703ea1f237 // indirect
 	google.golang.org/grpc v1.72.1 // indirect
 	google.golang.org/protobuf v1.36.6 // indirect
-	modernc.org/libc v1.55.3 // indirect
 	modernc.org/mathutil v1.6.0 // indirect
 	modernc.org/memory v1.8.0 // indirect
 )

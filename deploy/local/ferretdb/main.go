@@ -66,7 +66,10 @@ func main() {
 		"how often to give new collections the _id index FerretDB's lookups can use (idindex.go,"+
 			" pgindex.go); 0 turns it off")
 	pprofAt := flag.String("pprof-listen", "",
-		"address to serve Go's /debug/pprof on, for profiling the store (empty: off)")
+		"address to serve Go's /debug/pprof and /debug/vars on, for profiling the store (empty: off)")
+	flag.DurationVar(&busyPoll, "sqlite-busy-poll", busyPoll,
+		"first pause of the wrapper's SQLite busy handler (busy.go); 0 keeps SQLite's default "+
+			"handler (sleeps of 1-100 ms)")
 	flag.Parse()
 
 	var lvl slog.Level

@@ -216,6 +216,9 @@ def ferretdb_component(opts: Options) -> Component:
         sync = os.environ.get("SESSION_CORE_SQLITE_SYNCHRONOUS")
         if sync:  # off (the wrapper's default) | normal | full | extra (docs/local-stack.md)
             cmd += ["-sqlite-synchronous", sync]
+        poll = os.environ.get("SESSION_CORE_SQLITE_BUSY_POLL")
+        if poll:  # the wrapper's busy handler's first pause, e.g. 100us; 0 = SQLite's own
+            cmd += ["-sqlite-busy-poll", poll]
         what = "SQLite"
     pprof = os.environ.get("SESSION_CORE_FERRETDB_PPROF")
     if pprof:  # host:port for Go's /debug/pprof (docs/local-stack.md, profiling the store)
