@@ -34,7 +34,14 @@ import httpx
 from aiokafka import TopicPartition
 from PIL import Image
 
-from shared.domain.receipts import REASON_LATE, REASON_TIMEOUT
+from shared.domain.observations import CallOpened, classify_all
+from shared.domain.receipts import (
+    REASON_LATE,
+    REASON_TIMEOUT,
+    Confirmed,
+    expect,
+    match_observation,
+)
 from shared.kafka import assigned_consumer
 from shared.settings import Settings
 from shared.topics import topics_for
@@ -409,6 +416,9 @@ class Verdict:
     # tracker read the delivery overdue, or its timer fired first); ``excuse_late`` decides
     # whether a fault explains it
     late: dict[str, tuple[int, str]] = field(default_factory=dict)  # its problem → the call
+    # of those, the calls whose native receipt is on runtime.observations (``receipt_seen``):
+    # the harness did apply the result, only not within the window
+    applied_late: set[tuple[int, str]] = field(default_factory=set)
     excused: list[str] = field(default_factory=list)  # late verdicts a broker outage explains
     turns: int = 0
     turns_ended: int = 0
@@ -557,22 +567,26 @@ def excuse_late(v: Verdict, load: Load, away_from: float, back_at: float, window
     s), not ``applied`` — with the late-receipt reason when the tracker read the receipt before
     deciding, with the timeout reason when it read the delivery already overdue (or its timer
     fired before the receipt came). Such a verdict is moved from ``verdict_problems`` to
-    ``excused`` when — and only when — the call's result was acknowledged to the client within
-    one window before the broker went away, or while it was away (``time.monotonic()`` of this
-    process); an overdue verdict of any other call stays a problem, saying when its result was
-    acknowledged."""
+    ``excused`` when — and only when — the harness did apply the result (its native receipt is
+    on ``runtime.observations``: ``Verdict.applied_late``) and the result was acknowledged to the
+    client within one window before the broker went away, or while it was away
+    (``time.monotonic()`` of this process); an overdue verdict of any other call stays a
+    problem, saying why."""
     acked = {(i.session, i.call_id): i.acked_at for i in load.inputs
              if i.kind == "result" and i.call_id}
     for problem, (session, call_id) in v.late.items():
         at = acked.get((session, call_id))
         v.verdict_problems.remove(problem)
-        if at is not None and away_from - window_s <= at <= back_at:
+        applied = (session, call_id) in v.applied_late
+        if applied and at is not None and away_from - window_s <= at <= back_at:
             v.excused.append(problem)
-        else:  # say when, so a failure shows how far outside the outage it was
-            when = "never acknowledged" if at is None else (
-                f"result acknowledged {at - away_from:+.1f} s from the outage's start, "
-                f"{at - back_at:+.1f} s from the broker's return")
-            v.verdict_problems.append(f"{problem} ({when})")
+            continue
+        # say why, so a failure shows how far outside the outage it was
+        when = "never acknowledged" if at is None else (
+            f"result acknowledged {at - away_from:+.1f} s from the outage's start, "
+            f"{at - back_at:+.1f} s from the broker's return")
+        seen = "" if applied else "; no native receipt of it on runtime.observations"
+        v.verdict_problems.append(f"{problem} ({when}{seen})")
 
 
 def check(load: Load, store: dict[str, list[Json]], topic: dict[str, list[Json]],
@@ -644,7 +658,50 @@ def check(load: Load, store: dict[str, list[Json]], topic: dict[str, list[Json]]
             _check_deliveries(v, run, deliveries.get(sid, []),
                               (observations or {}).get(sid, []))
         _check_verdicts_and_turns(v, run, items)
+        if deliveries is not None:
+            _check_receipts(v, run, items, deliveries.get(sid, []),
+                            (observations or {}).get(sid, []))
     return v
+
+
+def _check_receipts(v: Verdict, run: SessionRun, items: list[Json], deliveries: list[Json],
+                    observations: list[Json]) -> None:
+    """An ``applied`` verdict stands on the harness's receipt: the call's native receipt of the
+    delivered result is on ``runtime.observations`` (``receipt_seen``). Of the overdue calls,
+    those with one are ``applied_late`` (for ``excuse_late``)."""
+    sid = str(run.session_id)
+    for it in items:
+        if (it.get("type") == "function_call_application" and it.get("state") == "applied"
+                and not receipt_seen(sid, str(it["call_id"]), deliveries, observations)):
+            v.verdict_problems.append(f"s{run.index}: call {it['call_id']} applied, but no "
+                                      "native receipt of its result on runtime.observations")
+    for index, cid in v.late.values():
+        if index == run.index and receipt_seen(sid, cid, deliveries, observations):
+            v.applied_late.add((index, cid))
+
+
+def receipt_seen(sid: str, cid: str, deliveries: list[Json], observations: list[Json]) -> bool:
+    """Whether one of the Session's observations is the native receipt of the call's delivered
+    result, by the receipt tracker's own matcher (``match_observation``) with the native ids the
+    call was announced with (its ``CallOpened``) — the harness applied the result, whenever."""
+    opened = [(o, c) for o in observations
+              for c in classify_all(str(o.get("harness") or ""), o.get("native"))
+              if isinstance(c, CallOpened) and c.call_id == cid]
+    if not opened:
+        return False
+    announcement, call = opened[0]
+    for d in deliveries:
+        if d.get("kind") != "function_result" or d.get("call_id") != cid:
+            continue
+        want = expect(harness=str(announcement.get("harness")), session_id=sid, call_id=cid,
+                      name=call.name, success=d.get("success") is True,
+                      content=d.get("content") or [],
+                      native_session_id=call.native_ids.get("session_id"),
+                      thread_id=call.native_ids.get("thread_id"),
+                      turn_id=call.native_ids.get("turn_id"))
+        if any(isinstance(match_observation(want, o), Confirmed) for o in observations):
+            return True
+    return False
 
 
 async def settle(api: httpx.AsyncClient, load: Load, timeout: float = SETTLE_S,

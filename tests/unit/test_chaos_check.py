@@ -1,7 +1,8 @@
 """The chaos checker (``tests/support/chaosload.py::check``) is not vacuous: each of its rules on
 what the dispatcher and the receipt tracker produce (issue 17 item 11) fails on a world that breaks
 it. One consistent world — one Session: a create asking for a call, the call, its result with
-an image, the verdict, the Turn's end, and the two delivery records — then one change per row."""
+an image, the verdict, the Turn's end, the two delivery records, and the harness's native
+announcement of the call and receipt of its result — then one change per row."""
 
 from __future__ import annotations
 
@@ -48,7 +49,20 @@ def world() -> tuple[Load, dict[str, list[Json]], list[Json], list[Json]]:
          "turn_id": "turn_1", "kind": "function_result", "call_id": "c1", "name": "f0",
          "success": True, "content": copy.deepcopy(output)},
     ]
-    return load, {SID: items}, deliveries, []
+    native = {"session_id": "native-1", "parent_tool_use_id": None}
+    observations = [  # Claude Code's records of the call and of the result applied
+        {"schema": "runtime.observation/1", "session_id": SID, "harness": "claude_code",
+         "native": {**native, "type": "assistant", "uuid": "a-1", "message": {
+             "role": "assistant",
+             "content": [{"type": "tool_use", "id": "c1", "name": "f0", "input": {}}]}}},
+        {"schema": "runtime.observation/1", "session_id": SID, "harness": "claude_code",
+         "native": {**native, "type": "user", "uuid": "u-1", "message": {
+             "role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1",
+                                          "is_error": False, "content": [
+                                              {"type": "text", "text": "r"},
+                                              {"type": "image", "source": {}}]}]}}},
+    ]
+    return load, {SID: items}, deliveries, observations
 
 
 def run_check(change: Callable[[list[Json], list[Json], list[Json], list[Json]], None]
@@ -118,6 +132,11 @@ CASES: list[tuple[str, Callable[[list[Json], list[Json], list[Json], list[Json]]
      "stored altered"),
     ("session.items misses the store's last Item",
      lambda s, t, d, o: t.pop(), "disagree"),
+    ("the call applied without its native receipt",
+     lambda s, t, d, o: o.pop(), "call c1 applied, but no native receipt"),
+    ("the call applied on a receipt of another result",
+     lambda s, t, d, o: o[1]["native"]["message"]["content"][0]["content"][0].update(
+         text="other"), "call c1 applied, but no native receipt"),
 ]
 
 
