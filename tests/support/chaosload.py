@@ -654,13 +654,12 @@ def check(load: Load, store: dict[str, list[Json]], topic: dict[str, list[Json]]
             if in_store[0] <= last:
                 gaps.append(f"{label}: at sequence {in_store[0]}, not after {last}")
             last = in_store[0]
+        mine = (deliveries or {}).get(sid, []), (observations or {}).get(sid, [])
         if deliveries is not None:
-            _check_deliveries(v, run, deliveries.get(sid, []),
-                              (observations or {}).get(sid, []))
+            _check_deliveries(v, run, *mine)
         _check_verdicts_and_turns(v, run, items)
-        if deliveries is not None:
-            _check_receipts(v, run, items, deliveries.get(sid, []),
-                            (observations or {}).get(sid, []))
+        if deliveries is not None:  # after the verdicts: it reads ``v.late``
+            _check_receipts(v, run, items, *mine)
     return v
 
 
@@ -670,26 +669,41 @@ def _check_receipts(v: Verdict, run: SessionRun, items: list[Json], deliveries: 
     delivered result is on ``runtime.observations`` (``receipt_seen``). Of the overdue calls,
     those with one are ``applied_late`` (for ``excuse_late``)."""
     sid = str(run.session_id)
+    announced = announcements(observations)  # classified once, not once per call
+
+    def seen(cid: str) -> bool:
+        return receipt_seen(sid, cid, deliveries, observations, announced)
+
     for it in items:
         if (it.get("type") == "function_call_application" and it.get("state") == "applied"
-                and not receipt_seen(sid, str(it["call_id"]), deliveries, observations)):
+                and not seen(str(it["call_id"]))):
             v.verdict_problems.append(f"s{run.index}: call {it['call_id']} applied, but no "
                                       "native receipt of its result on runtime.observations")
     for index, cid in v.late.values():
-        if index == run.index and receipt_seen(sid, cid, deliveries, observations):
+        if index == run.index and seen(cid):
             v.applied_late.add((index, cid))
 
 
-def receipt_seen(sid: str, cid: str, deliveries: list[Json], observations: list[Json]) -> bool:
+def announcements(observations: list[Json]) -> dict[str, tuple[Json, CallOpened]]:
+    """Each call's first native announcement (the observation and its ``CallOpened``)."""
+    out: dict[str, tuple[Json, CallOpened]] = {}
+    for o in observations:
+        for c in classify_all(str(o.get("harness") or ""), o.get("native")):
+            if isinstance(c, CallOpened):
+                out.setdefault(c.call_id, (o, c))
+    return out
+
+
+def receipt_seen(sid: str, cid: str, deliveries: list[Json], observations: list[Json],
+                 announced: dict[str, tuple[Json, CallOpened]] | None = None) -> bool:
     """Whether one of the Session's observations is the native receipt of the call's delivered
     result, by the receipt tracker's own matcher (``match_observation``) with the native ids the
-    call was announced with (its ``CallOpened``) — the harness applied the result, whenever."""
-    opened = [(o, c) for o in observations
-              for c in classify_all(str(o.get("harness") or ""), o.get("native"))
-              if isinstance(c, CallOpened) and c.call_id == cid]
-    if not opened:
+    call was announced with (its ``CallOpened``) — the harness applied the result, whenever.
+    ``announced``: ``announcements(observations)``, when the caller has it already."""
+    opened = (announced if announced is not None else announcements(observations)).get(cid)
+    if opened is None:
         return False
-    announcement, call = opened[0]
+    announcement, call = opened
     for d in deliveries:
         if d.get("kind") != "function_result" or d.get("call_id") != cid:
             continue

@@ -15,8 +15,9 @@ package main
 // nanosleep(2) of `busyPoll` (it lasts ~0.1-0.2 ms here; Go's own timers do not go below
 // ~1 ms) for the first 2 ms of a wait, of 4 × `busyPoll` until 20 ms, then of 1 ms, and gives up
 // after the connection's own busy_timeout, as SQLite's handler did (FerretDB's 10 s; the
-// checkpointer's 50 ms, checkpoint.go); a connection without one keeps no handler. Polling costs one attempt at the lock (a few
-// microseconds) per step. -sqlite-busy-poll 0 keeps SQLite's handler (for comparison).
+// checkpointer's 50 ms, checkpoint.go); a connection without one keeps no handler. Polling
+// costs one attempt at the lock (a few microseconds) per step. -sqlite-busy-poll 0 keeps
+// SQLite's handler (for comparison).
 //
 // Counters, on /debug/vars of -pprof-listen: sqlite_busy_waits (waits begun: a writer found the
 // lock taken), sqlite_busy_polls (attempts after a pause), sqlite_busy_paused_us (the pauses'
