@@ -10,7 +10,14 @@ from typing import Any
 from shared import imagerefs
 from shared.store import Doc, find_by_ids
 from shared.storecodec import item_from_doc, pack
-from shared.storekeys import chunk_key, item_key, journal_key_of
+from shared.storekeys import (
+    call_key,
+    chunk_key,
+    fact_source,
+    item_key,
+    journal_key_of,
+    verdict_fact_id,
+)
 
 
 async def rehydrate(db: Any, items: list[Doc]) -> list[Doc]:
@@ -77,3 +84,17 @@ async def session_head(db: Any, doc: Doc | None) -> Doc | None:
         if state is None:
             return doc
         doc = {**pack({k: v for k, v in state.items() if k != "_id"}), "_id": sid}
+
+
+async def verdict(db: Any, session_id: str, call_id: str) -> Doc | None:
+    """A call's verdict (``state``, ``reason``, ``at``) as storage journaled it, or ``None``
+    before there is one: the journal entry of the call's verdict fact (one id per call,
+    ``storekeys.verdict_fact_id``; a second verdict replays the first)."""
+    entry = await db.journal.find_one({"_id": fact_source(verdict_fact_id(session_id, call_id))})
+    if entry is None:
+        return None
+    key = call_key(session_id, call_id)
+    for app in json.loads(entry["payload"]).get("applications") or ():
+        if app.get("_id") == key:
+            return {k: app.get(k) for k in ("state", "reason", "at")}
+    return None

@@ -19,7 +19,6 @@ OWNERS: dict[str, str] = {
     "idempotency": "storage",
     "image_chunks": "storage",
     "journal": "storage",
-    "applications": "storage",  # each call's verdict, inserted once
     # dispatcher: bindings, input waiting for a Runtime, the sweeper's lease
     "bindings": "dispatcher",
     "pending_deliveries": "dispatcher",
@@ -34,8 +33,9 @@ OWNERS: dict[str, str] = {
 READ_GRANTS: dict[str, frozenset[str]] = {
     # journal: a Session document lags behind its Items; readers bring it up from the journal
     # entries that hold them (shared.itemstore.session_head)
-    "admission": frozenset({"sessions", "items", "calls", "applications",
-                                        "idempotency", "image_chunks", "journal"}),
+    # (and a call's verdict is its journal entry, shared.itemstore.verdict)
+    "admission": frozenset({"sessions", "items", "calls", "idempotency", "image_chunks",
+                            "journal"}),
 }
 
 

@@ -19,6 +19,14 @@ def call_key(session_id: str, call_id: str) -> str:
     return f"{session_id}/{call_id}"
 
 
+def verdict_fact_id(session_id: str, call_id: str) -> str:
+    """The fact id of a call's verdict (``function_call_application``), whoever gives it — the
+    receipt tracker, or the dispatcher refusing the result. One per call, so the call's verdict
+    is its journal entry ``fact_source(verdict_fact_id(…))`` (what ``GET …/tool_results`` reads)
+    and a second verdict for the same call replays the first: the first verdict stands."""
+    return f"rcpt:{session_id}/{call_id}"
+
+
 def chunk_key(sha256: str, n: int) -> str:
     """The ``n``-th chunk of a stored image (``image_chunks``)."""
     return f"{sha256}:{n}"

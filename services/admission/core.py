@@ -317,9 +317,8 @@ class Admission:
         if call is None:
             return Answer.error(errors.not_found("no such call in this Session", "call_id"))
         # the verdict, once the receipt tracker gave it; else "pending" since the submission
-        verdict = await self.db.applications.find_one({"_id": call_key(session_id, call_id)})
-        app = ({k: verdict.get(k) for k in ("state", "reason", "at")} if verdict
-               else call.get("application") or None)
+        app = (await itemstore.verdict(self.db, session_id, call_id)
+               or call.get("application") or None)
         body = {
             "session_id": session_id,
             "call_id": call_id,

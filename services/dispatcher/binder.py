@@ -19,6 +19,7 @@ from shared.domain import delivery as wire
 from shared.domain.binding import RuntimeInfo, check_delivery, choose, is_alive
 from shared.logging import get_logger
 from shared.metrics import DISPATCH_BINDINGS, DISPATCH_DELIVERIES, DISPATCH_REFUSALS
+from shared.storekeys import verdict_fact_id
 
 log = get_logger(__name__)
 Doc = dict[str, Any]
@@ -241,8 +242,10 @@ class Binder:
         log.warning("dispatcher.turn_failed", session_id=sid, reason=reason)
         DISPATCH_REFUSALS.labels(rec["kind"]).inc()
         if rec["kind"] == "function_result":
-            await self.fact(sid, f"refuse:{rec['event_id']}:app", kind="application",
-                            call_id=rec["call_id"], state="failed", reason=reason)
+            # the call's one verdict id, as the receipt tracker's (shared/storekeys.py)
+            await self.out.fact(sid, verdict_fact_id(sid, rec["call_id"]), {
+                "kind": "application", "call_id": rec["call_id"], "state": "failed",
+                "reason": reason})
         await self.fact(sid, f"refuse:{rec['event_id']}:turn", kind="turn",
                         turn_id=rec.get("turn_id"), state="failed", reason=reason)
 

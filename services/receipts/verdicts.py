@@ -21,7 +21,7 @@ from shared.logging import get_logger
 from shared.metrics import RECEIPT_VERDICT_SECONDS, RECEIPT_VERDICTS
 from shared.pacing import rest_after
 from shared.store import Doc
-from shared.storekeys import call_key
+from shared.storekeys import call_key, verdict_fact_id
 
 log = get_logger(__name__)
 DONE_KEPT = 10_000  # terminal calls remembered to log late receipts
@@ -47,7 +47,7 @@ SendFacts = Callable[[list[Doc]], Awaitable[None]]
 
 
 def fact(sid: str, cid: str, step: Publish) -> Doc:
-    return records.fact_record(sid, f"rcpt:{sid}/{cid}", {
+    return records.fact_record(sid, verdict_fact_id(sid, cid), {
         "kind": "application", "call_id": cid, "state": str(step.state),
         "reason": step.reason})
 

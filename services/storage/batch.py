@@ -147,7 +147,7 @@ class BatchWriter:
         # Durable now (Items and journal): hand the Items (by id, in sequence order) and the
         # inputs to deliver to the producer without awaiting each (the idempotent producer keeps
         # the send order per partition, so per Session) — a task of its own, so that this
-        # CPU work overlaps the store's work on what derives from the journal (calls, verdicts,
+        # CPU work overlaps the store's work on what derives from the journal (calls,
         # idempotency, Sessions), which a retry's answer and the next batch read; then the
         # answers; then await every ack before the offsets are committed.
         handing = asyncio.create_task(self._hand_over(out), name="storage-hand-over")

@@ -50,7 +50,7 @@ class Outputs:
     # name it (a multi-tenant consumer routes by it); the HTTP answers, one tenant's own view,
     # do not
     tenants: dict[str, str] = field(default_factory=dict)
-    # journaled decisions whose derived writes (calls, verdicts, idempotency, Sessions) are
+    # journaled decisions whose derived writes (calls, idempotency, Sessions) are
     # still to do: ``handle(…, defer_rest=True)`` leaves them to the caller, who does them while
     # the Items are being published and before any answer is sent
     rest: list[Json] = field(default_factory=list)

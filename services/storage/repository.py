@@ -1,4 +1,5 @@
 """Storage's MongoDB adapter: journal, Items, Sessions, calls, idempotency, image chunks.
+A call's verdict is its journal entry (``storekeys.verdict_fact_id``), nothing besides.
 All writes are idempotent (unique ``_id`` / unique indexes), so replaying a journal entry after
 a crash is harmless; Session documents only move forward (version guard)."""
 
@@ -157,7 +158,7 @@ class StorageRepository:
         """Make decided records durable: chunks, Items, journal (the commit point). Items go
         before the journal so that a crash in between leaves Items without a journal entry —
         found and removed by ``roll_forward`` — never a journal entry that nothing points to.
-        What follows (``apply_rest``: calls, verdicts, idempotency, Sessions) is derived from
+        What follows (``apply_rest``: calls, idempotency, Sessions) is derived from
         the journal and may lag behind it: ``roll_forward`` and replays finish it."""
         async with self.turn:  # one turn for the whole commit point
             await insert_ignoring_duplicates(self.db.image_chunks, _dedupe(chunks))
@@ -236,13 +237,12 @@ class StorageRepository:
 
     async def apply_rest(self, journal_docs: list[Doc], stored: dict[str, int] | None = None,
                          *, defer: bool = False) -> None:
-        """The writes derived from journaled decisions: calls, idempotency, verdicts, Sessions.
+        """The writes derived from journaled decisions: calls, idempotency, Sessions.
         ``stored``: see ``apply``. ``defer``: the Session documents that may lag behind the
         journal are left to the ``SessionWriter`` (services/storage/sessionwriter.py); those
         that may not — a Session created here, a change without an Item — are written now."""
         call_ops: list[UpdateOne] = []
         idem: list[Doc] = []
-        verdicts: list[Doc] = []
         latest: dict[str, Doc] = {}
         urgent: set[str] = set()
         for j in journal_docs:
@@ -254,7 +254,6 @@ class StorageRepository:
                     upd["$setOnInsert"] = pack(cu["set_on_insert"])
                 call_ops.append(UpdateOne({"_id": cu["_id"]}, upd, upsert=True))
             idem.extend(pack(x) for x in j["idempotency"])
-            verdicts.extend(j.get("applications", ()))
             if j["state"] is not None:
                 latest[j["session_id"]] = j["state"]
                 if not j["items"] or j["state"]["version"] == 1:
@@ -264,7 +263,6 @@ class StorageRepository:
             for i in range(0, len(call_ops), SESSIONS_PER_UPDATE):
                 await self.db.calls.bulk_write(call_ops[i:i + SESSIONS_PER_UPDATE], ordered=True)
             await insert_ignoring_duplicates(self.db.idempotency, idem)
-            await insert_ignoring_duplicates(self.db.applications, _dedupe(verdicts))
         newer = {sid: st for sid, st in latest.items()
                  if stored is None or st["version"] > stored.get(sid, -1)}
         if defer:

@@ -92,8 +92,9 @@ class Decision:
     stored: Json | None = None  # the input the dispatcher must deliver
     call_updates: list[Json] = field(default_factory=list)  # {"_id", "$set": {...}}
     idempotency: list[Json] = field(default_factory=list)  # docs for the idempotency collection
-    # a call's final verdict, {"_id": call key, "state", "reason", "at"}: written once, never
-    # updated (an insert, not a per-call update statement: verdicts come in bursts)
+    # a call's verdict, {"_id": call key, "state", "reason", "at"}: kept in the decision's
+    # journal entry only, which readers find by the verdict's fact id (no document of its own:
+    # verdicts come in bursts of thousands, and each document is store work)
     applications: list[Json] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
 

@@ -17,9 +17,11 @@ from pymongo import AsyncMongoClient, monitoring
 
 from services.storage.handler import StorageHandler
 from services.storage.repository import SESSIONS_PER_UPDATE, StorageRepository
+from shared import itemstore, records
 from shared.kafka import now_rfc3339
 from shared.settings import Settings
 from shared.store import client_options, ensure_indexes
+from shared.storekeys import verdict_fact_id
 from tests.support.builders import admitted_create, admitted_event
 
 pytestmark = pytest.mark.integration
@@ -89,3 +91,29 @@ async def test_round_trips_per_batch_are_constant_in_batch_size(
     # past SESSIONS_PER_UPDATE Sessions: one more update command per that many, no more
     many = await _count(handler, listener, [admitted_event(s, "m") for s in sids])
     assert _names(many) == ["insert:items", "insert:journal"] + ["update:sessions"] * 4, many
+
+
+async def test_a_batch_of_verdicts_writes_only_its_items_and_journal(
+        counted: tuple[StorageHandler, Commands]) -> None:
+    """A call's verdict is its journal entry: no document of its own (verdicts come in bursts
+    of thousands as deadlines pass), and ``GET …/tool_results`` reads it from there."""
+    handler, listener = counted
+    creates = [admitted_create(f"v{i}") for i in range(8)]
+    await handler.handle(creates)
+    sids = [c["session_id"] for c in creates]
+    verdicts = [records.fact_record(sid, verdict_fact_id(sid, f"call_{n}"), {
+        "kind": "application", "call_id": f"call_{n}", "state": "uncertain",
+        "reason": "no matching native receipt"}) for sid in sids for n in range(4)]
+    cmds = await _count(handler, listener, verdicts)
+    assert _names(cmds) == ["insert:items", "insert:journal", "update:sessions"], cmds
+    db = handler.repo.db
+    got = await itemstore.verdict(db, sids[3], "call_2")
+    assert got is not None and got["at"], got
+    assert (got["state"], got["reason"]) == ("uncertain", "no matching native receipt")
+    assert await itemstore.verdict(db, sids[3], "call_9") is None
+    # a second verdict for the call replays the first (the first verdict stands)
+    again = records.fact_record(sids[3], verdict_fact_id(sids[3], "call_2"), {
+        "kind": "application", "call_id": "call_2", "state": "applied", "reason": None})
+    out = await handler.handle([again])
+    assert [i["state"] for i in out.items] == ["uncertain"]
+    assert (await itemstore.verdict(db, sids[3], "call_2") or {})["state"] == "uncertain"

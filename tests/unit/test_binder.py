@@ -34,6 +34,7 @@ from services.dispatcher.binder import Binder
 from services.dispatcher.registry import ReadingClock
 from shared.domain import delivery as wire
 from shared.domain.binding import CLAUDE_BRIDGE_PROTOCOLS, RuntimeInfo
+from shared.storekeys import verdict_fact_id
 from tests.support.builders import text
 from tests.support.fakes.dispatcher import (
     FakeClock,
@@ -111,6 +112,21 @@ async def test_a_session_binds_to_a_capable_runtime_and_gets_its_input(world: Wo
     await world.binder.accept(rec)
     assert [(rid, m["kind"]) for rid, m in world.out.deliveries] == [("rt_seeing", "start")]
     assert world.out.deliveries[0][1]["delivery_id"] == wire.delivery_id(rec["event_id"])
+
+
+async def test_a_refused_function_result_gets_the_calls_one_verdict_id(world: World) -> None:
+    """The dispatcher's verdict for a result no Runtime can take uses the same fact id as the
+    receipt tracker's (one verdict per call: a second replays the first in storage's journal,
+    and ``GET …/tool_results`` finds the verdict under that id)."""
+    world.register("rt_a", function_result_images=False)
+    await world.binder.accept(stored("s1", "t1", "start"))
+    rec = stored("s1", "t1", "function_result", images=True)
+    await world.binder.accept(rec)
+    verdicts = [(fid, b) for sid, fid, b in world.out.facts if b.get("kind") == "application"]
+    assert [fid for fid, _ in verdicts] == [verdict_fact_id("s1", rec["call_id"])]
+    assert verdicts[0][1]["state"] == "failed"
+    assert "function_result_images_unsupported" in verdicts[0][1]["reason"]
+    assert [m["kind"] for _, m in world.out.deliveries] == ["start"]
 
 
 async def test_a_gone_runtime_fails_its_running_turn_and_the_session_moves(world: World) -> None:
@@ -426,9 +442,14 @@ class BinderMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.accepted))
     @rule(data=st.data())
     def redelivery(self, data: st.DataObject) -> None:
-        """A record handed to the binder again (a crash before its offset was committed)."""
-        event = data.draw(st.sampled_from(list(self.accepted)))
-        self._accept(self.accepted[event])
+        """Records handed to the binder again (a crash before their offsets were committed):
+        the partition is read again from the committed offset, so a record comes again with
+        every record after it, in their order — never an old record alone after newer ones
+        (a Session's last record is always the last it is handed)."""
+        events = list(self.accepted)
+        first = data.draw(st.integers(0, len(events) - 1))
+        for event in events[first:]:
+            self._accept(self.accepted[event])
 
     # ---- invariants ---------------------------------------------------------------------
     @invariant()
