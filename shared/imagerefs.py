@@ -23,6 +23,12 @@ def _walk_parts(item: Json) -> list[Json]:
 
 
 def externalize(item: Json, inline_max: int, chunk_bytes: int) -> tuple[Json, list[Json]]:
+    """The Item as stored, and the chunks of its large images. An Item with no image to move
+    out is returned itself, not a copy (most Items; a burst of verdicts is thousands of them):
+    neither it nor the result may be changed afterwards."""
+    if not any(isinstance(p, dict) and isinstance(p.get("image_url"), str)
+               and len(p["image_url"]) > inline_max for p in _walk_parts(item)):
+        return item, []
     out = copy.deepcopy(item)
     chunks: list[Json] = []
     for part in _walk_parts(out):
