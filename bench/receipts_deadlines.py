@@ -280,10 +280,12 @@ async def run(bootstrap: str, mongo: str, calls: int, window: float, spread: flo
     # timestamps are the broker's append times either way, and the bench's own reading of two
     # more topics (~20 000 records, decoded in the tracker's event loop) would otherwise
     # compete with the tracker and storage for the two cores while they are measured.
-    items_tail = Tail(bootstrap, topics.session_items, on_item)
+    # (With --no-storage the facts are what is measured: every tail reads from the start.)
+    tails = [Tail(bootstrap, topics.session_items, on_item)]
     later = [Tail(bootstrap, topics.runtime_deliveries, on_delivery),
              Tail(bootstrap, topics.core_facts, on_fact)]
-    tails = [items_tail]
+    if product is None:
+        tails, later = tails + later, []
     storage_timings = ""
     result: dict[str, Any] = {}
     try:
@@ -300,17 +302,13 @@ async def run(bootstrap: str, mongo: str, calls: int, window: float, spread: flo
                  "harness": "claude_code", "name": "lookup",
                  "native": {"session_id": f"native-{i % len(sids)}"}}
                 for i in range(lo, min(total, lo + 5000))])
-        await items_tail.start()
+        for t in tails:
+            await t.start()
         await svc.start()
 
         # Warm-up: deliveries stamped overdue turn uncertain as soon as they are opened.
         stamp = int((time.time() - window - 5) * 1000)
         await child(bootstrap, topics.runtime_deliveries, calls, 0, WARMUP, sids, 0, stamp)
-        if product is None:  # --no-storage: the facts are what is measured
-            tails += later
-            later = []
-            for t in tails[1:]:
-                await t.start()
         seen = items if product is not None else facts
         await until(lambda: len(seen) >= WARMUP, 300, "warm-up verdicts")
         warm = len(svc.tracker.lateness)

@@ -22,19 +22,23 @@ def _walk_parts(item: Json) -> list[Json]:
     return []
 
 
+def _moves_out(part: Any, inline_max: int) -> bool:
+    """A part whose image is too large to stay inline in its Item document."""
+    url = part.get("image_url") if isinstance(part, dict) else None
+    return isinstance(url, str) and len(url) > inline_max
+
+
 def externalize(item: Json, inline_max: int, chunk_bytes: int) -> tuple[Json, list[Json]]:
     """The Item as stored, and the chunks of its large images. An Item with no image to move
     out is returned itself, not a copy (most Items; a burst of verdicts is thousands of them):
     neither it nor the result may be changed afterwards."""
-    if not any(isinstance(p, dict) and isinstance(p.get("image_url"), str)
-               and len(p["image_url"]) > inline_max for p in _walk_parts(item)):
+    if not any(_moves_out(p, inline_max) for p in _walk_parts(item)):
         return item, []
     out = copy.deepcopy(item)
     chunks: list[Json] = []
     for part in _walk_parts(out):
-        url = part.get("image_url") if isinstance(part, dict) else None
-        if isinstance(url, str) and len(url) > inline_max:
-            raw = url.encode("ascii")
+        if _moves_out(part, inline_max):
+            raw = part["image_url"].encode("ascii")
             sha = hashlib.sha256(raw).hexdigest()
             n = 0
             for start in range(0, len(raw), chunk_bytes):
