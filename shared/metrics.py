@@ -70,14 +70,14 @@ STORAGE_SESSIONS_BEHIND = Gauge(
 KAFKA_PUBLISHED = Counter(
     "session_core_kafka_published_records_total",
     "Records Kafka acknowledged on a service's plain producer (admission's hand-over to "
-    "storage; storage's Items, stored inputs and answers), by topic", ["topic"])
+    "storage; storage's Items, stored inputs and answers; the receipt tracker's verdict "
+    "facts), by topic", ["topic"])
 
 
 @functools.cache  # one callback per topic (a bounded set), not one closure per record
 def count_acked(topic: str) -> Any:
     """A done-callback for a send's future: counts the record in ``KAFKA_PUBLISHED`` once
-    Kafka acknowledged it (admission's hand-over and storage's outputs, the one way both
-    count)."""
+    Kafka acknowledged it (``shared.kafka.send_counted``)."""
     counter = KAFKA_PUBLISHED.labels(topic)
 
     def done(fut: Any) -> None:

@@ -21,9 +21,8 @@ from shared.domain.errors import ApiError
 from shared.domain.tenancy import DEFAULT_TENANT
 from shared.domain.waiting import TurnWatch
 from shared.ids import is_id, new_id
-from shared.kafka import JSON_HEADERS, encode, now_rfc3339
+from shared.kafka import encode, now_rfc3339, send_counted
 from shared.logging import bound, get_logger
-from shared.metrics import count_acked
 from shared.settings import Settings
 from shared.store import Doc
 from shared.storecodec import unpack
@@ -185,10 +184,8 @@ class Admission:
     async def _hand(self, record: Json) -> None:
         """Publish to storage (acks=all) and wait for the acknowledgement."""
         topic = self.topics.session_admitted
-        fut = await self.producer.send(topic, encode(record), key=record["session_id"].encode(),
-                                       headers=JSON_HEADERS)
-        fut.add_done_callback(count_acked(topic))
-        await fut
+        await (await send_counted(self.producer, topic, encode(record),
+                                  record["session_id"].encode()))
 
     async def _hand_over(self, record: Json) -> Answer:
         """Publish to storage with acks=all, then wait for the stored answer. With the store

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -20,16 +19,15 @@ from services.receipts.tracker import Tracker
 from shared import typedrecords
 from shared.coreservice import CoreService
 from shared.kafka import (
-    JSON_HEADERS,
     broker_ping,
     client_security,
     encode,
     ensure_topics,
     make_producer,
     max_record_bytes,
+    send_counted,
 )
 from shared.logging import get_logger
-from shared.metrics import count_acked
 from shared.service import decode_records, raw_decoder
 from shared.settings import Settings
 from shared.store import Doc, ping
@@ -82,12 +80,8 @@ class ReceiptService(CoreService):
         third of the CPU of awaiting each publish, which at 2 000 timeouts/s was much of the
         verdicts' lateness."""
         topic = self.topics.core_facts
-        acks: list[Awaitable[Any]] = []
-        for f in facts:
-            fut = await self.producer.send(topic, encode(f), key=str(f["session_id"]).encode(),
-                                           headers=JSON_HEADERS)
-            fut.add_done_callback(count_acked(topic))
-            acks.append(fut)
+        acks = [await send_counted(self.producer, topic, encode(f),
+                                   str(f["session_id"]).encode()) for f in facts]
         await asyncio.gather(*acks)
 
     async def start(self) -> None:

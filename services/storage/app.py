@@ -23,19 +23,18 @@ from services.storage.repository import StorageRepository
 from shared import records
 from shared.coreservice import CoreService
 from shared.kafka import (
-    JSON_HEADERS,
     broker_ping,
     ensure_topics,
     make_producer,
     max_record_bytes,
     now_rfc3339,
+    send_counted,
 )
 from shared.logging import get_logger
 from shared.metrics import (
     STORAGE_BATCH_RECORDS,
     STORAGE_BATCH_SECONDS,
     Stopwatch,
-    count_acked,
 )
 from shared.service import raw_decoder
 from shared.settings import Settings
@@ -110,9 +109,7 @@ class StorageService(CoreService):
             self.decided.batch_done(positions(mine))
 
     async def _send(self, topic: str, value: bytes, key: bytes) -> Any:
-        fut = await self.producer.send(topic, value, key=key, headers=JSON_HEADERS)
-        fut.add_done_callback(count_acked(topic))
-        return fut
+        return await send_counted(self.producer, topic, value, key)
 
     async def ready(self) -> bool:
         return await ping(self.client) and await broker_ping(self.broker)

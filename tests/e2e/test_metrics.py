@@ -73,6 +73,8 @@ async def test_each_service_shows_its_metrics_after_a_flow(core: Core, api: http
     assert total(rec, "session_core_receipt_verdicts_total", state="applied") > 0
     assert total(rec, "session_core_receipt_verdict_seconds_count") > 0
     assert total(rec, "faststream_received_messages_total") > 0
+    # the verdict facts go on the tracker's plain producer too
+    assert total(rec, "session_core_kafka_published_records_total") > 0
 
     # admission's JSON access log: one line per request, with the route's outcome
     assert core.log_dir is not None
