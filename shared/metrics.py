@@ -62,6 +62,11 @@ STORAGE_BATCH_SECONDS = Histogram(
     "session_core_storage_batch_seconds",
     "Seconds to make one batch durable and publish its outputs (store writes included)",
     buckets=FAST_BUCKETS)
+STORAGE_COLD_SESSIONS = Counter(
+    "session_core_storage_cold_sessions_total",
+    "Sessions storage read from the store (not held in memory), by whether it looked for "
+    "Items past the document (probed) or trusted it: its shard handed over clean (trusted)",
+    ["check"])
 STORAGE_SESSIONS_BEHIND = Gauge(
     "session_core_storage_sessions_behind",
     "Sessions whose newest state is journaled but whose document is not written yet")

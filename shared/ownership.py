@@ -19,6 +19,7 @@ OWNERS: dict[str, str] = {
     "idempotency": "storage",
     "image_chunks": "storage",
     "journal": "storage",
+    "handovers": "storage",  # one mark per shard: were its Session documents handed over current
     # dispatcher: bindings, input waiting for a Runtime, the sweeper's lease
     "bindings": "dispatcher",
     "pending_deliveries": "dispatcher",

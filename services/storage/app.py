@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from uuid import uuid4
 
 from aiokafka import TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from faststream import AckPolicy
 from faststream.kafka.annotations import KafkaMessage
 
-from services.storage.batch import BatchWriter, Rebalance, positions
+from services.storage.batch import BatchWriter, Handovers, Rebalance, positions
 from services.storage.decided import DecidedState
 from services.storage.handler import RECORD_TYPES, StorageHandler
 from services.storage.repository import StorageRepository
@@ -65,8 +66,11 @@ class StorageService(CoreService):
         # on the hot path, where FastStream's publish wrapper cost several times aiokafka's
         # own ``send`` (docs/benchmarks.md, pipeline profile)
         self.producer = make_producer(settings, GROUP)
+        self.handovers = Handovers(
+            self.repo, self.decided,
+            f"{self.topics.group(GROUP)}/{settings.topic_partitions}", uuid4().hex)
         self.batches = BatchWriter(self.repo, self.handler, self.decided, self.dlq, self.topics,
-                                   self.types, self._send)
+                                   self.types, self._send, self.handovers)
         self.batch_lock = asyncio.Lock()  # held while a batch is decided and written
         self.consumer: Any = None  # the subscriber's AIOKafkaConsumer (seen with a batch)
         self.broker.subscriber(
@@ -84,7 +88,7 @@ class StorageService(CoreService):
             ack_policy=AckPolicy.NACK_ON_ERROR,
             decoder=raw_decoder,
             listener=Rebalance(self.batch_lock, self.decided, lambda: self.consumer,
-                               self.repo.session_writer),
+                               self.repo.session_writer, self.handovers),
         )(self.on_batch)
 
     async def on_batch(self, body: Any, msg: KafkaMessage) -> None:
@@ -117,6 +121,7 @@ class StorageService(CoreService):
     async def start(self) -> None:
         await ensure_topics(self.settings, self.topics)
         await ensure_indexes(self.repo.db)
+        await self.repo.mark_genesis()
         self.repo.session_writer.start()
         await self.producer.start()
         await self.broker.start()
@@ -126,4 +131,8 @@ class StorageService(CoreService):
         await self.broker.stop()  # the batch being written finishes (its sends acked)
         await self.producer.stop()
         await self.repo.session_writer.stop()  # what is behind, written (at most 5 s)
+        if self.repo.session_writer.dirty:  # not all written: the shards stay held (probed)
+            self.decided.failed()
+        # leaving the group revoked nothing (aiokafka calls no listener on stop)
+        await self.handovers.release(set(self.decided.held))
         await self.client.close()

@@ -1,8 +1,9 @@
 """One storage batch, from the records fetched to the answers sent: decode, find which records
-another writer may have decided (``DecidedState``; one journal probe per assigned partition),
-decide and write them (``StorageHandler``), then publish the Items and the inputs to deliver,
-finish the derived writes meanwhile, and answer admission. Also the rebalance listener that
-fences a replica off its Sessions when its partitions move."""
+another writer may have decided (``DecidedState``; one journal probe per assigned partition) and
+whose Session documents are current (the shards' handover marks, ``Handovers``), decide and write
+them (``StorageHandler``), then publish the Items and the inputs to deliver, finish the derived
+writes meanwhile, and answer admission. Also the rebalance listener that fences a replica off its
+Sessions when its partitions move."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from pymongo.errors import AutoReconnect, ConnectionFailure, ServerSelectionTimeoutError
 
-from services.storage.decided import DecidedState
+from services.storage.decided import DecidedState, Shard, shard
 from services.storage.handler import (
     Outputs,
     StorageHandler,
@@ -42,6 +43,37 @@ Send = Callable[[str, bytes, bytes], Awaitable[Awaitable[Any]]]
 REVOKE_DRAIN_S = 10.0  # Session documents written before partitions are given up, at most
 
 
+@dataclass(frozen=True)
+class Handovers:
+    """This replica's side of the shards' handover marks (``DecidedState``, "current")."""
+
+    repo: StorageRepository
+    decided: DecidedState
+    prefix: str  # the consumer group and the partition count: Sessions move with either
+    holder: str  # this replica, for as long as it runs
+
+    def key(self, shard_: Shard) -> str:
+        return f"{self.prefix}/{shard_}"
+
+    async def take(self, partitions: set[Any]) -> None:
+        """Before a batch writes anything of a shard this replica has not marked yet."""
+        shards = self.decided.marks_to_take(partitions)
+        if shards:
+            clean = await self.repo.take_marks({s: self.key(s) for s in shards}, self.holder)
+            for s in shards:
+                self.decided.marked(s, s in clean)
+
+    async def release(self, shards: set[Shard]) -> None:
+        """Shards given up (call after the Session writer drained, or failed): those
+        ``DecidedState`` still deems current are marked ``clean``."""
+        clean = self.decided.release(shards)
+        if clean:
+            try:
+                await self.repo.release_marks([self.key(s) for s in clean], self.holder)
+            except Exception as exc:  # they stay held: the next owner probes
+                log.warning("storage.release_marks_failed", error=repr(exc)[:300])
+
+
 class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     """Partitions move. One writer per Session holds only if a replica finishes the batch it is
     writing BEFORE it gives its partitions up: aiokafka awaits ``on_partitions_revoked`` before
@@ -52,11 +84,13 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     its Sessions may be stale afterwards (``DecidedState``)."""
 
     def __init__(self, lock: asyncio.Lock, decided: DecidedState,
-                 consumer: Callable[[], Any], writer: SessionWriter) -> None:
+                 consumer: Callable[[], Any], writer: SessionWriter,
+                 handovers: Handovers) -> None:
         self.lock = lock
         self.decided = decided
         self.consumer = consumer
         self.writer = writer
+        self.handovers = handovers
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         async with self.lock:
@@ -67,6 +101,9 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             except Exception as exc:
                 log.warning("storage.revoke_drain_failed", error=repr(exc))
                 self.writer.drop()
+                self.decided.failed()
+            # the shards go over clean (or, after a failure, stay marked held: probed)
+            await self.handovers.release({shard(tp) for tp in revoked})
             # Hand over exactly what was written: commit the written offsets of the revoked
             # partitions (the framework's commit after the batch may come too late, mid-
             # rebalance), so the new owner starts after them instead of re-deciding them.
@@ -93,6 +130,7 @@ class BatchWriter:
     topics: Topics
     types: dict[str, typedrecords.RecordType[Any]]
     send: Send
+    handovers: Handovers
 
     async def write(self, raws: tuple[Any, ...]) -> None:
         # in partition order: the first record of a just-assigned partition opens its window
@@ -113,18 +151,22 @@ class BatchWriter:
             inputs.extend(found)
             held.append(((TopicPartition(raw.topic, raw.partition), raw.offset), found))
         await self._probe(held)
+        await self.handovers.take({tp for (tp, _), _found in held})
         # records another writer may have decided (the probe may have closed windows)
         verify = {source_key(inp) for pos, found in held if self.decided.in_window(*pos)
                   for inp in found}
+        current = frozenset(inp["session_id"] for (tp, _), found in held
+                            if self.decided.is_current(tp) for inp in found)
         try:
-            out = await self.handler.handle(inputs, frozenset(verify), defer_rest=True)
+            out = await self.handler.handle(inputs, frozenset(verify), defer_rest=True,
+                                            current=current)
         except StaleDecision as exc:
             log.warning("storage.stale_decision", error=str(exc))
             raise
         except RETRY_ERRORS:
             raise  # the store or broker is away: rewind the batch and retry it
         except Exception:
-            self.decided.forget()
+            self.decided.failed()
             # A record this code cannot process must not stall its partition forever:
             # process one by one and dead-letter the ones that fail.
             log.exception("storage.batch_failed_isolating")
@@ -138,7 +180,7 @@ class BatchWriter:
                 except RETRY_ERRORS:
                     raise
                 except Exception as exc:
-                    self.decided.forget()
+                    self.decided.failed()
                     await self.dlq.record(source[id(inp)], Poison(
                         UNPROCESSABLE, f"processing failed: {exc!r}"[:300]))
                     await self.repo.skipped({source_key(inp): inp["session_id"]})

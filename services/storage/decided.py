@@ -24,6 +24,19 @@ states). Three things make memory untrustworthy, and each has its window:
 Until a batch is decided from the store, nothing is trusted (every record is looked up, every
 Session state read). An empty batch read nothing from the store: it proves nothing.
 
+A Session this replica does not hold in memory is read from its document, which may lag behind
+its Items (``SessionWriter``; a crash): the handler then looks for Items past it
+(``roll_forward``) — unless the Session's shard (its partition number, the same in the three
+topics) is **current**: its previous owner handed it over cleanly (its Session writer drained,
+no failed batch, and it had itself inherited the shard current) and said so in the shard's
+handover mark, and since then this replica has failed no batch and dropped no Session write.
+Before its first batch of a shard writes anything, a replica reads the mark and replaces it with
+``held`` (``marks_to_take`` / ``marked``), so a replica that dies holding a shard leaves ``held``
+behind and its successor probes; it writes ``clean`` back only on a clean handover
+(``release``). A wrong "current" could only mean a decision at a sequence the store already
+holds — the unique index refuses it (``StaleDecision``), the batch fails and is decided again
+with every Session probed (docs/storage.md, "Clean handovers").
+
 One object, shared by the app (offsets, rebalances), the handler (look-ups, Session states) and
 the rebalance listener, so the rules are read in one place and tested without a broker
 (tests/unit/test_storage_decided.py)."""
@@ -39,6 +52,15 @@ Partition = Hashable  # aiokafka's TopicPartition; any hashable name in tests
 Position = tuple[Partition, int]  # a record's partition and offset
 
 
+Shard = Hashable  # the partition number (the name itself where a test names partitions)
+
+
+def shard(tp: Partition) -> Shard:
+    """The Sessions' shard of a partition: its number, the same in the three Session topics."""
+    number = getattr(tp, "partition", None)
+    return number if isinstance(number, int) else tp
+
+
 class DecidedState:
     def __init__(self, batch_max: int, cache_size: int = 100_000) -> None:
         self.batch_max = batch_max
@@ -52,10 +74,17 @@ class DecidedState:
         self.unprobed: set[Partition] = set()  # an assignment window whose first record is
         # not looked up yet
         self.failed_until: dict[Partition, int] = {}  # a failed batch's records: look up always
+        # shards (partition numbers): assigned, mark not read yet; marked held by this replica;
+        # with current Session documents (see above)
+        self.unmarked: set[Shard] = set()
+        self.held: set[Shard] = set()
+        self.current: set[Shard] = set()
 
     # ---- partitions ----------------------------------------------------------------
     def assigned(self, partitions: Iterable[Partition]) -> None:
-        self.fresh |= set(partitions)
+        parts = set(partitions)
+        self.fresh |= parts
+        self.unmarked |= {shard(tp) for tp in parts} - self.held
         self.forget()
 
     def revoked(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
@@ -86,7 +115,7 @@ class DecidedState:
             self.assigned_until.pop(tp, None)
 
     def batch_failed(self, positions: Iterable[Position]) -> None:
-        self.forget()
+        self.failed()
         for tp, offset in positions:
             self.failed_until[tp] = max(self.failed_until.get(tp, 0), offset + 1)
 
@@ -99,6 +128,37 @@ class DecidedState:
         self.sessions.clear()
         self.recent.clear()
         self.trusted = False
+
+    def failed(self) -> None:
+        """A batch failed (it may have written Items without their Session documents) or
+        Session writes were dropped: forget, and no shard's documents are current any more."""
+        self.forget()
+        self.current.clear()
+
+    # ---- shards and their handover marks ---------------------------------------------
+    def marks_to_take(self, partitions: Iterable[Partition]) -> set[Shard]:
+        """The shards of a batch's partitions whose mark this replica has not read yet."""
+        return {shard(tp) for tp in partitions} & self.unmarked
+
+    def marked(self, shard_: Shard, inherited_clean: bool) -> None:
+        """The shard's mark was read (``clean`` or not) and replaced by this replica's ``held``."""
+        self.unmarked.discard(shard_)
+        self.held.add(shard_)
+        if inherited_clean:
+            self.current.add(shard_)
+
+    def is_current(self, tp: Partition) -> bool:
+        return shard(tp) in self.current
+
+    def release(self, shards: Iterable[Shard]) -> set[Shard]:
+        """Of the shards given up, those this replica may mark ``clean`` (call after its Session
+        writer drained); it holds none of them any more."""
+        gone = set(shards)
+        clean = gone & self.held & self.current
+        self.held -= gone
+        self.current -= gone
+        self.unmarked -= gone
+        return clean
 
     # ---- records and Sessions (the handler) ----------------------------------------
     def needs_lookup(self, key: str, suspect: bool) -> bool:

@@ -25,6 +25,7 @@ from shared.domain.sessions import (
 )
 from shared.domain.tenancy import DEFAULT_TENANT
 from shared.logging import bound, get_logger
+from shared.metrics import STORAGE_COLD_SESSIONS
 from shared.store import PK_LOOKUPS_MAX, find_by_ids
 from shared.storecodec import item_from_doc
 from shared.storekeys import (
@@ -158,7 +159,10 @@ class StorageHandler:
         self.now = now
         self.decided = decided if decided is not None else DecidedState(batch_max=0)
 
-    async def _states(self, session_ids: set[str]) -> dict[str, SessionState]:
+    async def _states(self, session_ids: set[str], current: frozenset[str]
+                      ) -> dict[str, SessionState]:
+        """Each Session's state: from memory, else from the store — its document, and (unless
+        its shard's documents are ``current``: ``DecidedState``) the Items past it."""
         states: dict[str, SessionState] = {}
         missing = []
         for sid in session_ids:
@@ -168,22 +172,30 @@ class StorageHandler:
             else:
                 missing.append(sid)
         loaded = await self.repo.sessions(missing)
-        states.update(await self.repo.roll_forward(loaded, missing))
+        probe = [sid for sid in missing if sid not in current]
+        if len(probe) < len(missing):
+            STORAGE_COLD_SESSIONS.labels("trusted").inc(len(missing) - len(probe))
+        if probe:
+            STORAGE_COLD_SESSIONS.labels("probed").inc(len(probe))
+        states.update(await self.repo.roll_forward(loaded, probe))
         return states
 
     async def handle(self, inputs: list[Json], verify: frozenset[str] = frozenset(),
-                     defer_rest: bool = False) -> Outputs:
+                     defer_rest: bool = False, current: frozenset[str] = frozenset()
+                     ) -> Outputs:
         """``verify``: source keys that another writer may have decided although memory is
         trusted (``DecidedState.arrived``). ``defer_rest``: return after the commit point (Items
         and journal written) with the derived writes in ``Outputs.rest``; the caller must
-        ``repo.apply_rest`` them before it answers anyone or decides the next batch."""
+        ``repo.apply_rest`` them before it answers anyone or decides the next batch.
+        ``current``: Sessions whose documents, read from the store, need no look-up of Items
+        past them (their shard was handed over clean: ``DecidedState``)."""
         out = Outputs()
         if not inputs:
             return out
         keys = [source_key(r) for r in inputs]
         lookup = [k for k in keys if self.decided.needs_lookup(k, k in verify)]
         journal = await self.repo.journal(lookup)
-        states = await self._states({r["session_id"] for r in inputs})
+        states = await self._states({r["session_id"] for r in inputs}, current)
         stored = {sid: st.version for sid, st in states.items() if st is not None}
         idem_keys, call_keys = [], []
         for r in inputs:

@@ -66,6 +66,9 @@ async def insert_in_order(coll: Any, docs: list[Doc]) -> list[Doc]:
     return taken
 
 
+GENESIS = "genesis"  # in ``handovers``: the store was empty when the marks began
+
+
 class StaleDecision(RuntimeError):
     """A fresh decision met the store already holding another decision at its place: the
     Session state it was decided from was stale. Nothing of it may be published; the batch is
@@ -153,6 +156,40 @@ class StorageRepository:
         keys = list(source_keys)
         found = await find_by_ids(self.db.journal, keys + [skipped_source(k) for k in keys])
         return {k for k in keys if k in found or skipped_source(k) in found}
+
+    # ---- shards' handover marks (services/storage/decided.py) ---------------------
+    async def mark_genesis(self) -> None:
+        """A store that holds no Session, Item or journal entry yet has nothing behind: from
+        now on a shard without a mark is clean (``GENESIS``). A store written before the marks
+        existed gets none, and its shards are probed as before (docs/storage.md)."""
+        if await self.db.handovers.find_one({"_id": GENESIS}) is not None:
+            return
+        for coll in (self.db.sessions, self.db.items, self.db.journal):
+            if await coll.find_one({}, {"_id": 1}) is not None:
+                return
+        await insert_ignoring_duplicates(self.db.handovers, [{"_id": GENESIS}])
+
+    async def take_marks(self, keys: dict[Any, str], holder: str) -> set[Any]:
+        """Read the shards' marks and replace each with ``held`` by ``holder``, before anything
+        of the shard is written; the shards whose mark said ``clean`` (or that have none, in a
+        store marked from its genesis)."""
+        found = await find_by_ids(self.db.handovers, [*keys.values(), GENESIS])
+        async with self.turn:
+            await self.db.handovers.bulk_write(
+                [UpdateOne({"_id": k}, {"$set": {"state": "held", "holder": holder}}, upsert=True)
+                 for k in keys.values()], ordered=False)
+        unmarked = "clean" if GENESIS in found else None
+        return {s for s, k in keys.items() if found.get(k, {"state": unmarked})["state"] == "clean"}
+
+    async def release_marks(self, keys: Iterable[str], holder: str) -> None:
+        """Mark the shards ``clean`` — each only while ``holder`` still holds it (a replica
+        that stopped may release after another took the shard over). The filter is ``_id``
+        plus the holder: on MongoDB an ``_id`` index look-up; on FerretDB v1 a scan of this
+        collection, one document per shard."""
+        for k in keys:
+            async with self.turn:
+                await self.db.handovers.update_one({"_id": k, "holder": holder},
+                                                   {"$set": {"state": "clean"}})
 
     async def commit(self, journal_docs: list[Doc], chunks: list[Doc]) -> None:
         """Make decided records durable: chunks, Items, journal (the commit point). Items go

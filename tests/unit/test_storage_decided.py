@@ -170,3 +170,132 @@ class Storage(RuleBasedStateMachine):
 
 Storage.TestCase.settings = settings(max_examples=1000, stateful_step_count=50, deadline=None)
 test_a_record_that_may_have_been_decided_is_always_looked_up = Storage.TestCase
+
+
+# ---- shards' handover marks: when a Session document read from the store is current ----
+
+def test_a_shard_is_current_from_a_clean_mark_until_a_failure() -> None:
+    d = DecidedState(BATCH_MAX)
+    d.assigned(["a", "b"])
+    assert d.marks_to_take(["a", "b"]) == {"a", "b"}
+    d.marked("a", inherited_clean=True)
+    d.marked("b", inherited_clean=False)
+    assert d.marks_to_take(["a", "b"]) == set()  # read once per assignment
+    assert d.is_current("a") and not d.is_current("b")
+    assert d.release({"a", "b"}) == {"a"}  # only what it inherited clean goes back clean
+    assert d.held == set() and not d.is_current("a")
+    for fail in (lambda d: d.batch_failed([("a", 1)]), lambda d: d.failed()):
+        d = DecidedState(BATCH_MAX)
+        d.assigned(["a"])
+        d.marked("a", inherited_clean=True)
+        fail(d)
+        assert not d.is_current("a") and d.release({"a"}) == set()
+
+
+MARK_SHARDS = ("s0", "s1")
+
+
+class Handover(RuleBasedStateMachine):
+    """Two storage replicas taking shards over from each other through the marks (as
+    ``services/storage/batch.py`` drives ``DecidedState``), with clean and failed handovers,
+    failed batches, ``kill -9`` and stops that leave the group before they release. A
+    replica's Session writer holds the states it has not written (``pending``); ``hidden``
+    shards have documents behind their Items that no live writer holds (a crash, a failed batch,
+    dropped writes). The rule checked: a replica deems a shard current only when no document of
+    it lags unseen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.marks: dict[str, tuple[str, str]] = {}  # shard → (state, holder)
+        self.d = {r: DecidedState(BATCH_MAX) for r in "AB"}
+        self.token = {r: f"{r}0" for r in "AB"}
+        self.owned: dict[str, set[str]] = {r: set() for r in "AB"}
+        self.pending: dict[str, set[str]] = {r: set() for r in "AB"}
+        self.stopping: set[str] = set()
+        self.hidden: set[str] = set()
+
+    def owner(self, s: str) -> str | None:
+        return next((r for r in "AB" if s in self.owned[r]), None)
+
+    def release(self, r: str, shards: set[str]) -> None:
+        for s in self.d[r].release(shards):
+            if self.marks.get(s, ("", ""))[1] == self.token[r]:
+                self.marks[s] = ("clean", self.token[r])
+
+    @rule(r=st.sampled_from("AB"), s=st.sampled_from(MARK_SHARDS))
+    def assign(self, r: str, s: str) -> None:
+        if self.owner(s) is None and r not in self.stopping:
+            self.owned[r].add(s)
+            self.d[r].assigned([s])
+
+    @rule(r=st.sampled_from("AB"), s=st.sampled_from(MARK_SHARDS), outcome=st.sampled_from(
+        ["done", "failed"]))
+    def batch(self, r: str, s: str, outcome: str) -> None:
+        if s not in self.owned[r]:
+            return
+        for t in self.d[r].marks_to_take([s]):  # Handovers.take
+            state = self.marks.get(t, ("", ""))[0]
+            self.marks[t] = ("held", self.token[r])
+            self.d[r].marked(t, state == "clean")
+        if self.d[r].is_current(s):
+            assert s not in self.hidden, (r, s)
+            assert not any(s in self.pending[o] for o in "AB" if o != r), (r, s)
+        if outcome == "failed":  # Items may be written, their documents not
+            self.hidden.add(s)
+            self.d[r].batch_failed([(s, 0)])
+        else:
+            self.pending[r].add(s)
+
+    @rule(r=st.sampled_from("AB"), drained=st.booleans())
+    def revoke(self, r: str, drained: bool) -> None:
+        """A rebalance (eager: every partition): the writer drains, or gives up and drops."""
+        if r in self.stopping or not self.owned[r]:
+            return
+        if not drained and self.pending[r]:
+            self.hidden |= self.pending[r]
+            self.d[r].failed()
+        self.pending[r] = set()
+        self.release(r, set(self.owned[r]))
+        self.d[r].revoked(list(self.owned[r]))
+        self.owned[r] = set()
+
+    @rule(r=st.sampled_from("AB"))
+    def leave(self, r: str) -> None:
+        """A stop: the group is left at once (no revocation); the rest comes later."""
+        if r not in self.stopping:
+            self.stopping.add(r)
+            self.owned[r] = set()
+
+    @rule(r=st.sampled_from("AB"), drained=st.booleans())
+    def finish_stop(self, r: str, drained: bool) -> None:
+        if r not in self.stopping:
+            return
+        if not drained and self.pending[r]:
+            self.hidden |= self.pending[r]
+            self.d[r].failed()
+        self.pending[r] = set()
+        self.release(r, set(self.d[r].held))
+        self.restart(r)
+
+    @rule(r=st.sampled_from("AB"))
+    def crash(self, r: str) -> None:
+        self.hidden |= self.pending[r]
+        self.restart(r)
+
+    def restart(self, r: str) -> None:
+        self.stopping.discard(r)
+        self.owned[r] = set()
+        self.pending[r] = set()
+        self.d[r] = DecidedState(BATCH_MAX)
+        self.token[r] = f"{r}{int(self.token[r][1:]) + 1}"
+
+    @invariant()
+    def a_clean_mark_means_current_documents(self) -> None:
+        for s, (state, _holder) in self.marks.items():
+            if state == "clean":
+                assert s not in self.hidden
+                assert not any(s in self.pending[r] for r in "AB" if self.owner(s) != r)
+
+
+Handover.TestCase.settings = settings(max_examples=1000, stateful_step_count=50, deadline=None)
+test_a_shard_deemed_current_has_no_document_lagging_unseen = Handover.TestCase
