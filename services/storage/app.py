@@ -132,7 +132,7 @@ class StorageService(CoreService):
         await self.producer.stop()
         await self.repo.session_writer.stop()  # what is behind, written (at most 5 s)
         if self.repo.session_writer.dirty:  # not all written: the shards stay held (probed)
-            self.decided.failed()
+            self.decided.writes_dropped()
         # leaving the group revoked nothing (aiokafka calls no listener on stop)
         await self.handovers.release(set(self.decided.held))
         await self.client.close()

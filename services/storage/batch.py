@@ -101,7 +101,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             except Exception as exc:
                 log.warning("storage.revoke_drain_failed", error=repr(exc))
                 self.writer.drop()
-                self.decided.failed()
+                self.decided.writes_dropped()
             # the shards go over clean (or, after a failure, stay marked held: probed)
             await self.handovers.release({shard(tp) for tp in revoked})
             # Hand over exactly what was written: commit the written offsets of the revoked
@@ -155,8 +155,10 @@ class BatchWriter:
         # records another writer may have decided (the probe may have closed windows)
         verify = {source_key(inp) for pos, found in held if self.decided.in_window(*pos)
                   for inp in found}
-        current = frozenset(inp["session_id"] for (tp, _), found in held
-                            if self.decided.is_current(tp) for inp in found)
+        sessions = {inp["session_id"]: tp for (tp, _), found in held for inp in found}
+        self.decided.batch_begins({sid: shard(tp) for sid, tp in sessions.items()})
+        current = frozenset(sid for sid, tp in sessions.items()
+                            if self.decided.trusts_document(sid, tp))
         try:
             out = await self.handler.handle(inputs, frozenset(verify), defer_rest=True,
                                             current=current)
@@ -166,7 +168,7 @@ class BatchWriter:
         except RETRY_ERRORS:
             raise  # the store or broker is away: rewind the batch and retry it
         except Exception:
-            self.decided.failed()
+            self.decided.attempt_failed()
             # A record this code cannot process must not stall its partition forever:
             # process one by one and dead-letter the ones that fail.
             log.exception("storage.batch_failed_isolating")
@@ -180,7 +182,7 @@ class BatchWriter:
                 except RETRY_ERRORS:
                     raise
                 except Exception as exc:
-                    self.decided.failed()
+                    self.decided.attempt_failed()
                     await self.dlq.record(source[id(inp)], Poison(
                         UNPROCESSABLE, f"processing failed: {exc!r}"[:300]))
                     await self.repo.skipped({source_key(inp): inp["session_id"]})

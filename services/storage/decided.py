@@ -29,13 +29,16 @@ its Items (``SessionWriter``; a crash): the handler then looks for Items past it
 (``roll_forward``) — unless the Session's shard (its partition number, the same in the three
 topics) is **current**: its previous owner handed it over cleanly (its Session writer drained,
 no failed batch, and it had itself inherited the shard current) and said so in the shard's
-handover mark, and since then this replica has failed no batch and dropped no Session write.
+handover mark, and since then this replica has dropped no Session write — and the Session is
+not **suspect**: a failed batch may have written Items of its Sessions without their
+documents, so those Sessions are probed until a probe has brought them up (``repaired``).
 Before its first batch of a shard writes anything, a replica reads the mark and replaces it with
 ``held`` (``marks_to_take`` / ``marked``), so a replica that dies holding a shard leaves ``held``
-behind and its successor probes; it writes ``clean`` back only on a clean handover
-(``release``). A wrong "current" could only mean a decision at a sequence the store already
-holds — the unique index refuses it (``StaleDecision``), the batch fails and is decided again
-with every Session probed (docs/storage.md, "Clean handovers").
+behind and its successor probes; it writes ``clean`` back only on a clean handover of a shard
+with no suspect left (``release``). A wrong "current" could only mean a decision at a sequence
+the store already holds — the unique index refuses it (``StaleDecision``), the batch fails, its
+Sessions turn suspect and it is decided again with them probed (docs/storage.md, "Clean
+handovers").
 
 One object, shared by the app (offsets, rebalances), the handler (look-ups, Session states) and
 the rebalance listener, so the rules are read in one place and tested without a broker
@@ -79,6 +82,8 @@ class DecidedState:
         self.unmarked: set[Shard] = set()
         self.held: set[Shard] = set()
         self.current: set[Shard] = set()
+        self.writing: dict[str, Shard] = {}  # the Sessions of the batch being written
+        self.suspect: dict[str, Shard] = {}  # Sessions a failed batch may have left behind
 
     # ---- partitions ----------------------------------------------------------------
     def assigned(self, partitions: Iterable[Partition]) -> None:
@@ -114,8 +119,12 @@ class DecidedState:
         if not journaled:
             self.assigned_until.pop(tp, None)
 
+    def batch_begins(self, sessions: dict[str, Shard]) -> None:
+        """The Sessions (and their shards) the batch about to be written may write."""
+        self.writing = dict(sessions)
+
     def batch_failed(self, positions: Iterable[Position]) -> None:
-        self.failed()
+        self.attempt_failed()
         for tp, offset in positions:
             self.failed_until[tp] = max(self.failed_until.get(tp, 0), offset + 1)
 
@@ -129,9 +138,15 @@ class DecidedState:
         self.recent.clear()
         self.trusted = False
 
-    def failed(self) -> None:
-        """A batch failed (it may have written Items without their Session documents) or
-        Session writes were dropped: forget, and no shard's documents are current any more."""
+    def attempt_failed(self) -> None:
+        """Writing the batch failed: it may have written Items of its Sessions without their
+        documents. Forget, and probe those Sessions until a probe has brought them up."""
+        self.forget()
+        self.suspect.update(self.writing)
+
+    def writes_dropped(self) -> None:
+        """Session documents this replica had to write will never be: no shard of it is
+        current any more (until its next assignment)."""
         self.forget()
         self.current.clear()
 
@@ -147,14 +162,22 @@ class DecidedState:
         if inherited_clean:
             self.current.add(shard_)
 
-    def is_current(self, tp: Partition) -> bool:
-        return shard(tp) in self.current
+    def trusts_document(self, session_id: str, tp: Partition) -> bool:
+        """Whether the Session's document, read from the store, needs no look-up of Items past
+        it."""
+        return shard(tp) in self.current and session_id not in self.suspect
+
+    def repaired(self, session_ids: Iterable[str]) -> None:
+        """These Sessions were probed and brought up to their Items."""
+        for sid in session_ids:
+            self.suspect.pop(sid, None)
 
     def release(self, shards: Iterable[Shard]) -> set[Shard]:
         """Of the shards given up, those this replica may mark ``clean`` (call after its Session
         writer drained); it holds none of them any more."""
         gone = set(shards)
-        clean = gone & self.held & self.current
+        clean = (gone & self.held & self.current) - set(self.suspect.values())
+        self.suspect = {sid: s for sid, s in self.suspect.items() if s not in gone}
         self.held -= gone
         self.current -= gone
         self.unmarked -= gone

@@ -178,6 +178,7 @@ class StorageHandler:
         if probe:
             STORAGE_COLD_SESSIONS.labels("probed").inc(len(probe))
         states.update(await self.repo.roll_forward(loaded, probe))
+        self.decided.repaired(probe)
         return states
 
     async def handle(self, inputs: list[Json], verify: frozenset[str] = frozenset(),

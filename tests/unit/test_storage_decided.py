@@ -174,35 +174,47 @@ test_a_record_that_may_have_been_decided_is_always_looked_up = Storage.TestCase
 
 # ---- shards' handover marks: when a Session document read from the store is current ----
 
-def test_a_shard_is_current_from_a_clean_mark_until_a_failure() -> None:
+def test_a_document_is_trusted_from_a_clean_mark_until_its_session_turns_suspect() -> None:
     d = DecidedState(BATCH_MAX)
     d.assigned(["a", "b"])
     assert d.marks_to_take(["a", "b"]) == {"a", "b"}
     d.marked("a", inherited_clean=True)
     d.marked("b", inherited_clean=False)
     assert d.marks_to_take(["a", "b"]) == set()  # read once per assignment
-    assert d.is_current("a") and not d.is_current("b")
-    assert d.release({"a", "b"}) == {"a"}  # only what it inherited clean goes back clean
-    assert d.held == set() and not d.is_current("a")
-    for fail in (lambda d: d.batch_failed([("a", 1)]), lambda d: d.failed()):
-        d = DecidedState(BATCH_MAX)
-        d.assigned(["a"])
-        d.marked("a", inherited_clean=True)
-        fail(d)
-        assert not d.is_current("a") and d.release({"a"}) == set()
+    assert d.trusts_document("x", "a") and not d.trusts_document("y", "b")
+    d.batch_begins({"x": "a", "x2": "a"})
+    d.batch_failed([("a", 1)])  # it may have written Items of x and x2, not their documents
+    assert not d.trusts_document("x", "a") and d.trusts_document("z", "a")
+    assert d.release({"a", "b"}) == set()  # a suspect left: a is not handed over clean
+    d = DecidedState(BATCH_MAX)
+    d.assigned(["a"])
+    d.marked("a", inherited_clean=True)
+    d.batch_begins({"x": "a"})
+    d.attempt_failed()
+    d.repaired(["x"])  # probed, brought up
+    assert d.trusts_document("x", "a")
+    assert d.release({"a"}) == {"a"}  # only what it inherited clean goes back clean
+    assert d.held == set() and not d.trusts_document("x", "a")
+    d = DecidedState(BATCH_MAX)
+    d.assigned(["a"])
+    d.marked("a", inherited_clean=True)
+    d.writes_dropped()  # documents it should have written never will be
+    assert not d.trusts_document("x", "a") and d.release({"a"}) == set()
 
 
+MARK_SESSIONS = {"x0": "s0", "x1": "s0", "y0": "s1", "y1": "s1"}  # Session → shard
 MARK_SHARDS = ("s0", "s1")
 
 
 class Handover(RuleBasedStateMachine):
     """Two storage replicas taking shards over from each other through the marks (as
     ``services/storage/batch.py`` drives ``DecidedState``), with clean and failed handovers,
-    failed batches, ``kill -9`` and stops that leave the group before they release. A
-    replica's Session writer holds the states it has not written (``pending``); ``hidden``
-    shards have documents behind their Items that no live writer holds (a crash, a failed batch,
-    dropped writes). The rule checked: a replica deems a shard current only when no document of
-    it lags unseen."""
+    failed batches, ``kill -9`` and stops that leave the group before they release. Every batch
+    reads its Session from the store (the worst case: nothing in memory). A replica's Session
+    writer holds the states it has not written (``pending``); ``hidden`` Sessions have documents
+    behind their Items that no live writer holds (a crash, a failed batch, dropped writes) until
+    a probe brings them up. The rule checked: a replica trusts a document alone only when it does
+    not lag unseen."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -210,9 +222,10 @@ class Handover(RuleBasedStateMachine):
         self.d = {r: DecidedState(BATCH_MAX) for r in "AB"}
         self.token = {r: f"{r}0" for r in "AB"}
         self.owned: dict[str, set[str]] = {r: set() for r in "AB"}
-        self.pending: dict[str, set[str]] = {r: set() for r in "AB"}
+        self.pending: dict[str, set[str]] = {r: set() for r in "AB"}  # Sessions
+        self.trusted = 0  # documents trusted alone: the rule was exercised
         self.stopping: set[str] = set()
-        self.hidden: set[str] = set()
+        self.hidden: set[str] = set()  # Sessions
 
     def owner(self, s: str) -> str | None:
         return next((r for r in "AB" if s in self.owned[r]), None)
@@ -222,29 +235,39 @@ class Handover(RuleBasedStateMachine):
             if self.marks.get(s, ("", ""))[1] == self.token[r]:
                 self.marks[s] = ("clean", self.token[r])
 
+    def drop(self, r: str) -> None:
+        self.hidden |= self.pending[r]
+        self.pending[r] = set()
+
     @rule(r=st.sampled_from("AB"), s=st.sampled_from(MARK_SHARDS))
     def assign(self, r: str, s: str) -> None:
         if self.owner(s) is None and r not in self.stopping:
             self.owned[r].add(s)
             self.d[r].assigned([s])
 
-    @rule(r=st.sampled_from("AB"), s=st.sampled_from(MARK_SHARDS), outcome=st.sampled_from(
-        ["done", "failed"]))
-    def batch(self, r: str, s: str, outcome: str) -> None:
+    @rule(r=st.sampled_from("AB"), sid=st.sampled_from(sorted(MARK_SESSIONS)),
+          outcome=st.sampled_from(["done", "failed"]))
+    def batch(self, r: str, sid: str, outcome: str) -> None:
+        s = MARK_SESSIONS[sid]
         if s not in self.owned[r]:
             return
         for t in self.d[r].marks_to_take([s]):  # Handovers.take
-            state = self.marks.get(t, ("", ""))[0]
+            state = self.marks.get(t, ("clean", ""))[0]  # no mark: clean (a genesis store)
             self.marks[t] = ("held", self.token[r])
             self.d[r].marked(t, state == "clean")
-        if self.d[r].is_current(s):
-            assert s not in self.hidden, (r, s)
-            assert not any(s in self.pending[o] for o in "AB" if o != r), (r, s)
-        if outcome == "failed":  # Items may be written, their documents not
-            self.hidden.add(s)
+        self.d[r].batch_begins({sid: s})
+        if self.d[r].trusts_document(sid, s):
+            self.trusted += 1
+            assert sid not in self.hidden, (r, sid)
+            assert not any(sid in self.pending[o] for o in "AB" if o != r), (r, sid)
+        elif not any(sid in self.pending[o] for o in "AB" if o != r):
+            self.hidden.discard(sid)  # the probe brought the document up (roll_forward)
+            self.d[r].repaired([sid])
+        if outcome == "failed":  # Items may be written, the document not
+            self.hidden.add(sid)
             self.d[r].batch_failed([(s, 0)])
         else:
-            self.pending[r].add(s)
+            self.pending[r].add(sid)
 
     @rule(r=st.sampled_from("AB"), drained=st.booleans())
     def revoke(self, r: str, drained: bool) -> None:
@@ -252,8 +275,8 @@ class Handover(RuleBasedStateMachine):
         if r in self.stopping or not self.owned[r]:
             return
         if not drained and self.pending[r]:
-            self.hidden |= self.pending[r]
-            self.d[r].failed()
+            self.drop(r)
+            self.d[r].writes_dropped()
         self.pending[r] = set()
         self.release(r, set(self.owned[r]))
         self.d[r].revoked(list(self.owned[r]))
@@ -271,15 +294,15 @@ class Handover(RuleBasedStateMachine):
         if r not in self.stopping:
             return
         if not drained and self.pending[r]:
-            self.hidden |= self.pending[r]
-            self.d[r].failed()
+            self.drop(r)
+            self.d[r].writes_dropped()
         self.pending[r] = set()
         self.release(r, set(self.d[r].held))
         self.restart(r)
 
     @rule(r=st.sampled_from("AB"))
     def crash(self, r: str) -> None:
-        self.hidden |= self.pending[r]
+        self.drop(r)
         self.restart(r)
 
     def restart(self, r: str) -> None:
@@ -293,9 +316,19 @@ class Handover(RuleBasedStateMachine):
     def a_clean_mark_means_current_documents(self) -> None:
         for s, (state, _holder) in self.marks.items():
             if state == "clean":
-                assert s not in self.hidden
-                assert not any(s in self.pending[r] for r in "AB" if self.owner(s) != r)
+                shard_sessions = {sid for sid, t in MARK_SESSIONS.items() if t == s}
+                assert not shard_sessions & self.hidden, (s, self.hidden)
+                assert not any(shard_sessions & self.pending[r] for r in "AB"
+                               if self.owner(s) != r)
 
 
 Handover.TestCase.settings = settings(max_examples=1000, stateful_step_count=50, deadline=None)
-test_a_shard_deemed_current_has_no_document_lagging_unseen = Handover.TestCase
+test_a_document_trusted_alone_never_lags_unseen = Handover.TestCase
+
+
+def test_the_handover_machine_trusts_documents_at_all() -> None:
+    """Not vacuous: a replica taking a genesis shard trusts its documents."""
+    m = Handover()
+    m.assign("A", "s0")
+    m.batch("A", "x0", "done")
+    assert m.trusted == 1
