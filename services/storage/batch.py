@@ -150,13 +150,13 @@ class BatchWriter:
                 source[id(inp)] = raw
             inputs.extend(found)
             held.append(((TopicPartition(raw.topic, raw.partition), raw.offset), found))
+        sessions = {inp["session_id"]: tp for (tp, _), found in held for inp in found}
+        self.decided.batch_begins({sid: shard(tp) for sid, tp in sessions.items()})
         await self._probe(held)
         await self.handovers.take({tp for (tp, _), _found in held})
         # records another writer may have decided (the probe may have closed windows)
         verify = {source_key(inp) for pos, found in held if self.decided.in_window(*pos)
                   for inp in found}
-        sessions = {inp["session_id"]: tp for (tp, _), found in held for inp in found}
-        self.decided.batch_begins({sid: shard(tp) for sid, tp in sessions.items()})
         current = frozenset(sid for sid, tp in sessions.items()
                             if self.decided.trusts_document(sid, tp))
         try:

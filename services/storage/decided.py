@@ -129,6 +129,7 @@ class DecidedState:
             self.failed_until[tp] = max(self.failed_until.get(tp, 0), offset + 1)
 
     def batch_done(self, positions: Iterable[Position]) -> None:
+        self.writing = {}
         for tp, offset in positions:
             self.processed[tp] = max(self.processed.get(tp, 0), offset + 1)
 
