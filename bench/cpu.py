@@ -1,7 +1,10 @@
 """Who used the two cores during a measured phase: CPU time of the product, the broker and the
 store (and the bench itself), sampled from ``/proc/<pid>/stat`` once a second by a thread. A
 diagnostic printed beside a case's figures (docs/benchmarks.md), not a figure: it says which
-process was busy when latency grew. Linux only; elsewhere it reports nothing."""
+process was busy when latency grew. Beside them, the machine's CPU pressure (``/proc/pressure/cpu``,
+"some": the share of each second in which at least one runnable task waited for a core) — how
+long work queued for the two cores, which a sum of cores used below 2.0 does not show (several
+processes bursting at once). Linux only; elsewhere it reports nothing."""
 
 from __future__ import annotations
 
@@ -11,6 +14,20 @@ import time
 from pathlib import Path
 
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+PRESSURE = Path("/proc/pressure/cpu")
+WAIT = "cpu wait"  # the pressure's key in a row: seconds waited for a core per second
+
+
+def _waited_s() -> float | None:
+    """Seconds, since boot, in which some runnable task waited for a core (PSI "some")."""
+    try:
+        some = PRESSURE.read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    total = some.rsplit("total=", 1)[-1]
+    return int(total) / 1e6 if total.isdigit() else None
+
+
 def _cpu_s(pid: int) -> float | None:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -56,7 +73,8 @@ class CpuSampler:
     def __init__(self, pids: dict[str, int], period_s: float = 1.0) -> None:
         self.pids = pids
         self.period = period_s
-        self.rows: list[tuple[float, dict[str, float]]] = []  # (time, cores per process)
+        # (time, cores per process and the CPU pressure under ``WAIT``)
+        self.rows: list[tuple[float, dict[str, float]]] = []
         self._mark = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="cpu-sampler")
@@ -71,12 +89,14 @@ class CpuSampler:
 
     def _run(self) -> None:
         last = {n: _cpu_s(p) for n, p in self.pids.items()}
+        last[WAIT] = _waited_s()
         t_last = time.monotonic()
         while not self._stop.wait(self.period):
             now = {n: _cpu_s(p) for n, p in self.pids.items()}
+            now[WAIT] = _waited_s()
             t = time.monotonic()
             cores = {n: (now[n] - last[n]) / (t - t_last)  # type: ignore[operator]
-                     for n in self.pids if now[n] is not None and last[n] is not None}
+                     for n in now if now[n] is not None and last.get(n) is not None}
             self.rows.append((t, cores))
             last, t_last = now, t
 
@@ -90,13 +110,17 @@ class CpuSampler:
             vals = [c[name] for _, c in rows if name in c]
             if vals:
                 parts.append(f"{name} {sum(vals) / len(vals):.2f} (max {max(vals):.2f})")
-        total = [sum(c.values()) for _, c in rows]
+        total = [sum(v for n, v in c.items() if n != WAIT) for _, c in rows]
+        waits = [c[WAIT] for _, c in rows if WAIT in c]
+        pressure = (f"; cpu pressure (a task waiting for a core) {sum(waits) / len(waits):.0%} "
+                    f"of the time (max {max(waits):.0%} of a second)") if waits else ""
         return (f"cpu cores, mean (busiest second) over {len(rows)} s: " + ", ".join(parts)
-                + f"; together {sum(total) / len(total):.2f} (max {max(total):.2f})")
+                + f"; together {sum(total) / len(total):.2f} (max {max(total):.2f})"
+                + pressure)
 
     def write_csv(self, path: Path) -> None:
         """Every second's cores per process (time in seconds since the first sample)."""
-        names = list(self.pids)
+        names = [*self.pids, WAIT]
         t0 = self.rows[0][0] if self.rows else 0.0
         lines = ["t_s," + ",".join(names)]
         lines += [f"{t - t0:.1f}," + ",".join(f"{c.get(n, 0.0):.3f}" for n in names)

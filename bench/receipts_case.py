@@ -51,7 +51,8 @@ def run(run_: Run, infra: Infra | None, quick: bool = False) -> None:
                             f"over every call: the function_call_application Item's append "
                             f"time on session.items minus the call's deadline; split: tracker "
                             f"(fact on core.facts) {res.get('fact_lateness')}, storage (fact → "
-                            f"Item) {res.get('storage_delay')}; {common}"))
+                            f"Item) {res.get('storage_delay')}; cpu while the verdicts fell "
+                            f"due (cores) {res.get('cpu_while_due')}; {common}"))
     if not lat:
         run_.add(Result("4_receipts_lateness_p99", None, 100.0, "<= 1.0", "ms",
                         f"no Item lateness in the result: {str(res)[:400]}"))
@@ -61,6 +62,9 @@ def run(run_: Run, infra: Infra | None, quick: bool = False) -> None:
                         f"RSS growth / pending calls; retained (deep size) "
                         f"{res.get('retained_per_call_bytes')} B/call; RSS "
                         f"{res.get('rss_before_mb')}→{res.get('rss_after_mb')} MB; {common}"))
+    if res.get("storage_timings"):
+        progress("  storage's await timings over the measured phase:\n"
+                 + str(res["storage_timings"]))
     samples = res.get("lateness_samples_ms")
     if isinstance(samples, list) and samples:
         plot_latencies(BENCH_DIR / "receipts_lateness.png", "uncertain verdict lateness",

@@ -29,7 +29,11 @@ How:
   target is about). The profile splits it: ``fact_lateness`` = the ``application`` fact's append
   time on ``core.facts`` minus the deadline (the tracker's share), ``storage_delay`` = Item
   append time minus fact append time (storage's share). ``storage_timings`` is storage's wall
-  time per awaited step over the run (``serve_product --timings``).
+  time per awaited step over the measured phase (``serve_product --timings``, signalled after
+  the warm-up). ``cpu_while_due`` = the cores each process used (``bench.cpu``: the product, the
+  store, the broker, this process — the tracker and the bench's Item tail) in each second from
+  the first deadline to the last Item: whether the machine had a core to spare while the
+  verdicts fell due.
 Targets (issue 18): p99 ≤ 100 ms over all calls, ≤ 2 KB per pending call.
 """
 
@@ -62,6 +66,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
 
 from bench.common import Infra, free_port  # noqa: E402
 from bench.common import infrastructure as common_infrastructure  # noqa: E402
+from bench.cpu import WAIT, CpuSampler, stack_pids  # noqa: E402
 from bench.load import start_server  # noqa: E402
 from services.receipts.app import ReceiptService  # noqa: E402
 from shared.kafka import (  # noqa: E402
@@ -288,6 +293,8 @@ async def run(bootstrap: str, mongo: str, calls: int, window: float, spread: flo
         tails, later = tails + later, []
     storage_timings = ""
     result: dict[str, Any] = {}
+    cpu = CpuSampler({**({"product": product.proc.pid} if product else {}),
+                      **stack_pids(_port(mongo)), "tracker+bench": os.getpid()}).start()
     try:
         t0 = time.time()
         if product is not None:
@@ -313,10 +320,13 @@ async def run(bootstrap: str, mongo: str, calls: int, window: float, spread: flo
         await until(lambda: len(seen) >= WARMUP, 300, "warm-up verdicts")
         warm = len(svc.tracker.lateness)
         await asyncio.sleep(1.0)
+        if product is not None:  # storage's timings from here on are the measured phase's
+            product.proc.send_signal(signal.SIGUSR1)
         gc.collect()
         before = rss()
 
         t0 = time.time()
+        first_due = time.monotonic() + window
         await child(bootstrap, topics.runtime_deliveries, calls, WARMUP, calls, sids,
                     spread, None)
         await until(lambda: len(svc.tracker.calls) >= calls or len(svc.tracker.lateness) > warm,
@@ -331,6 +341,7 @@ async def run(bootstrap: str, mongo: str, calls: int, window: float, spread: flo
         mine = [(sids[i % len(sids)], call_id(i)) for i in range(WARMUP, total)]
         await until(lambda: all(k in seen for k in mine), window + spread + 600,
                     f"the {'Items' if product else 'facts'} of all {calls} verdicts")
+        due_cpu = cpu_while(cpu, first_due, time.monotonic())
         await asyncio.sleep(1.0)  # a second Item for a call, if any, shows up
         for t in later:
             tails.append(t)
@@ -362,10 +373,12 @@ async def run(bootstrap: str, mongo: str, calls: int, window: float, spread: flo
             "rss_before_mb": round(before / 2**20, 1), "rss_after_mb": round(after / 2**20, 1),
             "rss_per_call_bytes": round((after - before) / max(1, pending)),
             "retained_per_call_bytes": round(retained / max(1, pending)),
+            "cpu_while_due": due_cpu,
             "lateness_samples_ms": [round(x * 1000, 1) for x in (item_late or fact_late)],
             "targets": {"p99_ms": 100, "bytes_per_call": 2048},
         }
     finally:
+        cpu.stop()
         for t in tails:
             with contextlib.suppress(Exception):
                 await t.stop()
@@ -383,9 +396,32 @@ async def run(bootstrap: str, mongo: str, calls: int, window: float, spread: flo
     return result
 
 
+def _port(uri: str) -> int:
+    from urllib.parse import urlsplit
+
+    return urlsplit(uri).port or 27017
+
+
+def cpu_while(cpu: CpuSampler, t_from: float, t_to: float) -> dict[str, Any]:
+    """Each process's cores (mean, busiest second) over the sampler's seconds between the two
+    monotonic times, and the machine's: all of them together, per second."""
+    rows = [c for t, c in cpu.rows if t_from < t <= t_to + 0.5]
+    if not rows:
+        return {}
+    out: dict[str, Any] = {"seconds": len(rows)}
+    for name in cpu.pids:
+        vals = [c[name] for c in rows if name in c]
+        if vals:
+            out[name] = {"mean": round(sum(vals) / len(vals), 2), "max": round(max(vals), 2)}
+    out["together_per_second"] = [round(sum(v for n, v in c.items() if n != WAIT), 2)
+                                  for c in rows]
+    out["cpu_pressure_per_second"] = [round(c[WAIT], 2) for c in rows if WAIT in c]
+    return out
+
+
 def timings_from(log: Path) -> str:
     text = log.read_text(errors="replace") if log.exists() else ""
-    i = text.find("wall time per awaited step")
+    i = text.rfind("wall time per awaited step")  # the last report: the measured phase
     return text[i:].strip() if i >= 0 else ""
 
 

@@ -25,6 +25,8 @@ from shared.service import run_until_stopped
 from shared.settings import get_settings
 
 TIMINGS: dict[str, list[float]] = {}
+# BENCH_BATCH_TRACE=1: one stderr line per storage batch (wall time, records, ms, process CPU)
+TRACE_BATCHES = bool(os.environ.get("BENCH_BATCH_TRACE"))
 REPORTS = itertools.count(1)  # report_timings numbers its reports
 LAG_TASKS: set[asyncio.Task[None]] = set()  # watch_loop_lag (held: a task needs a reference)
 
@@ -42,6 +44,11 @@ def _timed(owner: Any, name: str, label: str) -> None:
             return await fn(*a, **kw)
         finally:
             TIMINGS.setdefault(label, []).append(time.perf_counter() - t0)
+            if label == "storage.on_batch" and TRACE_BATCHES:  # time, records, ms, cpu s
+                raw = getattr(kw.get("msg", a[-1]), "raw_message", ())
+                n = len(raw) if isinstance(raw, tuple) else 1
+                print(f"BATCH {time.time():.3f} {n} {1000 * (time.perf_counter() - t0):.1f} "
+                      f"{time.process_time():.3f}", file=sys.stderr, flush=True)
 
     setattr(owner, name, wrapper)
 
@@ -51,6 +58,7 @@ def install_timings() -> None:
     the services are not changed)."""
     from services.admission import core as admission_core
     from services.storage import app as storage_app
+    from services.storage.batch import BatchWriter
     from services.storage.handler import StorageHandler
     from services.storage.repository import StorageRepository
 
@@ -59,6 +67,10 @@ def install_timings() -> None:
         _timed(StorageRepository, n, f"storage.repo.{n}")
     _timed(StorageService, "on_batch", "storage.on_batch")
     _timed(StorageHandler, "handle", "storage.handler.handle")
+    _timed(BatchWriter, "_hand_over", "storage.batch._hand_over")
+    from services.storage import repository as storage_repository
+    _timed(storage_repository, "insert_in_order", "storage.repo.insert_in_order")
+    _timed(storage_repository, "insert_ignoring_duplicates", "storage.repo.insert_ignoring_dup")
     _timed(storage_app, "publish", "storage.publish (each)")
     _timed(admission_core.Admission, "add_event", "admission.add_event (whole)")
     _timed(admission_core.Admission, "_hand_over", "admission._hand_over (publish+wait)")
