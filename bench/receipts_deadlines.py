@@ -405,7 +405,8 @@ def _port(uri: str) -> int:
 def cpu_while(cpu: CpuSampler, t_from: float, t_to: float) -> dict[str, Any]:
     """Each process's cores (mean, busiest second) over the sampler's seconds between the two
     monotonic times, and the machine's: all of them together, per second."""
-    rows = [c for t, c in cpu.rows if t_from < t <= t_to + 0.5]
+    # a row at time t holds the second (t - period, t]: those overlapping [t_from, t_to]
+    rows = [c for t, c in cpu.rows if t > t_from and t - cpu.period < t_to]
     if not rows:
         return {}
     out: dict[str, Any] = {"seconds": len(rows)}
