@@ -12,6 +12,8 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PRESSURE = Path("/proc/pressure/cpu")
@@ -48,9 +50,10 @@ def _cmdlines() -> dict[int, list[str]]:
     return out
 
 
-def stack_pids(store_port: int) -> dict[str, int]:
-    """The store's pid (FerretDB listening on ``store_port``) and the broker's (the Kafka
-    process started from the same state dir, else the only one running)."""
+def stack_pids(store_uri: str) -> dict[str, int]:
+    """The store's pid (FerretDB listening on the port of ``store_uri``) and the broker's (the
+    Kafka process started from the same state dir, else the only one running)."""
+    store_port = urlsplit(store_uri).port or 27017
     found: dict[str, int] = {}
     cmds = _cmdlines()
     root = None
@@ -105,18 +108,40 @@ class CpuSampler:
         rows, self._mark = self.rows[self._mark:], len(self.rows)
         if not rows:
             return "cpu: no samples"
-        parts = []
-        for name in self.pids:
-            vals = [c[name] for _, c in rows if name in c]
-            if vals:
-                parts.append(f"{name} {sum(vals) / len(vals):.2f} (max {max(vals):.2f})")
-        total = [sum(v for n, v in c.items() if n != WAIT) for _, c in rows]
-        waits = [c[WAIT] for _, c in rows if WAIT in c]
+        per, total, waits = self._summary(rows)
+        parts = [f"{name} {mean:.2f} (max {top:.2f})" for name, (mean, top) in per.items()]
         pressure = (f"; cpu pressure (a task waiting for a core) {sum(waits) / len(waits):.0%} "
                     f"of the time (max {max(waits):.0%} of a second)") if waits else ""
         return (f"cpu cores, mean (busiest second) over {len(rows)} s: " + ", ".join(parts)
                 + f"; together {sum(total) / len(total):.2f} (max {max(total):.2f})"
                 + pressure)
+
+    def window(self, t_from: float, t_to: float) -> dict[str, Any]:
+        """The seconds overlapping the monotonic times [t_from, t_to] (a row at t holds the
+        second (t - period, t]): each process's cores (mean, busiest second), and per second all
+        of them together and the CPU pressure."""
+        rows = [c for t, c in self.rows if t > t_from and t - self.period < t_to]
+        if not rows:
+            return {}
+        per, total, waits = self._summary([(0.0, c) for c in rows])
+        out: dict[str, Any] = {"seconds": len(rows)}
+        out.update({name: {"mean": round(mean, 2), "max": round(top, 2)}
+                    for name, (mean, top) in per.items()})
+        out["together_per_second"] = [round(x, 2) for x in total]
+        out["cpu_pressure_per_second"] = [round(x, 2) for x in waits]
+        return out
+
+    def _summary(self, rows: list[tuple[float, dict[str, float]]]
+                 ) -> tuple[dict[str, tuple[float, float]], list[float], list[float]]:
+        """Per process (mean, max) cores; per row all processes together; per row the pressure."""
+        per = {}
+        for name in self.pids:
+            vals = [c[name] for _, c in rows if name in c]
+            if vals:
+                per[name] = (sum(vals) / len(vals), max(vals))
+        total = [sum(v for n, v in c.items() if n != WAIT) for _, c in rows]
+        waits = [c[WAIT] for _, c in rows if WAIT in c]
+        return per, total, waits
 
     def write_csv(self, path: Path) -> None:
         """Every second's cores per process (time in seconds since the first sample)."""

@@ -214,7 +214,7 @@ async def _run(infra: Infra, quick: bool, rate: float) -> dict[str, Latency]:
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(infra.mongodb_uri)
     collector = Collector(infra.bootstrap, topics_for(settings).session_items)
     out: dict[str, Latency] = {}
-    cpu = CpuSampler({"product": server.proc.pid, **stack_pids(_port(infra.mongodb_uri)),
+    cpu = CpuSampler({"product": server.proc.pid, **stack_pids(infra.mongodb_uri),
                       "bench": os.getpid()}).start()
     probes = Probes(cpu, server if TIMINGS else None)
     try:
@@ -255,12 +255,6 @@ async def _run(infra: Infra, quick: bool, rate: float) -> dict[str, Latency]:
         await collector.stop()
         server.stop()
         await client.close()
-
-
-def _port(uri: str) -> int:
-    from urllib.parse import urlsplit
-
-    return urlsplit(uri).port or 27017
 
 
 def stalled(small: Latency, size: int) -> str:

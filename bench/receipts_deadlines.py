@@ -66,7 +66,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
 
 from bench.common import Infra, free_port  # noqa: E402
 from bench.common import infrastructure as common_infrastructure  # noqa: E402
-from bench.cpu import WAIT, CpuSampler, stack_pids  # noqa: E402
+from bench.cpu import CpuSampler, stack_pids  # noqa: E402
 from bench.load import start_server  # noqa: E402
 from services.receipts.app import ReceiptService  # noqa: E402
 from shared.kafka import (  # noqa: E402
@@ -294,7 +294,7 @@ async def run(bootstrap: str, mongo: str, calls: int, window: float, spread: flo
     storage_timings = ""
     result: dict[str, Any] = {}
     cpu = CpuSampler({**({"product": product.proc.pid} if product else {}),
-                      **stack_pids(_port(mongo)), "tracker+bench": os.getpid()}).start()
+                      **stack_pids(mongo), "tracker+bench": os.getpid()}).start()
     try:
         t0 = time.time()
         if product is not None:
@@ -341,7 +341,7 @@ async def run(bootstrap: str, mongo: str, calls: int, window: float, spread: flo
         mine = [(sids[i % len(sids)], call_id(i)) for i in range(WARMUP, total)]
         await until(lambda: all(k in seen for k in mine), window + spread + 600,
                     f"the {'Items' if product else 'facts'} of all {calls} verdicts")
-        due_cpu = cpu_while(cpu, first_due, time.monotonic())
+        due_cpu = cpu.window(first_due, time.monotonic())
         await asyncio.sleep(1.0)  # a second Item for a call, if any, shows up
         for t in later:
             tails.append(t)
@@ -394,30 +394,6 @@ async def run(bootstrap: str, mongo: str, calls: int, window: float, spread: flo
             progress("storage (bench.serve_product --timings):\n" + storage_timings)
     result["storage_timings"] = storage_timings
     return result
-
-
-def _port(uri: str) -> int:
-    from urllib.parse import urlsplit
-
-    return urlsplit(uri).port or 27017
-
-
-def cpu_while(cpu: CpuSampler, t_from: float, t_to: float) -> dict[str, Any]:
-    """Each process's cores (mean, busiest second) over the sampler's seconds between the two
-    monotonic times, and the machine's: all of them together, per second."""
-    # a row at time t holds the second (t - period, t]: those overlapping [t_from, t_to]
-    rows = [c for t, c in cpu.rows if t > t_from and t - cpu.period < t_to]
-    if not rows:
-        return {}
-    out: dict[str, Any] = {"seconds": len(rows)}
-    for name in cpu.pids:
-        vals = [c[name] for c in rows if name in c]
-        if vals:
-            out[name] = {"mean": round(sum(vals) / len(vals), 2), "max": round(max(vals), 2)}
-    out["together_per_second"] = [round(sum(v for n, v in c.items() if n != WAIT), 2)
-                                  for c in rows]
-    out["cpu_pressure_per_second"] = [round(c[WAIT], 2) for c in rows if WAIT in c]
-    return out
 
 
 def timings_from(log: Path) -> str:

@@ -1,4 +1,4 @@
-"""The bench's CPU diagnostics (bench/cpu.py, bench/receipts_deadlines.py ``cpu_while``): the
+"""The bench's CPU diagnostics (bench/cpu.py; ``CpuSampler.window`` is the receipts case's): the
 machine's CPU pressure is read from ``/proc/pressure/cpu`` and reported beside the cores each
 process used, never summed into them."""
 
@@ -10,7 +10,6 @@ import pytest
 
 from bench import cpu
 from bench.cpu import WAIT, CpuSampler
-from bench.receipts_deadlines import cpu_while
 
 PSI = ("some avg10=12.50 avg60=3.00 avg300=1.00 total=2500000\n"
        "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
@@ -43,13 +42,13 @@ def test_a_phase_sums_the_processes_and_reports_the_pressure_beside_them() -> No
 
 
 def test_the_receipts_window_takes_the_seconds_between_its_times() -> None:
-    out = cpu_while(sampler(), 10.5, 11.2)
+    out = sampler().window(10.5, 11.2)
     assert out["seconds"] == 2  # the rows at 11.0 and 12.0: the seconds (10, 11] and (11, 12]
     assert out["product"] == {"mean": 0.5, "max": 0.75}
     assert out["together_per_second"] == [1.0, 0.5]
     assert out["cpu_pressure_per_second"] == [0.6, 0.2]
-    assert cpu_while(sampler(), 10.5, 11.0)["seconds"] == 1  # (11, 12] starts after it
-    assert cpu_while(sampler(), 20.0, 30.0) == {}
+    assert sampler().window(10.5, 11.0)["seconds"] == 1  # (11, 12] starts after it
+    assert sampler().window(20.0, 30.0) == {}
 
 
 def test_the_csv_has_a_pressure_column(tmp_path: Path) -> None:
