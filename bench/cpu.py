@@ -30,6 +30,46 @@ def _waited_s() -> float | None:
     return int(total) / 1e6 if total.isdigit() else None
 
 
+MEMINFO = Path("/proc/meminfo")
+
+
+def _unwritten_mb() -> float | None:
+    """Pages written by some process and not on the disk yet (``Dirty`` + ``Writeback``), MB."""
+    try:
+        lines = MEMINFO.read_text().splitlines()
+    except OSError:
+        return None
+    kb = [int(v.split()[0]) for k, _, v in (ln.partition(":") for ln in lines)
+          if k in ("Dirty", "Writeback")]
+    return sum(kb) / 1024 if kb else None
+
+
+def quiesce(max_s: float = 60.0, quiet_below: float = 0.10) -> str:
+    """Before a measured phase that follows the bench's own bulk writes: write them to the disk
+    (``sync``), then wait for a second in which runnable tasks waited for a core less than
+    ``quiet_below`` of it (the flush, the store's and the broker's background work done), at
+    most ``max_s``. Blocking (call it in a thread); returns what it found, for the log."""
+    t0 = time.monotonic()
+    dirty = _unwritten_mb()
+    os.sync()
+    synced = time.monotonic() - t0
+    waited, last = None, _waited_s()
+    while last is not None and time.monotonic() - t0 < max_s:
+        time.sleep(1.0)
+        now = _waited_s()
+        if now is None:
+            break
+        waited, last = now - last, now
+        if waited < quiet_below:
+            break
+    took = time.monotonic() - t0
+    found = "unknown" if dirty is None else f"{dirty:.0f} MB"
+    calm = ("no pressure reading" if waited is None
+            else f"the last second's cpu pressure {waited:.0%}")
+    return (f"settled in {took:.1f}s: unwritten pages {found} before sync ({synced:.1f}s); "
+            f"{calm}{'' if waited is not None and waited < quiet_below else ' (gave up)'}")
+
+
 def _cpu_s(pid: int) -> float | None:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -43,7 +43,7 @@ from bench.common import (
     prepare_topics,
     progress,
 )
-from bench.cpu import CpuSampler, stack_pids
+from bench.cpu import CpuSampler, quiesce, stack_pids
 from bench.load import Collector, Latency, Server, Target, open_loop, start_server
 from bench.pipeline import preflight
 from services.storage.repository import StorageRepository
@@ -139,6 +139,9 @@ async def _phase(name: str, target: Target, collector: Collector, rate: float, s
         await preflight(Target(target.base_url, sessions[:1], target.counter), collector)
     except (RuntimeError, TimeoutError) as exc:  # a 504 here is a finding, not a crash
         progress(f"  {name}: preflight failed ({str(exc)[:80]}); measuring anyway")
+    # the bulk load's writes reach the disk and the stack's background work is done before
+    # the phase, not during it (docs/benchmarks.md, "Settling before each phase")
+    progress(f"  {name}: {await asyncio.to_thread(quiesce)}")
     probes.begin(name)
     lat = await open_loop(target, collector, rate=rate, duration=seconds,
                           session_for=lambda i: sessions[rng.randrange(len(sessions))])
@@ -199,6 +202,8 @@ async def _warm_up(target: Target, collector: Collector, fill: Filler,
 
 def sizes_for(quick: bool) -> tuple[int, ...]:
     """Stored Items at each phase, in one Session and (separately) across Sessions."""
+    if os.environ.get("BENCH_GROWTH_SIZES"):  # diagnostics: e.g. "1000,100000"
+        return tuple(int(x) for x in os.environ["BENCH_GROWTH_SIZES"].split(","))
     return (1_000, 10_000) if quick else (1_000, 100_000, 1_000_000)
 
 

@@ -57,3 +57,42 @@ def test_the_csv_has_a_pressure_column(tmp_path: Path) -> None:
     lines = path.read_text().splitlines()
     assert lines[0] == f"t_s,product,store,{WAIT}"
     assert lines[2] == "1.0,0.750,0.250,0.600"
+
+
+MEMINFO = ("MemTotal:       24684116 kB\nDirty:             20480 kB\n"
+           "Writeback:         10240 kB\nWritebackTmp:          0 kB\n")
+
+
+def test_unwritten_pages_are_dirty_plus_writeback(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "meminfo"
+    f.write_text(MEMINFO)
+    monkeypatch.setattr(cpu, "MEMINFO", f)
+    assert cpu._unwritten_mb() == 30.0  # WritebackTmp is not Writeback
+    monkeypatch.setattr(cpu, "MEMINFO", tmp_path / "absent")
+    assert cpu._unwritten_mb() is None
+
+
+def test_quiesce_syncs_then_waits_for_a_quiet_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    totals = iter([0.0, 0.9, 1.5, 1.55])  # seconds waited: busy, busy, then a quiet second
+    calls: list[str] = []
+    monkeypatch.setattr(cpu, "_waited_s", lambda: next(totals))
+    monkeypatch.setattr(cpu, "_unwritten_mb", lambda: 512.0)
+    monkeypatch.setattr(cpu.os, "sync", lambda: calls.append("sync"))
+    monkeypatch.setattr(cpu.time, "sleep", lambda s: calls.append("sleep"))
+    out = cpu.quiesce(max_s=60.0)
+    assert calls == ["sync", "sleep", "sleep", "sleep"]  # stops at the first quiet second
+    assert "unwritten pages 512 MB before sync" in out
+    assert "the last second's cpu pressure 5%" in out and "gave up" not in out
+
+
+def test_quiesce_gives_up_after_max_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter(range(0, 1000, 10))  # ten seconds pass per reading
+    monkeypatch.setattr(cpu.time, "monotonic", lambda: float(next(clock)))
+    totals = iter(x * 0.5 for x in range(100))  # never quiet: half of every second waited
+    monkeypatch.setattr(cpu, "_waited_s", lambda: next(totals))
+    monkeypatch.setattr(cpu, "_unwritten_mb", lambda: None)
+    monkeypatch.setattr(cpu.os, "sync", lambda: None)
+    monkeypatch.setattr(cpu.time, "sleep", lambda s: None)
+    out = cpu.quiesce(max_s=30.0)
+    assert "(gave up)" in out and "unwritten pages unknown" in out
