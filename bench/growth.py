@@ -17,6 +17,7 @@ failed requests (the table's ``failed`` column: 504s and requests whose Item nev
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import os
 import random
@@ -181,23 +182,38 @@ class Probes:
             progress(f"    timings report {next(self.reports)} in the product's log: {what}")
 
 
-async def _warm_up(target: Target, collector: Collector, fill: Filler,
-                   timeout_s: float = 300) -> None:
+def _nth(sessions: list[str], i: int) -> str:
+    return sessions[i % len(sessions)]
+
+
+WARM_UP_S = 20.0  # unmeasured traffic before the first phase
+WARM_UP_SESSIONS = 100
+
+
+async def _warm_up(target: Target, collector: Collector, fill: Filler, rate: float,
+                   seconds: float = WARM_UP_S, timeout_s: float = 300) -> None:
     """Wait until the product answers one request end to end (a cold broker can take minutes
-    to give the product's consumer groups a coordinator): measuring before that would count
-    start-up as growth."""
-    sid = await fill.session(None, 1)
+    to give the product's consumer groups a coordinator), then send ``seconds`` of the phases'
+    traffic, unmeasured, to Sessions of their own (one of them alone, then all): the first
+    phase (the ratios' baseline) must not carry the start-up — a just-started product, broker
+    code and topics first used — which would flatter every larger phase against it."""
+    warm = [await fill.session(None, 1) for _ in range(WARM_UP_SESSIONS)]
     await fill.flush()
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            await preflight(Target(target.base_url, [sid], target.counter), collector)
-            return
+            await preflight(Target(target.base_url, warm[:1], target.counter), collector)
+            break
         except (RuntimeError, TimeoutError) as exc:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the product never answered: {exc}") from exc
             progress(f"  warm-up: not answering yet ({str(exc)[:60]}); retrying")
             await asyncio.sleep(2)
+    for sessions in (warm[:1], warm):
+        lat = await open_loop(target, collector, rate=rate, duration=seconds / 2,
+                              session_for=functools.partial(_nth, sessions))
+        progress(f"  warm-up ({len(sessions)} Session{'s' if len(sessions) > 1 else ''}, "
+                 f"unmeasured): p50 {lat.p50:.1f} ms p99 {lat.p99:.1f} ms, failed {lat.errors}")
 
 
 def sizes_for(quick: bool) -> tuple[int, ...]:
@@ -227,7 +243,7 @@ async def _run(infra: Infra, quick: bool, rate: float) -> dict[str, Latency]:
         fill = Filler(db)
         await collector.start()
         target = Target(f"http://127.0.0.1:{port}", [])
-        await _warm_up(target, collector, fill)
+        await _warm_up(target, collector, fill, rate, min(WARM_UP_S, seconds))
         one: str | None = None
         in_one = 0
         across: list[str] = []
