@@ -64,10 +64,13 @@ def quiesce(max_s: float = 60.0, quiet_below: float = 0.10) -> str:
             break
     took = time.monotonic() - t0
     found = "unknown" if dirty is None else f"{dirty:.0f} MB"
-    calm = ("no pressure reading" if waited is None
-            else f"the last second's cpu pressure {waited:.0%}")
+    if waited is None:
+        calm = "no cpu pressure reading: not waited for a quiet second"
+    else:
+        gave_up = "" if waited < quiet_below else " (gave up waiting)"
+        calm = f"the last second's cpu pressure {waited:.0%}{gave_up}"
     return (f"settled in {took:.1f}s: unwritten pages {found} before sync ({synced:.1f}s); "
-            f"{calm}{'' if waited is not None and waited < quiet_below else ' (gave up)'}")
+            f"{calm}")
 
 
 def _cpu_s(pid: int) -> float | None:

@@ -8,12 +8,13 @@ via ``storecodec.item_doc``, journal entries as ``write()`` stores them, and Ses
 would have. This bulk load goes straight to the store (``insert_many`` of 1 000 documents, one
 write in flight while the next batch is decided; the pipeline is not involved), which is what
 keeps 10⁶ Items affordable. Phases run in one database, growing it: for each size, fill the one
-Session and the Sessions across up to it, then measure one, then across — after 20 s of
-unmeasured warm-up traffic before the first phase, and, before each phase, a ``sync`` of the
-bulk load's unwritten pages and a quiet second (``bench.cpu.quiesce``). Traffic is an open
-loop at the same rate in every phase (half the pipeline's saturated rate when case 2 ran, else
-10/s). Targets: p99(100 000) ≤ 1.2 × p99(1 000), p99(1 000 000) ≤ 1.5 × p99(1 000), with 0
-failed requests (the table's ``failed`` column: 504s and requests whose Item never came).
+Session and the Sessions across up to it, then measure one, then across — after ~24 s of
+unmeasured warm-up traffic before the first phase (``_warm_up``), and, before each phase, a
+``sync`` of the bulk load's unwritten pages and a quiet second (``bench.cpu.quiesce``).
+Traffic is an open loop at the same rate in every phase (half the pipeline's saturated rate
+when case 2 ran, else 10/s). Targets: p99(100 000) ≤ 1.2 × p99(1 000),
+p99(1 000 000) ≤ 1.5 × p99(1 000), with 0 failed requests (the table's ``failed`` column: 504s
+and requests whose Item never came).
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ def _nth(sessions: list[str], i: int) -> str:
     return sessions[i % len(sessions)]
 
 
-WARM_UP_S = 20.0  # unmeasured traffic before the first phase
+WARM_UP_S = 20.0  # unmeasured traffic before the first phase (+ open_loop's 2 s lead-in, twice)
 WARM_UP_SESSIONS = 100
 
 

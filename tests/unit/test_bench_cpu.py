@@ -95,4 +95,16 @@ def test_quiesce_gives_up_after_max_s(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu.os, "sync", lambda: None)
     monkeypatch.setattr(cpu.time, "sleep", lambda s: None)
     out = cpu.quiesce(max_s=30.0)
-    assert "(gave up)" in out and "unwritten pages unknown" in out
+    assert "(gave up waiting)" in out and "unwritten pages unknown" in out
+
+
+def test_quiesce_without_a_pressure_reading_only_syncs(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(cpu, "_waited_s", lambda: None)
+    monkeypatch.setattr(cpu, "_unwritten_mb", lambda: 3.0)
+    monkeypatch.setattr(cpu.os, "sync", lambda: calls.append("sync"))
+    monkeypatch.setattr(cpu.time, "sleep", lambda s: calls.append("sleep"))
+    out = cpu.quiesce()
+    assert calls == ["sync"]
+    assert "no cpu pressure reading: not waited for a quiet second" in out
+    assert "gave up" not in out
