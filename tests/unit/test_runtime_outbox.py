@@ -78,7 +78,9 @@ def batches_of(outbox: ObservationOutbox) -> list[list[str]]:
 
 async def test_records_without_a_fact_wait_for_the_turn_end_and_leave_with_it() -> None:
     p = Producer()
-    outbox = ObservationOutbox(p, "obs", hold_s=0.2)  # type: ignore[arg-type]
+    # a hold far longer than the script (the Turn's end comes ~20 ms in): a busy host pausing
+    # this process between two lines must not send the first alone
+    outbox = ObservationOutbox(p, "obs", hold_s=5.0)  # type: ignore[arg-type]
     batches = batches_of(outbox)
     await run(outbox, [(0, [codex("turn/started", turn={"id": "t1"})]),
                        (0.01, [codex("item/started", item={"type": "agentMessage"})]),
