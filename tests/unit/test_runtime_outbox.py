@@ -155,38 +155,51 @@ def claude(kind: str, **fields: Any) -> Emit:
                  "turn_id": "turn_1", "native": {"type": kind, **fields}})
 
 
-async def test_the_default_hold_sends_a_short_claude_turn_as_one_go() -> None:
+SCALE = 10  # the default hold's tests run ten times slower, the hold and its cap alike
+
+
+def scaled_default_hold(monkeypatch: pytest.MonkeyPatch) -> float:
+    """The live Runtimes' hold (``HOLD_S``) and cap (``HOLD_MAX_S``) times ``SCALE``, for a
+    script whose gaps are scaled alike: what is checked is the harness's gaps against the
+    default hold, and a busy host pausing this process for tens of milliseconds cannot decide
+    it (the unscaled 13 ms gaps against a 50 ms hold could be)."""
+    from services.runtime import outbox as outbox_module
+
+    monkeypatch.setattr(outbox_module, "HOLD_MAX_S", outbox_module.HOLD_MAX_S * SCALE)
+    return outbox_module.HOLD_S * SCALE
+
+
+async def test_the_default_hold_sends_a_short_claude_turn_as_one_go(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A Claude Code Turn on an instant model prints ``command_lifecycle`` at once,
     ``system/init`` ~13 ms later and its ``result`` at ~26–30 ms: with the live Runtimes' hold
     (``HOLD_S``) all of it leaves when the ``result`` arrives, one produce request, not one per
-    pause (with the former 5 ms hold: three)."""
-    from services.runtime.outbox import HOLD_S
-
+    pause (with the former 5 ms hold: three). Times scaled (``scaled_default_hold``)."""
     p = Producer()
-    outbox = ObservationOutbox(p, "obs", hold_s=HOLD_S)  # type: ignore[arg-type]
+    outbox = ObservationOutbox(p, "obs", hold_s=scaled_default_hold(monkeypatch))  # type: ignore[arg-type]
     batches = batches_of(outbox)
     await run(outbox, [(0, [claude("command_lifecycle", state="queued")]),
-                       (0.013, [claude("system", subtype="init")]),
-                       (0.013, [claude("user", isReplay=True), claude("assistant", message={
+                       (0.013 * SCALE, [claude("system", subtype="init")]),
+                       (0.013 * SCALE, [claude("user", isReplay=True), claude("assistant", message={
                            "content": [{"type": "text", "text": "ok"}]}),
                                 claude("result", subtype="success")])])
     assert batches == [["command_lifecycle", "system", "user", "assistant", "result"]]
 
 
-async def test_a_line_after_a_turns_end_waits_for_the_next_turn_not_alone_in_its_middle() -> None:
+async def test_a_line_after_a_turns_end_waits_for_the_next_turn_not_alone_in_its_middle(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Claude Code prints ``command_lifecycle`` ``completed`` just after a Turn's ``result``.
     When the next Turn follows within the hold, that line leaves with the next Turn's records
     when its ``result`` arrives: the wait restarts with each record. (With a wait counted from
     the first record it left alone 50 ms after the ``result``, in the middle of the next Turn,
-    a produce request and a fetch while the binary worked.)"""
-    from services.runtime.outbox import HOLD_S
-
+    a produce request and a fetch while the binary worked.) Times scaled
+    (``scaled_default_hold``)."""
     p = Producer()
-    outbox = ObservationOutbox(p, "obs", hold_s=HOLD_S)  # type: ignore[arg-type]
+    outbox = ObservationOutbox(p, "obs", hold_s=scaled_default_hold(monkeypatch))  # type: ignore[arg-type]
     batches = batches_of(outbox)
-    turn = [(0.030, [claude("command_lifecycle", state="queued")]),
-            (0.013, [claude("system", subtype="init")]),
-            (0.013, [claude("result", subtype="success")])]
+    turn = [(0.030 * SCALE, [claude("command_lifecycle", state="queued")]),
+            (0.013 * SCALE, [claude("system", subtype="init")]),
+            (0.013 * SCALE, [claude("result", subtype="success")])]
     await run(outbox, [(0, [claude("command_lifecycle", state="completed")]), *turn])
     # one go, with the next Turn's result (~56 ms in)
     assert batches == [["command_lifecycle", "command_lifecycle", "system", "result"]]
