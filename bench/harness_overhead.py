@@ -67,7 +67,7 @@ async def runtime_over_kafka(infra: Infra, harness: str, live: Any,
     from bench.common import prepare_topics
     from services.runtime.app import RuntimeConfig, RuntimeService
     from services.runtime.conformance import Wire
-    from shared.domain.delivery import message_delivery
+    from shared.domain.wire import message_delivery
     from shared.ids import new_id
     from shared.kafka import encode, make_producer
     from shared.logging import configure_logging

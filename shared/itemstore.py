@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shared import imagerefs
+from shared import image_store
 from shared.store import Doc, find_by_ids
 from shared.storecodec import item_from_doc, pack
 from shared.storekeys import (
@@ -21,7 +21,7 @@ from shared.storekeys import (
 
 
 async def rehydrate(db: Any, items: list[Doc]) -> list[Doc]:
-    refs = {r["sha256"]: r for it in items for r in imagerefs.refs(it)}
+    refs = {r["sha256"]: r for it in items for r in image_store.refs(it)}
     if not refs:
         return items
     keys = [chunk_key(sha, n) for sha, r in refs.items() for n in range(r["chunks"])]
@@ -30,7 +30,7 @@ async def rehydrate(db: Any, items: list[Doc]) -> list[Doc]:
         sha: b"".join(bytes(found[chunk_key(sha, n)]["data"]) for n in range(r["chunks"]))
         for sha, r in refs.items()
     }
-    return [imagerefs.rehydrate(it, joined) for it in items]
+    return [image_store.rehydrate(it, joined) for it in items]
 
 
 async def items_by_keys(db: Any, keys: list[str]) -> list[Doc]:

@@ -4,7 +4,7 @@ field. The names live here so producers and consumers agree; so do the envelopes
 (``item_record``, ``stored_record``, ``fact_record``, ``observation_record``,
 ``registration_record``, ``control_record`` — check the functions below). The bodies are built
 by the domain: ``session.admitted/1`` by ``shared.domain.validation`` (``admitted_record``),
-``runtime.delivery/1`` by ``shared.domain.delivery``, decisions by ``shared.domain.sessions``."""
+``runtime.delivery/1`` by ``shared.domain.wire``, decisions by ``shared.domain.sessions``."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from shared import records
-from shared.domain import delivery as wire
+from shared.domain import wire
 from shared.domain.binding import RuntimeInfo, check_delivery, choose, is_alive
 from shared.logging import get_logger
 from shared.metrics import DISPATCH_BINDINGS, DISPATCH_DELIVERIES, DISPATCH_REFUSALS
@@ -47,7 +47,7 @@ class Registry(Protocol):
 
 
 class Outbox(Protocol):
-    async def fact(self, session_id: str, fact_id: str, body: Doc) -> None: ...
+    async def publish_fact(self, session_id: str, fact_id: str, body: Doc) -> None: ...
     async def deliver(self, runtime_id: str, message: Doc) -> None: ...
 
 
@@ -73,8 +73,8 @@ class Binder:
         self._last_place = max(self._last_place + 1, int(self.clock() * 1e9))
         return self._last_place
 
-    async def fact(self, session_id: str, fact_id: str, **body: Any) -> None:
-        await self.out.fact(session_id, f"dsp:{fact_id}", body)
+    async def publish_fact(self, session_id: str, fact_id: str, **body: Any) -> None:
+        await self.out.publish_fact(session_id, f"dsp:{fact_id}", body)
 
     # ---- a stored input -------------------------------------------------------------------
     async def accept(self, rec: Doc) -> None:
@@ -126,8 +126,8 @@ class Binder:
                 and refusal.get("code") == wire.REFUSAL_TURN_ENDED):
             # The harness ended the Turn before the steer reached it: storage hands the
             # messages over again (next Turn), never drops them.
-            await self.fact(sid, f"refusal:{did}:steer", kind=records.FACT_STEER_REFUSED,
-                            turn_id=rec.get("turn_id"), event_id=event_id, delivery_id=did)
+            await self.publish_fact(sid, f"refusal:{did}:steer", kind=records.FACT_STEER_REFUSED,
+                                    turn_id=rec.get("turn_id"), event_id=event_id, delivery_id=did)
             return
         if refusal.get("code") == wire.REFUSAL_TURN_BOUND_EXCEEDED:
             # The bridge refused a steer past the per-Turn bound and ends its native Turn:
@@ -137,8 +137,8 @@ class Binder:
                      turn_id=rec.get("turn_id"), delivery_id=did)
             return
         reason = f"the runtime refused the input: {refusal.get('reason')}"
-        await self.fact(sid, f"refusal:{refusal.get('delivery_id')}:turn", kind="turn",
-                        turn_id=rec.get("turn_id"), state="failed", reason=reason)
+        await self.publish_fact(sid, f"refusal:{refusal.get('delivery_id')}:turn", kind="turn",
+                                turn_id=rec.get("turn_id"), state="failed", reason=reason)
 
     # ---- Runtimes -----------------------------------------------------------------------
     def live(self, runtime_id: str | None) -> RuntimeInfo | None:
@@ -180,16 +180,17 @@ class Binder:
                 if b.get("status") != WAITING or not b.get("announced_wait"):
                     await self.repo.update_binding(sid, {"status": WAITING,
                                                          "announced_wait": True})
-                    await self.fact(sid, f"wait:{sid}:{b.get('waiting_since')}", kind="binding",
-                                    status=WAITING, runtime_id=None, reason=why_waiting(b))
+                    await self.publish_fact(sid, f"wait:{sid}:{b.get('waiting_since')}",
+                                            kind="binding", status=WAITING, runtime_id=None,
+                                            reason=why_waiting(b))
                 return False
             if await self.claim(sid, b.get("runtime_id"), rt):
                 self._count(rt.runtime_id, +1)
                 log.info("dispatcher.bound", session_id=sid, runtime_id=rt.runtime_id)
                 DISPATCH_BINDINGS.labels(rt.harness).inc()
-                await self.fact(sid, f"bind:{sid}:{rt.runtime_id}:{self._place()}",
-                                kind="binding", status="bound", runtime_id=rt.runtime_id,
-                                reason=None)
+                await self.publish_fact(sid, f"bind:{sid}:{rt.runtime_id}:{self._place()}",
+                                        kind="binding", status="bound", runtime_id=rt.runtime_id,
+                                        reason=None)
             else:  # another replica bound it first: its Runtime is the Session's
                 b = await self.repo.binding(sid) or b
                 rt = self.live(b.get("runtime_id"))
@@ -227,8 +228,8 @@ class Binder:
         binding as it was, to be found and unbound again."""
         sid = b["_id"]
         if b.get("turn_id"):
-            await self.fact(sid, f"gone:{b['turn_id']}:{b.get('runtime_id')}", kind="turn",
-                            turn_id=b["turn_id"], state="failed", reason=reason)
+            await self.publish_fact(sid, f"gone:{b['turn_id']}:{b.get('runtime_id')}", kind="turn",
+                                    turn_id=b["turn_id"], state="failed", reason=reason)
         self._count(b.get("runtime_id"), -1)
         await self.repo.update_binding(sid, self._waiting())
 
@@ -243,11 +244,11 @@ class Binder:
         DISPATCH_REFUSALS.labels(rec["kind"]).inc()
         if rec["kind"] == "function_result":
             # the call's one verdict id, as the receipt tracker's (shared/storekeys.py)
-            await self.out.fact(sid, verdict_fact_id(sid, rec["call_id"]), {
+            await self.out.publish_fact(sid, verdict_fact_id(sid, rec["call_id"]), {
                 "kind": "application", "call_id": rec["call_id"], "state": "failed",
                 "reason": reason})
-        await self.fact(sid, f"refuse:{rec['event_id']}:turn", kind="turn",
-                        turn_id=rec.get("turn_id"), state="failed", reason=reason)
+        await self.publish_fact(sid, f"refuse:{rec['event_id']}:turn", kind="turn",
+                                turn_id=rec.get("turn_id"), state="failed", reason=reason)
 
     async def deliver(self, b: Doc, rt: RuntimeInfo, rec: Doc) -> None:
         sid, kind = rec["session_id"], rec["kind"]

@@ -16,7 +16,7 @@ class KafkaOutbox:
     def __init__(self, broker: KafkaBroker, facts: str, deliveries: str) -> None:
         self.broker, self.facts, self.deliveries = broker, facts, deliveries
 
-    async def fact(self, session_id: str, fact_id: str, body: Doc) -> None:
+    async def publish_fact(self, session_id: str, fact_id: str, body: Doc) -> None:
         await publish(self.broker, self.facts, records.fact_record(session_id, fact_id, body),
                       session_id)
 

@@ -46,7 +46,7 @@ Key = tuple[str, str]  # (session_id, call_id)
 SendFacts = Callable[[list[Doc]], Awaitable[None]]
 
 
-def fact(sid: str, cid: str, step: Publish) -> Doc:
+def to_fact(sid: str, cid: str, step: Publish) -> Doc:
     return records.fact_record(sid, verdict_fact_id(sid, cid), {
         "kind": "application", "call_id": cid, "state": str(step.state),
         "reason": step.reason})
@@ -99,7 +99,7 @@ class Verdicts:
             for c in (await self.store.claims(lost_ids)).values():
                 sid, _, cid = c["_id"].partition("/")
                 claimed.append(((sid, cid), Publish(cid, State(c["state"]), c["reason"])))
-        await self.send([fact(sid, cid, step) for (sid, cid), step in [*mine, *claimed]])
+        await self.send([to_fact(sid, cid, step) for (sid, cid), step in [*mine, *claimed]])
         if lost:  # settled only once sent: a failed send is retried, also after a restart
             await self.store.settle([str(docs[i]["_id"]) for i in lost])
         for i in sorted(lost):

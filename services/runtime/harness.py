@@ -58,10 +58,10 @@ from services.runtime.simulation import (
 )
 from services.runtime.switches import Switches
 from shared import records
-from shared.domain.delivery import REFUSAL_TURN_BOUND_EXCEEDED, REFUSAL_TURN_ENDED
 from shared.domain.harnesses import AdapterError
 from shared.domain.harnesses import claude_code as claude
 from shared.domain.harnesses.errors import TurnBoundExceeded
+from shared.domain.wire import REFUSAL_TURN_BOUND_EXCEEDED, REFUSAL_TURN_ENDED
 from shared.logging import get_logger
 
 log = get_logger(__name__)

@@ -216,7 +216,7 @@ class BatchWriter:
                                  item_record(item, out.tenants[item["session_id"]]),
                                  item["session_id"]) for item in out.items]
         sent += [await self._send(self.topics.session_stored, records.stored_record(stored),
-                                  stored["session_id"]) for stored in out.stored]
+                                  stored["session_id"]) for stored in out.to_deliver]
         return sent
 
     async def _probe(self, held: list[tuple[tuple[Any, int], list[Any]]]) -> None:

@@ -45,7 +45,7 @@ STEER_LOOKBACK = 1_000  # Items read back at most to find a refused steer's mess
 @dataclass
 class Outputs:
     items: list[Json] = field(default_factory=list)  # to session.items, in order
-    stored: list[Json] = field(default_factory=list)  # to session.stored
+    to_deliver: list[Json] = field(default_factory=list)  # to session.stored
     replies: list[Json] = field(default_factory=list)  # to the admission reply topic
     # session_id → its tenant, for every Session with Items here: the Item records on the topic
     # name it (a multi-tenant consumer routes by it); the HTTP answers, one tenant's own view,
@@ -58,7 +58,7 @@ class Outputs:
 
     def merge(self, other: Outputs) -> None:
         self.items += other.items
-        self.stored += other.stored
+        self.to_deliver += other.to_deliver
         self.replies += other.replies
         self.tenants.update(other.tenants)
         self.rest += other.rest
@@ -271,8 +271,8 @@ class StorageHandler:
         self.decided.decided(keys, {k: v for k, v in states.items() if v is not None})
         for d in fresh + repeats:  # a repeat answers again, with the same Items (same ids)
             out.items.extend(d.items)
-            if d.stored is not None:
-                out.stored.append(d.stored)
+            if d.to_deliver is not None:
+                out.to_deliver.append(d.to_deliver)
             if d.reply is not None:
                 out.replies.append(d.reply)
         for item in out.items:
@@ -391,7 +391,7 @@ class StorageHandler:
                 for cu in j["call_updates"]:
                     if "set" in cu and "submission" in cu["set"]:
                         stored["submission"] = cu["set"]["submission"]
-            out.stored.append(stored)
+            out.to_deliver.append(stored)
 
 
 def _forward(states: dict[str, SessionState], replayed: SessionState) -> None:

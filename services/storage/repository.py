@@ -15,7 +15,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
 
 from services.storage.sessionwriter import SessionWriter
-from shared import imagerefs as images
+from shared import image_store as images
 from shared import itemstore
 from shared.domain.sessions import Decision, SessionState
 from shared.store import Doc, find_by_ids
@@ -124,8 +124,8 @@ class StorageRepository:
             stored_items.append(ext)
             chunks.extend(ch)
         stored = None
-        if d.stored is not None:
-            stored = dict(d.stored)
+        if d.to_deliver is not None:
+            stored = dict(d.to_deliver)
         doc: Doc = {
             "_id": d.source_key,
             "session_id": d.session_id,

@@ -13,8 +13,8 @@ import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from shared.domain.delivery import next_delivery_id
 from shared.domain.tenancy import DEFAULT_TENANT
+from shared.domain.wire import next_delivery_id
 from shared.storekeys import (
     call_key,
     create_key,
@@ -89,7 +89,7 @@ class Decision:
     state: SessionState | None = None
     items: list[Json] = field(default_factory=list)
     reply: Json | None = None  # {"request_id", "status", "body"} for admission
-    stored: Json | None = None  # the input the dispatcher must deliver
+    to_deliver: Json | None = None  # the input the dispatcher must deliver
     call_updates: list[Json] = field(default_factory=list)  # {"_id", "$set": {...}}
     idempotency: list[Json] = field(default_factory=list)  # docs for the idempotency collection
     # a call's verdict, {"_id": call key, "state", "reason", "at"}: kept in the decision's
@@ -239,7 +239,7 @@ def decide_create(record: Json, now: str) -> Decision:
     # it, so the repeated answer is byte-identical to the first.
     body["items"] = b.items
     d.reply = {"request_id": record["request_id"], "status": 201, "body": body}
-    d.stored = _stored_messages(state, turn_id, "start", record["event_id"], msgs)
+    d.to_deliver = _stored_messages(state, turn_id, "start", record["event_id"], msgs)
     if record.get("client_request_id"):
         d.idempotency.append(
             _idempotency(create_key(state.tenant, record["client_request_id"]),
@@ -265,7 +265,7 @@ def decide_message(state: SessionState, record: Json, now: str) -> Decision:
     d = Decision(source_key=key, session_id=state.session_id, state=new, items=b.items)
     body = {"event_id": record["event_id"], "delivery": delivery, "items": b.items}
     d.reply = {"request_id": record["request_id"], "status": 202, "body": body}
-    d.stored = _stored_messages(state, turn_id, kind, record["event_id"], msgs)
+    d.to_deliver = _stored_messages(state, turn_id, kind, record["event_id"], msgs)
     if record.get("client_event_id"):
         d.idempotency.append(_idempotency(
             event_key(state.session_id, record["client_event_id"]), record, 202, body))
@@ -305,7 +305,7 @@ def decide_steer_refused(state: SessionState, fact: Json, messages: list[Json], 
     assert turn_id is not None
     d.items = b.items
     d.state = replace(b.state, version=state.version + 1, turn_id=turn_id, turn_running=True)
-    d.stored = _stored_messages(
+    d.to_deliver = _stored_messages(
         state, turn_id, kind, event_id, copy.deepcopy(messages),
         delivery_id=next_delivery_id(str(fact["delivery_id"])),
         # the journal keeps no content: a replay reads the messages back by these keys
@@ -350,7 +350,7 @@ def decide_tool_result(state: SessionState, record: Json, now: str) -> Decision:
             },
         }
     )
-    d.stored = stored_input(
+    d.to_deliver = stored_input(
         state, turn_id=state.turn_id, kind="function_result", event_id=record["event_id"],
         item_ids=[item["id"]], call_id=call_id, name=name, submission=copy.deepcopy(sub),
         fields_present=list(record["fields_present"]))

@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaConsumer
 
 from services.runtime.app import RuntimeConfig, RuntimeService
 from shared.domain.binding import RuntimeInfo
-from shared.domain.delivery import REFUSAL_TURN_BOUND_EXCEEDED
+from shared.domain.wire import REFUSAL_TURN_BOUND_EXCEEDED
 from shared.kafka import decode
 from shared.settings import Settings
 from shared.topics import topics_for

@@ -32,7 +32,7 @@ from hypothesis.stateful import (
 
 from services.dispatcher.binder import Binder
 from services.dispatcher.registry import ReadingClock
-from shared.domain import delivery as wire
+from shared.domain import wire
 from shared.domain.binding import CLAUDE_BRIDGE_PROTOCOLS, RuntimeInfo
 from shared.storekeys import verdict_fact_id
 from tests.support.builders import text

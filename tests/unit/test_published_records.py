@@ -1,5 +1,5 @@
 """The records the dispatcher and the reference Runtime publish, built in one place
-(``shared.records``, ``shared.domain.delivery``), are what their consumers decode
+(``shared.records``, ``shared.domain.wire``), are what their consumers decode
 (``shared.typedrecords``) and what the public contract describes (``shared.contracts``)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pydantic import TypeAdapter
 from services.runtime.app import RuntimeConfig, registration
 from services.runtime.harness import SimulatedHarness
 from shared import contracts, records, typedrecords
-from shared.domain import binding, delivery, receipts
+from shared.domain import binding, receipts, wire
 from shared.domain.poison import Poison
 from shared.domain.sessions import decide_create, decide_tool_result
 from shared.kafka import encode, now_rfc3339
@@ -37,9 +37,9 @@ def test_a_registration_is_the_contract_and_what_the_registry_reads() -> None:
 
 def test_deliveries_are_the_contract_and_what_a_runtime_reads() -> None:
     messages = [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]
-    start = delivery.message_delivery(delivery_id="dlv_1", runtime_id=RT, session_id=SID,
+    start = wire.message_delivery(delivery_id="dlv_1", runtime_id=RT, session_id=SID,
                                       turn_id="turn_1", kind="start", messages=messages)
-    result = delivery.function_result_delivery(
+    result = wire.function_result_delivery(
         delivery_id="dlv_2", runtime_id=RT, session_id=SID, turn_id="turn_1", call_id="c1",
         name="f", success=True, output="ok", error=None)
     for rec in (start, result):
@@ -61,7 +61,7 @@ def test_observations_and_facts_are_what_storage_and_the_dispatcher_read() -> No
 
 
 def test_the_schema_names_the_domain_uses_are_the_records_ones() -> None:
-    assert delivery.DELIVERY_SCHEMA == records.DELIVERY
+    assert wire.DELIVERY_SCHEMA == records.DELIVERY
     assert binding.REGISTRATION_SCHEMA == records.REGISTRATION
     assert receipts.OBSERVATION_SCHEMA == records.OBSERVATION
 
@@ -73,8 +73,8 @@ def test_stored_inputs_are_what_the_dispatcher_reads() -> None:
         "event_id": "evt_1", "fingerprint": "fp",
         "messages": [{"role": "user", "content": [{"type": "input_text", "text": " hi "}]}]},
         "2026-11-30T10:00:00Z")
-    assert created.stored is not None and created.state is not None
-    start = _decoded(typedrecords.STORED, records.stored_record(created.stored))
+    assert created.to_deliver is not None and created.state is not None
+    start = _decoded(typedrecords.STORED, records.stored_record(created.to_deliver))
     assert isinstance(start, typedrecords.StoredMessages) and start.kind == "start"
     state = created.state.__class__(**{**created.state.__dict__, "open_calls": {"c1": "f"}})
     result = decide_tool_result(state, {
@@ -82,6 +82,6 @@ def test_stored_inputs_are_what_the_dispatcher_reads() -> None:
         "submission": {"call_id": "c1", "success": True, "output": "ok"},
         "fields_present": ["output"], "submission_fingerprint": "sfp", "fingerprint": "fp2"},
         "2026-11-30T10:00:01Z")
-    assert result.stored is not None
-    got = _decoded(typedrecords.STORED, records.stored_record(result.stored))
+    assert result.to_deliver is not None
+    got = _decoded(typedrecords.STORED, records.stored_record(result.to_deliver))
     assert isinstance(got, typedrecords.StoredResult) and got.submission.success is True

@@ -15,7 +15,7 @@ import pytest
 from services.runtime.deliveries import COMMIT_AFTER_S, DeliveryLoop
 from services.runtime.harness import Emit
 from services.runtime.outbox import ObservationOutbox
-from shared.domain.delivery import message_delivery
+from shared.domain.wire import message_delivery
 from shared.kafka import encode
 
 RT = "rt_" + "a" * 32

@@ -10,13 +10,13 @@ import pytest
 from services.runtime.harness import ALTERED_SUFFIX, Emit, SimulatedHarness, parse_calls
 from services.runtime.switches import Switches
 from shared.domain import receipts
-from shared.domain.delivery import (
+from shared.domain.harnesses import codex
+from shared.domain.observations import CallOpened, TurnEnded, classify
+from shared.domain.wire import (
     REFUSAL_TURN_BOUND_EXCEEDED,
     function_result_delivery,
     message_delivery,
 )
-from shared.domain.harnesses import codex
-from shared.domain.observations import CallOpened, TurnEnded, classify
 from tests.support.builders import image as i
 from tests.support.builders import msg
 from tests.support.builders import text as t

@@ -33,7 +33,7 @@ def test_create_starts_a_turn() -> None:
     assert [(i["sequence"], i["type"]) for i in d.items] == [(1, "message"), (2, "turn")]
     assert d.items[1]["state"] == "started"
     assert d.state is not None and d.state.turn_running
-    assert d.stored is not None and d.stored["kind"] == "start"
+    assert d.to_deliver is not None and d.to_deliver["kind"] == "start"
     assert d.reply is not None and d.reply["status"] == 201
 
 
@@ -41,8 +41,8 @@ def test_message_joining_a_running_turn_is_steered() -> None:
     s = created()
     d = decide_message(s, admitted(1), NOW)
     assert d.reply is not None and d.reply["body"]["delivery"] == "steered"
-    assert d.stored is not None and d.stored["kind"] == "steer"
-    assert d.stored["turn_id"] == s.turn_id
+    assert d.to_deliver is not None and d.to_deliver["kind"] == "steer"
+    assert d.to_deliver["turn_id"] == s.turn_id
     assert [i["sequence"] for i in d.items] == [3]
 
 
@@ -54,7 +54,7 @@ def test_message_after_the_turn_ended_starts_a_new_one() -> None:
     assert [(i["type"], i["state"]) for i in end.items] == [("turn", "completed")]
     d = decide_message(end.state, admitted(1), NOW)
     assert d.reply is not None and d.reply["body"]["delivery"] == "started"
-    assert d.stored is not None and d.stored["turn_id"] != s.turn_id
+    assert d.to_deliver is not None and d.to_deliver["turn_id"] != s.turn_id
     assert [i["sequence"] for i in d.items] == [4, 5]  # message, turn started: no gap
 
 
@@ -71,7 +71,7 @@ def test_function_result_resumes_and_public_item_has_both_fields() -> None:
     [item] = d.items
     assert item["output"] == "ok" and "error" in item and item["error"] is None
     assert d.state is not None and d.state.open_calls == {}
-    assert d.stored is not None and d.stored["name"] == "f"
+    assert d.to_deliver is not None and d.to_deliver["name"] == "f"
 
 
 def test_turn_end_for_an_inactive_turn_changes_nothing() -> None:

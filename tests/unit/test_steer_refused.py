@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from shared.domain.delivery import delivery_id, event_of_delivery, next_delivery_id
 from shared.domain.sessions import (
     Decision,
     SessionState,
@@ -18,6 +17,7 @@ from shared.domain.sessions import (
     decide_message,
     decide_steer_refused,
 )
+from shared.domain.wire import delivery_id, event_of_delivery, next_delivery_id
 
 NOW = "2026-01-01T00:00:00.000Z"
 IMG = "data:image/png;base64,iVBORw0KGgo="
@@ -39,7 +39,7 @@ def steered() -> tuple[SessionState, Decision, str]:
     """A Session whose first Turn is running in Core's view, and one message steered into it."""
     s = state_of(decide_create(admitted(0, harness="codex", placement="none"), NOW))
     d = decide_message(s, admitted(1, "steer me"), NOW)
-    assert d.stored is not None and d.stored["kind"] == "steer"
+    assert d.to_deliver is not None and d.to_deliver["kind"] == "steer"
     assert s.turn_id is not None
     return state_of(d), d, s.turn_id
 
@@ -53,20 +53,20 @@ def refusal(turn_id: str, event_id: str, did: str | None = None) -> dict[str, An
 def test_refused_while_core_still_runs_the_turn_ends_it_and_starts_a_new_one() -> None:
     s, steer, t1 = steered()
     msgs = [i for i in steer.items if i["type"] == "message"]
-    event_id = steer.stored["event_id"] if steer.stored else ""
+    event_id = steer.to_deliver["event_id"] if steer.to_deliver else ""
     d = decide_steer_refused(s, refusal(t1, event_id), msgs, NOW)
     assert [(i["type"], i["turn_id"], i["state"]) for i in d.items] == [
         ("turn", t1, "completed"), ("turn", d.items[1]["turn_id"], "started")]
     t2 = d.items[1]["turn_id"]
     assert t2 != t1
     assert [i["sequence"] for i in d.items] == [s.last_sequence + 1, s.last_sequence + 2]
-    assert d.stored is not None
-    assert d.stored["kind"] == "start" and d.stored["turn_id"] == t2
+    assert d.to_deliver is not None
+    assert d.to_deliver["kind"] == "start" and d.to_deliver["turn_id"] == t2
     # exactly the stored content, handed over again under a new delivery id
-    assert d.stored["messages"] == [{"role": "user", "content": m["content"]} for m in msgs]
-    assert d.stored["has_images"] is True
-    assert d.stored["delivery_id"] == delivery_id(event_id) + "_r1"
-    assert d.stored["message_keys"] == [f"session_1/{m['sequence']}" for m in msgs]
+    assert d.to_deliver["messages"] == [{"role": "user", "content": m["content"]} for m in msgs]
+    assert d.to_deliver["has_images"] is True
+    assert d.to_deliver["delivery_id"] == delivery_id(event_id) + "_r1"
+    assert d.to_deliver["message_keys"] == [f"session_1/{m['sequence']}" for m in msgs]
     new = state_of(d)
     assert new.turn_id == t2 and new.turn_running
     # the Runtime's own end of t1, arriving later, is for an inactive Turn: no second end
@@ -80,10 +80,10 @@ def test_refused_after_core_saw_the_turn_end_starts_a_new_turn_only() -> None:
     ended = state_of(decide_fact(s, {"fact_id": "obs:end", "kind": "turn", "turn_id": t1,
                                      "state": "completed"}, NOW))
     msgs = [i for i in steer.items if i["type"] == "message"]
-    assert steer.stored is not None
-    d = decide_steer_refused(ended, refusal(t1, steer.stored["event_id"]), msgs, NOW)
+    assert steer.to_deliver is not None
+    d = decide_steer_refused(ended, refusal(t1, steer.to_deliver["event_id"]), msgs, NOW)
     assert [(i["type"], i["state"]) for i in d.items] == [("turn", "started")]
-    assert d.stored is not None and d.stored["kind"] == "start"
+    assert d.to_deliver is not None and d.to_deliver["kind"] == "start"
     assert t1 in str(d.items[0]["reason"])
 
 
@@ -94,22 +94,22 @@ def test_refused_while_a_newer_turn_runs_joins_that_turn() -> None:
     newer = state_of(decide_message(ended, admitted(2, "a new turn"), NOW))
     assert newer.turn_id != t1 and newer.turn_running
     msgs = [i for i in steer.items if i["type"] == "message"]
-    assert steer.stored is not None
-    event_id = steer.stored["event_id"]
+    assert steer.to_deliver is not None
+    event_id = steer.to_deliver["event_id"]
     d = decide_steer_refused(newer, refusal(t1, event_id), msgs, NOW)
     assert d.items == []  # no Turn starts or ends
-    assert d.stored is not None
-    assert d.stored["kind"] == "steer" and d.stored["turn_id"] == newer.turn_id
+    assert d.to_deliver is not None
+    assert d.to_deliver["kind"] == "steer" and d.to_deliver["turn_id"] == newer.turn_id
     # refused again (that Turn ended too): still resolvable, with the next delivery id
     again = decide_steer_refused(state_of(d), refusal(str(newer.turn_id), event_id,
-                                                      d.stored["delivery_id"]), msgs, NOW)
-    assert again.stored is not None and again.stored["delivery_id"].endswith("_r2")
+                                                      d.to_deliver["delivery_id"]), msgs, NOW)
+    assert again.to_deliver is not None and again.to_deliver["delivery_id"].endswith("_r2")
 
 
 def test_a_refusal_whose_messages_storage_cannot_find_changes_nothing() -> None:
     s, _, t1 = steered()
     d = decide_steer_refused(s, refusal(t1, "evt_" + "f" * 32), [], NOW)
-    assert d.state is None and d.items == [] and d.stored is None
+    assert d.state is None and d.items == [] and d.to_deliver is None
     assert d.log == ["steer_refused.unknown_event"]
 
 

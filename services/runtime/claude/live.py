@@ -51,11 +51,11 @@ from services.runtime.claude.bridge import (
 from services.runtime.claude.state import Session, Turn
 from services.runtime.live import EmitFn, LiveOptions, envelope, refusal, session_worker
 from services.runtime.simulation import Emit
-from shared.domain.delivery import REFUSAL_TURN_BOUND_EXCEEDED, REFUSAL_TURN_ENDED
 from shared.domain.harnesses import claude_code as claude
 from shared.domain.harnesses.claude_code import ClaudeTurn
 from shared.domain.harnesses.errors import AdapterError, TurnBoundExceeded
 from shared.domain.whitespace import is_whitespace_only
+from shared.domain.wire import REFUSAL_TURN_BOUND_EXCEEDED, REFUSAL_TURN_ENDED
 from shared.logging import get_logger
 
 log = get_logger(__name__)

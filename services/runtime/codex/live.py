@@ -55,9 +55,9 @@ from services.runtime.live import (
     session_worker,
 )
 from services.runtime.simulation import Emit
-from shared.domain.delivery import REFUSAL_TURN_ENDED
 from shared.domain.harnesses import AdapterError
 from shared.domain.harnesses import codex as adapter
+from shared.domain.wire import REFUSAL_TURN_ENDED
 from shared.logging import get_logger
 
 log = get_logger(__name__)

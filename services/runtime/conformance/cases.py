@@ -28,12 +28,12 @@ from services.runtime.conformance.probe import (
     texts,
 )
 from shared.domain import receipts
-from shared.domain.delivery import (
+from shared.domain.harnesses import claude_code, codex
+from shared.domain.observations import TurnEnded, classify
+from shared.domain.wire import (
     REFUSAL_TURN_BOUND_EXCEEDED,
     result_content,
 )
-from shared.domain.harnesses import claude_code, codex
-from shared.domain.observations import TurnEnded, classify
 from shared.ids import new_id
 from shared.logging import get_logger
 

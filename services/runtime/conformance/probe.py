@@ -15,12 +15,12 @@ from aiokafka import AIOKafkaConsumer
 
 from shared import records
 from shared.domain import receipts
-from shared.domain.delivery import (
+from shared.domain.harnesses import codex
+from shared.domain.observations import CallOpened, TurnEnded, classify
+from shared.domain.wire import (
     function_result_delivery,
     message_delivery,
 )
-from shared.domain.harnesses import codex
-from shared.domain.observations import CallOpened, TurnEnded, classify
 from shared.ids import new_id
 from shared.kafka import (
     assigned_consumer,

@@ -151,7 +151,7 @@ class FakeOutbox:
     deliveries: list[tuple[str, Doc]] = field(default_factory=list)
     fail_facts: int = 0  # the next this many fact publishes raise (a broker that refuses)
 
-    async def fact(self, session_id: str, fact_id: str, body: Doc) -> None:
+    async def publish_fact(self, session_id: str, fact_id: str, body: Doc) -> None:
         if self.fail_facts:
             self.fail_facts -= 1
             raise PublishFailed(fact_id)

@@ -1,4 +1,4 @@
-"""Function-result conversion and delivery records (shared/domain/delivery.py)."""
+"""Function-result conversion and delivery records (shared/domain/wire.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.domain.delivery import (
+from shared.domain.wire import (
     function_result_delivery,
     has_images,
     message_delivery,

@@ -1,4 +1,4 @@
-"""Where image bytes live (shared/imagerefs.py): a large data URI moves out of its Item into
+"""Where image bytes live (shared/image_store.py): a large data URI moves out of its Item into
 chunks and comes back exactly; the Item handed in is never changed; an Item with nothing to move
 out is stored as it is (no copy)."""
 
@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared import imagerefs
+from shared import image_store
 
 INLINE_MAX = 64
 CHUNK = 16
@@ -38,7 +38,7 @@ def test_externalize_then_rehydrate_gives_the_item_back_and_leaves_it_unchanged(
         content: list[dict[str, Any]], shape: Any) -> None:
     item = shape(content)
     before = copy.deepcopy(item)
-    stored, chunks = imagerefs.externalize(item, INLINE_MAX, CHUNK)
+    stored, chunks = image_store.externalize(item, INLINE_MAX, CHUNK)
     assert item == before
     large = [p["image_url"] for p in content
              if p["type"] == "input_image" and len(p["image_url"]) > INLINE_MAX]
@@ -47,16 +47,16 @@ def test_externalize_then_rehydrate_gives_the_item_back_and_leaves_it_unchanged(
         return
     assert stored is not item
     data: dict[str, bytes] = {}
-    for ref in imagerefs.refs(stored):
+    for ref in image_store.refs(stored):
         mine = sorted((c for c in chunks if c["sha"] == ref["sha256"]), key=lambda c: c["n"])
         assert [c["n"] for c in mine] == list(range(ref["chunks"]))
         data[ref["sha256"]] = b"".join(c["data"] for c in mine)
         assert len(data[ref["sha256"]]) == ref["length"]
-    assert imagerefs.rehydrate(copy.deepcopy(stored), data) == before
+    assert image_store.rehydrate(copy.deepcopy(stored), data) == before
 
 
 def test_a_verdict_item_is_stored_as_it_is() -> None:
     item = {"type": "function_call_application", "session_id": "s", "sequence": 3,
             "call_id": "c", "state": "uncertain", "reason": "no receipt"}
-    stored, chunks = imagerefs.externalize(item, INLINE_MAX, CHUNK)
+    stored, chunks = image_store.externalize(item, INLINE_MAX, CHUNK)
     assert stored is item and chunks == []
