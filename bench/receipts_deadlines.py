@@ -1,4 +1,4 @@
-"""Receipt deadlines at scale (issue 18 item 3): one real ``ReceiptService`` holding 10 000
+"""Receipt deadlines at scale: one real ``ReceiptService`` holding 10 000
 pending calls, its verdicts turned into Items by the real storage service. Prints one JSON
 result dict.
 
@@ -34,7 +34,7 @@ How:
   store, the broker, this process — the tracker and the bench's Item tail) in each second from
   the first deadline to the last Item: whether the machine had a core to spare while the
   verdicts fell due.
-Targets (issue 18): p99 ≤ 100 ms over all calls, ≤ 2 KB per pending call.
+Targets: p99 ≤ 100 ms over all calls, ≤ 2 KB per pending call.
 """
 
 from __future__ import annotations

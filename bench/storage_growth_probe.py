@@ -1,6 +1,6 @@
 """Per-record cost of the storage handler with N Items already in one Session, on the store at
 ``MONGODB_URI`` (no Kafka): ``python bench/storage_growth_probe.py 1000 60000``. Prints one line
-per N. Caution (issue 17 item 14): after the first sample the Session is in the handler's cache,
+per N. Caution: after the first sample the Session is in the handler's cache,
 so this times cache hits — it is **not** evidence that storage's cost is flat as the store
 grows (the growth case measures the real path); a diagnostic, not a benchmark figure."""
 

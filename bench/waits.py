@@ -1,4 +1,4 @@
-"""``python -m bench.waits [--n 1000]`` — memory per waiting request (issue 11).
+"""``python -m bench.waits [--n 1000]`` — memory per waiting request.
 
 Starts the product server (``bench/serve_product.py``: storage + admission in one process; no
 dispatcher, so no Turn ever ends and every wait holds until it is released), creates ``n``

@@ -110,7 +110,7 @@ class Binder:
         if rt is None and b.get("status") != WAITING:
             await self.unbind(b, "the bound runtime is gone")
         # A live bound Runtime with a queue: input left there by a crash or a store outage
-        # between a delivery and its unqueue (the chaos suite's FerretDB kill -9) — delivered
+        # between a delivery and its unqueue (the store killed in between) — delivered
         # again in order (the Runtime drops a delivery id it has seen), nothing failed.
         await self.try_bind(sid)
 

@@ -19,7 +19,7 @@ fetches), not of the group's consumer: aiokafka sends a consumer's ListOffsets o
 broker connection as its fetches, and the broker answers one request of a connection at a time,
 so with nothing new to read the question waited behind the idle long-poll fetch (up to
 ``fetch_max_wait_ms``, 500 ms). Deadlines falling due during that round waited for the next one:
-every verdict came 0.5–1.3 s after its deadline (issue 18 item 3)."""
+every verdict would come 0.5–1.3 s after its deadline."""
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ from shared.domain.receipts import Expected
 from shared.store import Doc, find_by_ids
 
 DUPLICATE_KEY = 11000
-# declared by earlier versions on ``pending_receipts``; no query ever used them
+# indexes that no query uses, dropped where a store still has them on ``pending_receipts``
+# (index upkeep on every insert and delete)
 UNUSED_INDEXES = ("pending_session", "pending_deadline")
 
 

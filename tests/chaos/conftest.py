@@ -1,4 +1,4 @@
-"""Chaos suite (``make test-chaos``, issue 10 parts 1–2): a private Kafka + FerretDB of its own
+"""Chaos suite (``make test-chaos``): a private Kafka + FerretDB of its own
 (it is killed here, so never a shared one), the four services and two reference Runtimes as real
 processes, and the report table (fault, sent, lost, duplicated, time to recover) printed at the
 end of the run and written to ``<pytest basetemp>/chaos-report.md``."""

@@ -1,4 +1,4 @@
-"""Issue 10 part 1, crash safety: while the load generator sends messages and function results
+"""Crash safety: while the load generator sends messages and function results
 to several Sessions (codex and claude_code, through the reference Runtimes), each service is
 ``kill -9``ed and restarted, two at once, the Kafka broker is ``kill -9``ed and restarted, and a
 second storage and dispatcher replica join and leave the consumer groups. Afterwards every input

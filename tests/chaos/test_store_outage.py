@@ -1,4 +1,4 @@
-"""Issue 10 part 2, store outage: FerretDB is stopped (``kill -9``) mid-load and started again.
+"""Store outage: FerretDB is stopped (``kill -9``) mid-load and started again.
 While it is away the HTTP API answers 503 ``unavailable`` with ``Retry-After`` — quickly, never
 500, never a hang — for writes and reads, and ``/readyz`` is 503; input already on Kafka (the
 Runtimes' observations, requests handed over just before the stop, a ``session.input`` record

@@ -1,4 +1,4 @@
-"""``session_core_client`` against the running system (issue 20): a create retried after its
+"""``session_core_client`` against the running system: a create retried after its
 answer was lost yields one Session; a real 429 is retried after its ``Retry-After``; the Item
 stream resumes after a dropped connection with no gap and no repeat."""
 

@@ -1,4 +1,4 @@
-"""The examples in ``examples/`` run against the running system (issue 20): the HTTP producer
+"""The examples in ``examples/`` run against the running system: the HTTP producer
 (an image message, a function call answered and confirmed), the Kafka producer (answers by
 request id, a refusal with its param) and the de-duplicating Item-topic consumer."""
 

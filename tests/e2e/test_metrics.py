@@ -1,4 +1,4 @@
-"""Operations one can watch (issue 19): after a flow through the running processes, each
+"""Operations one can watch: after a flow through the running processes, each
 service's own ``/metrics`` (its metrics port, as the chart scrapes it) shows its new metrics,
 and admission writes a JSON access log line per request."""
 

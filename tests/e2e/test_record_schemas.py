@@ -1,6 +1,6 @@
 """A consumer written only from the published JSON Schemas (``docs/schemas/*.json``, read with
 ``jsonschema``; no project code) validates every record the e2e flow produced on the public
-topics: Items, input results, registrations, deliveries, observations (issue 20)."""
+topics: Items, input results, registrations, deliveries, observations."""
 
 from __future__ import annotations
 

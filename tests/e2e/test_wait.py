@@ -1,4 +1,4 @@
-"""``?wait=true&timeout_ms=N`` and metadata / tags / external_actor (issue 11) over the real stack
+"""``?wait=true&timeout_ms=N`` and metadata / tags / external_actor over the real stack
 with the reference Runtime: waits that complete (200) and expire (202), a client disconnect that
 frees its slot, the 429 at the bound, a repeated idempotency id joining the same Turn, and the
 envelope fields echoed on the Items of the input (HTTP and ``session.items``)."""

@@ -1,4 +1,4 @@
-"""The receipt tracker restarts in the middle of receipt windows (issue 6, "Durable
+"""The receipt tracker restarts in the middle of receipt windows ("Durable
 deadlines"): pending deadlines live in the store, so a new tracker on the same settings keeps
 each call's original deadline — measured from the delivery's Kafka timestamp, not from the
 restart — and a call whose deadline passed while no tracker ran turns ``uncertain`` at once.

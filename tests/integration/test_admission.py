@@ -1,4 +1,4 @@
-"""Admission over the real stack (issue 3): a rejected request gets its exact answer and writes
+"""Admission over the real stack: a rejected request gets its exact answer and writes
 nothing — no document in the store, no record on ``session.admitted`` — and the same request over
 HTTP and over ``session.input`` gets the same answer."""
 

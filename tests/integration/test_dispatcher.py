@@ -1,4 +1,4 @@
-"""The dispatcher over the real stack (issue 5, "Must show"): test Runtimes register over Kafka,
+"""The dispatcher over the real stack: test Runtimes register over Kafka,
 Sessions go through HTTP → admission → storage → dispatcher, and the test watches what each
 Runtime receives, the Session's binding on ``GET /v1/sessions/{id}`` and the public Items.
 
@@ -229,7 +229,7 @@ async def test_message_with_images_to_a_runtime_without_message_images_fails_the
     await send(system, sid, [msg(*sent)], "steered")
     fail = await system.items.wait_for(sid, failed_turn(d["turn_id"]))
     assert fail["reason"] == reason
-    # A new Turn that opens with an image is re-bound before it starts (issue 17, item 9); with
+    # A new Turn that opens with an image is re-bound before it starts; with
     # no Runtime reporting message images it waits, then fails after the binding wait.
     await send(system, sid, [msg(image(uri))], "started")
     got = await until(lambda: _as_view(items(system, sid)),
@@ -248,8 +248,8 @@ async def test_message_with_images_to_a_runtime_without_message_images_fails_the
 
 async def test_image_turn_on_a_text_only_binding_rebinds_before_the_turn_starts(
         system: System) -> None:
-    """Issue 17, item 9: binding used to look at the creation input only. A Session created
-    text-only and bound to a Runtime without message images, whose next Turn opens with an
+    """Binding looks at every Turn's opening input, not only the creation input. A Session
+    created text-only and bound to a Runtime without message images, whose next Turn opens with an
     image, is re-bound before that Turn starts, to a Runtime that reports message images; from
     then on it needs them (docs/runtime-boundary.md, "Images that arrive after binding")."""
     blind = await system.runtime("codex", message_images=False, function_result_images=True)
@@ -378,7 +378,7 @@ async def test_claude_64_bound_refused_by_the_bridge_which_ends_the_native_turn(
     submitting any part of it, which ends the running Turn." Core delivers the steer; the
     reference Runtime's bridge refuses it whole (code ``turn_message_bound_exceeded``) and ends
     its native Turn, releasing the call it had pending; Core's Turn ends ``failed`` from that
-    observed end, and no later function call is attributed to it (issue 17, item 3)."""
+    observed end, and no later function call is attributed to it."""
     rt = RuntimeService(system.settings, RuntimeConfig(
         runtime_id=f"rt_{uuid.uuid4().hex}", harness="claude_code", placements=["none"],
         heartbeat_s=1.0, turn_idle_s=120.0))
@@ -450,7 +450,7 @@ async def test_claude_64_bound_refused_by_the_bridge_which_ends_the_native_turn(
 
 async def test_redelivered_record_waiting_for_a_runtime_is_queued_once(
         short_wait_system: System) -> None:
-    """Crash safety (issue 10): a stored record queued for a Runtime and then redelivered (the
+    """Crash safety: a stored record queued for a Runtime and then redelivered (the
     dispatcher crashed before committing its offset) is accepted again without error — it used
     to raise DuplicateKeyError on its own pending entry, so the partition never moved on."""
     system = short_wait_system
@@ -468,7 +468,7 @@ async def test_redelivered_record_waiting_for_a_runtime_is_queued_once(
 
 
 async def test_one_binding_per_session_when_two_replicas_bind_at_once(system: System) -> None:
-    """Issue 10 (rebalance / sweeper): two replicas read a waiting Session's binding (unbound)
+    """Rebalance / sweeper: two replicas read a waiting Session's binding (unbound)
     and choose different Runtimes. The second write must not replace the first — it learns the
     winner instead (else both would deliver the Session's input: two native Turns)."""
     disp = system.dispatcher

@@ -1,4 +1,4 @@
-"""Foundation (issue 2): a record produced to the real broker is consumed by a running service that
+"""Foundation: a record produced to the real broker is consumed by a running service that
 writes documents to the real store, read back with PyMongo — and the same path fails, within a
 bounded time, when the broker or the store is not there (Settings pointed at a closed port)."""
 

@@ -1,4 +1,4 @@
-"""Hostile HTTP input (issue 10, part 4), against a running admission service on the real stack.
+"""Hostile HTTP input, against a running admission service on the real stack.
 
 * schemathesis, from the OpenAPI document the service SERVES (``/openapi.json``), positive and
   negative cases for every operation;

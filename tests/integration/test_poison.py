@@ -1,4 +1,4 @@
-"""Poison records on every topic a service consumes (issue 10, part 3), over the real stack.
+"""Poison records on every topic a service consumes, over the real stack.
 
 One partition per topic, so every poison record is followed, in its partition, by the good
 records the test sends after it. For each consumed topic the test checks:

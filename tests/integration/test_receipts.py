@@ -1,4 +1,4 @@
-"""The receipt tracker over the real stack (issue 6, "Must show"): a function result is
+"""The receipt tracker over the real stack: a function result is
 delivered to a test Runtime, which then publishes (or withholds) native observations; the
 ``function_call_application`` Item says what the tracker decided, and when.
 
@@ -99,7 +99,7 @@ async def test_receipt_window(system: System) -> None:
               f" ms, Item stored {lateness['item'] * 1000:.1f} ms after the deadline; tracker "
               f"lateness samples (ms): "
               f"{[round(x * 1000, 1) for x in system.receipts.tracker.lateness]}")
-        # Issue 18 item 3: each timeout is decided and published within tens of ms of its
+        # Each timeout is decided and published within tens of ms of its
         # deadline (tracker's clock). Before the fix 0.4–1.0 s: the reader's end-offset
         # question waited behind the observations consumer's idle long-poll fetch, and a
         # deadline falling due meanwhile waited for the next round.

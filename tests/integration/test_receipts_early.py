@@ -1,4 +1,4 @@
-"""An observation that overtakes its call's delivery record (issue 17 item 2).
+"""An observation that overtakes its call's delivery record.
 
 The Runtime's receipt (or refusal) of call B and the dispatcher's delivery record of B travel on
 two topics, read by two consumers: the receipt can be read first. Per seed, the verdict of B
@@ -116,8 +116,8 @@ async def test_an_early_receipt_survives_a_tracker_crash(settings: Settings,
     """The receipt is read (its offset committed with its batch) before the call's delivery;
     the tracker then dies (kill -9: nothing of its memory survives) and a new one reads the
     delivery. Kafka will not send the receipt again, so the kept observation must come back
-    from the store: the call ends ``applied``, not ``uncertain`` (found by the chaos suite's
-    kill -9 receipts row; seen failing without the store copy: 'uncertain' == 'applied').
+    from the store: the call ends ``applied``, not ``uncertain`` (without the store copy it
+    ends ``uncertain``).
 
     ``down-past-window``: the tracker stays down longer than the window after the receipt, so
     the delivery is read overdue. The receipt still counts: a kept observation is dropped only

@@ -1,4 +1,4 @@
-"""Storage over the real stack (issue 4): input comes back exactly as sent (from ``GET …/items``
+"""Storage over the real stack: input comes back exactly as sent (from ``GET …/items``
 and from ``session.items``), function results keep which fields were present, redelivery and
 client retries never duplicate or re-number an Item, ``delivery`` says what happened, sequences
 have no gaps, paging is stable, and the write rate is measured."""
@@ -275,7 +275,7 @@ async def test_the_handler_called_twice_decides_once(core: System) -> None:
 
 async def test_a_record_the_previous_owner_decided_is_replayed_after_a_rebalance(
         core: System) -> None:
-    """Issue 10, rebalance: replica B is trusted (it has been running) and gets a partition
+    """Rebalance: replica B is trusted (it has been running) and gets a partition
     whose previous owner A decided a record without committing its offset. The record is
     checked against the journal (``verify``: the first batch past the committed offset) and
     replayed — the same Items, the same sequence — instead of decided again at a new one."""
@@ -345,7 +345,7 @@ async def _crash_after_items(core: System, orphan: bool
 
 
 async def test_a_decision_whose_session_update_was_lost_is_rolled_forward(core: System) -> None:
-    """Issue 10 (found by the chaos suite, storage kill -9): B must not decide its record at
+    """After storage is killed (-9) mid-batch, B must not decide its record at
     the sequence A's Items already hold (they would be lost to the unique index)."""
     sid, items, _, _ = await _crash_after_items(core, orphan=False)
     assert [i["sequence"] for i in items] == [1, 2, 3, 4]
@@ -366,7 +366,7 @@ async def test_items_without_a_journal_entry_are_removed(core: System) -> None:
 
 
 async def test_a_replay_never_moves_a_session_back(core: System) -> None:
-    """Issue 10 (the chaos suite's lost Item, kill -9 storage / store outage): after the crash,
+    """A lost Item after kill -9 of storage or a store outage: after the crash,
     B rolled the Session forward past A's record and decided a later one. A's record is then
     redelivered — in the same batch as the Session's next record. Its replay must not set the
     Session back to the state A's decision left (the next record would be decided at the

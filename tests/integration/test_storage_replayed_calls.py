@@ -1,4 +1,4 @@
-"""Storage and replayed / synthetic Claude Code records over the real stack (issue 17 items 4, 5).
+"""Storage and replayed / synthetic Claude Code records over the real stack.
 
 Primary spec, "Function results": "Replayed, synthetic and Subagent records do not confirm it" —
 and they announce nothing either: a replayed ``tool_use`` of a call that was already answered

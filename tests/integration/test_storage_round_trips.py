@@ -1,4 +1,4 @@
-"""Storage's store path costs a constant number of round trips per batch (issue 18, item 1).
+"""Storage's store path costs a constant number of round trips per batch.
 
 A PyMongo ``CommandListener`` counts the commands one ``StorageHandler.handle`` sends to the real
 store. For a batch of messages to Sessions this replica owns (trusted, in its memory) the count is

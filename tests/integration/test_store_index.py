@@ -1,4 +1,4 @@
-"""The local store answers an ``_id`` lookup with an index lookup, not a scan (issue 18, item 2).
+"""The local store answers an ``_id`` lookup with an index lookup, not a scan.
 
 FerretDB v1 (SQLite backend) filters a single string/ObjectId ``_id`` equality with
 ``WHERE _ferretdb_sjson->'$._id' = ?`` (and updates/deletes by the same expression), but the

@@ -1,4 +1,4 @@
-"""FerretDB on PostgreSQL answers an ``_id`` lookup with an index scan (issue 18, item 2).
+"""FerretDB on PostgreSQL answers an ``_id`` lookup with an index scan.
 
 FerretDB v1.24's PostgreSQL backend filters a string ``_id`` equality with
 ``WHERE _jsonb->$1 @> $2`` ($1 = '_id'), but the ``_id_`` index it creates is a btree on

@@ -1,4 +1,4 @@
-"""Tenancy over the real stack (issue 10, parts 5 and 6): a Session belongs to the tenant of the
+"""Tenancy over the real stack: a Session belongs to the tenant of the
 key that created it; another tenant gets the same 404 as for a Session that does not exist, on
 every path, and its refused events write nothing; creation idempotency is per tenant; a tenant
 at its in-flight cap gets 429 with Retry-After while another tenant is served."""
@@ -256,7 +256,7 @@ async def _end_turn(system: System, sid: str, turn_id: str) -> None:
 
 async def test_a_tenant_at_its_wait_bound_gets_429_while_another_tenant_waits(
         t_waits: Tenants) -> None:
-    """Issue 11: concurrent waits are bounded per tenant; past the bound 429 with Retry-After,
+    """Concurrent waits are bounded per tenant; past the bound 429 with Retry-After,
     decided before anything is admitted; another tenant's wait is still accepted."""
     t = t_waits
     r = await t.a.post("/v1/sessions", json=_create("acme's long turn"))

@@ -1,4 +1,4 @@
-"""``session-core topics`` on the real broker: topics as declared state (issue 19). The command
+"""``session-core topics`` on the real broker: topics as declared state. The command
 runs as the chart's Job runs it (a process with environment settings), under a topic prefix of
 this test's own."""
 

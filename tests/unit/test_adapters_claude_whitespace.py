@@ -1,7 +1,7 @@
 """The Claude bridge refuses a message with no image and no non-whitespace text, with the same
 whitespace set as admission (primary spec, "Whitespace-only text": "Whitespace is the union of Go
 unicode.IsSpace and ECMAScript String.prototype.trim, for example U+0085 and U+FEFF; Core
-admission and the Claude bridge use the same set"; issue 17 item 8).
+admission and the Claude bridge use the same set").
 
 Every character of ``shared.domain.whitespace.WHITESPACE`` is tried alone, repeated, beside an
 empty part and in a later message of the batch; characters outside the set that Python counts

@@ -1,5 +1,5 @@
 """The chaos checker (``tests/support/chaosload.py::check``) is not vacuous: each of its rules on
-what the dispatcher and the receipt tracker produce (issue 17 item 11) fails on a world that breaks
+what the dispatcher and the receipt tracker produce fails on a world that breaks
 it. One consistent world — one Session: a create asking for a call, the call, its result with
 an image, the verdict, the Turn's end, the two delivery records, and the harness's native
 announcement of the call and receipt of its result — then one change per row."""

@@ -1,4 +1,4 @@
-"""The chart installs as documented and can be watched (issue 19): every component is scraped,
+"""The chart installs as documented and can be watched: every component is scraped,
 the Ingress never routes /metrics, the topics Job reads only Kafka credentials, the image is
 the one required value, and the optional objects (helm test, NetworkPolicy, KEDA, Strimzi
 KafkaTopics, alerts, dashboard) render what the code means.

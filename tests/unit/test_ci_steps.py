@@ -1,4 +1,4 @@
-"""CI cannot skip silently (issue 17, item 15): ``.ci/run`` builds what the tests need (Helm)
+"""CI cannot skip silently: ``.ci/run`` builds what the tests need (Helm)
 before ``make test``, runs every step unconditionally (no "SKIPPED" path: a step whose marker
 selects no test fails, pytest exit 5), and every marker a Makefile target selects is used by
 at least one test. The chart tests fail instead of skipping under ``CI`` when Helm is missing."""

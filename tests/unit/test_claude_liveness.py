@@ -1,5 +1,5 @@
 """Which Claude Code records are live root records (primary spec, "Function results": "Replayed,
-synthetic and Subagent records do not confirm it"; issue 17 items 4 and 5).
+synthetic and Subagent records do not confirm it").
 
 One classifier (``shared.domain.harnesses.claude_code.is_live_root``) decides for the adapter's
 ``tool_uses()``, storage's observation classifier (``shared.domain.observations``) and the

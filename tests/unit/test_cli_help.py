@@ -1,6 +1,6 @@
 """Every ``session-core`` command and every ``session-core cli`` subcommand answers ``--help``
 with its usage and exit code 0, without starting anything: Kafka, the store and the API point at
-a closed port, so a command that tried to connect would fail or hang (issue 20)."""
+a closed port, so a command that tried to connect would fail or hang."""
 
 from __future__ import annotations
 

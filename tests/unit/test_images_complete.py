@@ -1,4 +1,4 @@
-"""Short or corrupt image data is refused, never admitted half-decoded (issue 17 item 1).
+"""Short or corrupt image data is refused, never admitted half-decoded.
 
 Primary spec, "Images": "The base64 must be canonical and the decoded image must match the
 declared type"; docs/admission.md promises 400 for a truncated image. Pillow's ``load()`` zero-fills

@@ -78,7 +78,7 @@ def test_rejects_exactly_the_values_with_unpaired_surrogates(v: object) -> None:
         assert got == decoded
 
 
-# ---- nesting depth (issue 10: hostile HTTP input) ----------------------------------------------
+# ---- nesting depth (hostile HTTP input) ----------------------------------------------
 
 @pytest.mark.parametrize("raw", [
     b"[" * 10_000 + b"]" * 10_000,  # exhausted the parser's recursion: was a 500

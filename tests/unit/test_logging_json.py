@@ -1,4 +1,4 @@
-"""One JSON stream (issue 19): the standard library's loggers (aiokafka here, the real one
+"""One JSON stream: the standard library's loggers (aiokafka here, the real one
 failing to reach a closed port) come out as JSON lines with the structlog fields, next to
 structlog's own lines."""
 

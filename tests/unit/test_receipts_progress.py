@@ -1,4 +1,4 @@
-"""How soon a passed deadline is decided (issue 18 item 3: p99 lateness ≤ 100 ms), with the
+"""How soon a passed deadline is decided (p99 lateness ≤ 100 ms), with the
 tracker's timer and its observations reader (``services.receipts.progress.StreamReader``) on
 fakes of the broker clients.
 
@@ -26,7 +26,7 @@ from tests.support.fakes.receipts import Facts, MemoryReceiptStore
 
 TOPIC = "obs"
 FETCH_MAX_WAIT = 0.5  # aiokafka's default fetch_max_wait_ms
-BOUND = 0.1  # issue 18: p99 ≤ 100 ms, here for every deadline
+BOUND = 0.1  # p99 ≤ 100 ms, here for every deadline
 
 
 class Offsets:

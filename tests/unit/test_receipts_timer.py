@@ -79,8 +79,9 @@ class SlowSettle(MemoryReceiptStore):
 
 def test_settling_deletes_go_one_at_a_time_what_is_settled_meanwhile_together(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 18 item 3: one background delete per verdict batch queued dozens of deletes in the
-    store ahead of the next batches' claims (a claim waited up to 2 s at 2 000 timeouts/s)."""
+    """Settling deletes go one at a time: one background delete per verdict batch would queue
+    dozens of deletes in the store ahead of the next batches' claims (a claim would wait up to
+    2 s at 2 000 timeouts/s)."""
     monkeypatch.setattr(verdicts, "SETTLE_QUIET_S", 0.0)
     store, facts, clock = SlowSettle(), Facts(), Clock(200.0)
     t = tracker(store, facts, clock)

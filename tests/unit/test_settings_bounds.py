@@ -1,4 +1,4 @@
-"""Settings that the spec fixes rather than leaves to tuning (issue 17 item 6).
+"""Settings that the spec fixes rather than leaves to tuning.
 
 "Both adapters wait at most 10 seconds for a receipt" (primary spec, "Function results"): the
 receipt window is the spec's, not a tuning knob. ``SESSION_CORE_RECEIPT_WINDOW_S`` is accepted

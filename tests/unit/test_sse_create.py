@@ -1,4 +1,4 @@
-"""``POST /v1/sessions`` with ``"stream": true`` (issue 17, item 7): Items published between
+"""``POST /v1/sessions`` with ``"stream": true``: Items published between
 storage's reply and the stream's listener attaching to the Item tail must not be lost. The
 stream catches up from the store after attaching (like the ``?wait`` path) and de-duplicates by
 ``sequence``. A fake Admission makes the race deterministic: its ``create_session`` publishes an

@@ -130,7 +130,7 @@ async def test_timeout_ms_is_checked_before_anything() -> None:
 
 async def test_timeout_ms_above_the_cap_waits_600s(monkeypatch: Any) -> None:
     """CONTRACT §1 / seed 004: the budget is "capped at 600000" — a larger ``timeout_ms`` is
-    admitted and waits at most 600 s (issue 17 item 10), it is not a 400."""
+    admitted and waits at most 600 s, it is not a 400."""
     budgets: list[float | None] = []
     real_wait = asyncio.wait
 

@@ -30,7 +30,7 @@ def test_parse_wait(params: dict[str, str], expected: WaitRequest) -> None:
 
 
 # CONTRACT §1 and seed 004: "timeout_ms … (default 120000, capped at 600000)" — a larger budget
-# is clamped to the cap, never refused (issue 17 item 10). Any ASCII decimal integer above the
+# is clamped to the cap, never refused. Any ASCII decimal integer above the
 # cap is clamped, whatever its size; values below 1 stay refused.
 CLAMPED = ["600001", "700000", "9999999", "9223372036854775807", "9" * 50, "0" * 30 + "600001",
            "1" + "0" * 5000]
