@@ -8,7 +8,6 @@ import contextlib
 import csv
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy.local.stack import Stack
+from deploy.local.stack.base import free_port as free_port  # the bench cases take it from here
 
 REPO = Path(__file__).resolve().parent.parent
 # With ``--ref`` the runner re-executes itself from a snapshot of that commit; its outputs still
@@ -219,12 +219,6 @@ def plot_latencies(path: Path, title: str, series: dict[str, Sequence[float]]) -
 # ------------------------------------------------------------------------------------------
 # infrastructure
 # ------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -162,9 +162,9 @@ def model_server_process() -> Iterator[str]:
     """The scripted model server as its own process (``python -m services.modelserver``), as a
     provider is in production: in a thread of this process it would compete for the GIL with
     the Runtime's own work and charge that to the model's answer time."""
-    from services.modelserver.server import _free_port
+    from deploy.local.stack.base import free_port
 
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "services.modelserver", "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
