@@ -201,11 +201,7 @@ class StorageRepository:
             await insert_ignoring_duplicates(self.db.image_chunks, _dedupe(chunks))
             taken = await insert_in_order(self.db.items, _item_docs(journal_docs))
             if taken:
-                held = await find_by_ids(self.db.items, [d["_id"] for d in taken])
-                other = [d["_id"] for d in taken
-                         if held.get(d["_id"], {}).get("source_key") != d["source_key"]]
-                if other:
-                    raise StaleDecision(f"Items already held by other decisions: {other[:5]}")
+                await self._adopt(taken)
             taken = await insert_in_order(self.db.journal,
                                           [_journal_row(j) for j in journal_docs])
         # a tombstone may be there already: the record decided nothing before, either
@@ -213,6 +209,29 @@ class StorageRepository:
         taken = [d for d in taken if d["_id"] not in tombstones]
         if taken:
             raise StaleDecision(f"records decided before: {[d['_id'] for d in taken][:5]}")
+
+    async def _adopt(self, taken: list[Doc]) -> None:
+        """Items already at this batch's places. Another decision's: the state decided from was
+        stale (``StaleDecision``). This record's own, left by an attempt that died before its
+        journal entry was written — nobody was answered and nothing published, but a Session
+        whose document was trusted is not rolled forward, so they were not removed: they take
+        this attempt's content (its ``created_at``), which the journal will hold and the
+        Items published will be — unless the journal holds the record already (decided
+        before: ``StaleDecision``, and its Items stay as they are)."""
+        held = await find_by_ids(self.db.items, [d["_id"] for d in taken])
+        other = [d["_id"] for d in taken
+                 if held.get(d["_id"], {}).get("source_key") != d["source_key"]]
+        if other:
+            raise StaleDecision(f"Items already held by other decisions: {other[:5]}")
+        differ = [d for d in taken if held[d["_id"]] != d]
+        if not differ:
+            return
+        journaled = await find_by_ids(
+            self.db.journal, list({journal_key_of(d["source_key"]) for d in differ}))
+        if journaled:
+            raise StaleDecision(f"records decided before: {sorted(journaled)[:5]}")
+        for d in differ:
+            await self.db.items.replace_one({"_id": d["_id"]}, d)
 
     async def apply(self, journal_docs: list[Doc], stored: dict[str, int] | None = None
                     ) -> None:

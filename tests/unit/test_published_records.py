@@ -38,7 +38,7 @@ def test_a_registration_is_the_contract_and_what_the_registry_reads() -> None:
 def test_deliveries_are_the_contract_and_what_a_runtime_reads() -> None:
     messages = [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]
     start = wire.message_delivery(delivery_id="dlv_1", runtime_id=RT, session_id=SID,
-                                      turn_id="turn_1", kind="start", messages=messages)
+                                  turn_id="turn_1", kind="start", messages=messages)
     result = wire.function_result_delivery(
         delivery_id="dlv_2", runtime_id=RT, session_id=SID, turn_id="turn_1", call_id="c1",
         name="f", success=True, output="ok", error=None)

@@ -1,0 +1,290 @@
+"""Storage's whole batch path — ``StorageService.on_batch`` with its real ``BatchWriter``,
+``StorageHandler``, ``DecidedState``, ``StorageRepository`` and rebalance listener — over an
+in-memory store and broker (``tests/support/fakes/storage.py``), driven by a hypothesis state
+machine through random interleavings of what the chaos suite does on the real stack: records on
+two topics of two partitions, batches of any size, lost offset commits, the store killed in the
+middle of a write, a replica killed (-9: its memory gone, deferred Session writes lost) and
+rebalances that move partitions between two replicas.
+
+Checked throughout: every published Item is the Item the store holds at its place (never one
+the store gave another decision), and every answer to a request is the same each time. Checked
+once everything is consumed: each admitted input is stored exactly once, each Session's Items
+are numbered 1..n without a gap, and every stored Item was published."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from typing import Any
+from unittest.mock import patch
+
+from aiokafka import TopicPartition
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from services.storage.app import StorageService
+from services.storage.batch import Rebalance
+from shared import records
+from shared.domain.validation import Limits, Stamp, validate_create, validate_event
+from shared.domain.validation.admitted import AdmittedCreate
+from shared.settings import Settings
+from shared.storecodec import item_from_doc
+from shared.storekeys import call_key, item_key
+from shared.topics import topics_for
+from tests.support.builders import message_event, tool_result
+from tests.support.fakes.storage import Batch, MemoryBroker, MemoryConsumer, MemoryDatabase
+
+Json = dict[str, Any]
+PARTITIONS = (0, 1)
+SLOTS = ("a", "b")
+LIMITS = Limits()
+SETTINGS = Settings(kafka_bootstrap_servers="127.0.0.1:1", mongodb_uri="mongodb://127.0.0.1:1/",
+                    topic_partitions=len(PARTITIONS), storage_batch_max=4)
+
+
+class _NoClient:
+    async def close(self) -> None:
+        pass
+
+
+class Replica:
+    """One storage process: the real service over the shared memory store, its consumer."""
+
+    def __init__(self, db: MemoryDatabase, broker: MemoryBroker) -> None:
+        with patch("shared.coreservice.make_client", lambda *a, **k: _NoClient()), \
+                patch("shared.coreservice.database", lambda *a, **k: db), \
+                patch("services.storage.app.make_producer", lambda *a, **k: None):
+            self.svc = StorageService(SETTINGS)
+        self.svc.batches.send = broker.send
+        self.svc.batches.dlq.send = broker.send
+        self.consumer = MemoryConsumer(broker)
+        self.listener = Rebalance(self.svc.batch_lock, self.svc.decided, lambda: self.consumer,
+                                  self.svc.repo.session_writer, self.svc.handovers)
+        self.position: dict[TopicPartition, int] = {}
+
+
+class StorageMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.db = MemoryDatabase()
+        self.broker = MemoryBroker()
+        self.t = topics_for(SETTINGS)
+        self.replicas = {s: self.run(self._replica()) for s in SLOTS}
+        self.owner = {p: SLOTS[p % len(SLOTS)] for p in PARTITIONS}
+        self.run(self._rebalance(self.owner))
+        self.sessions: list[str] = []
+        self.calls: dict[str, list[str]] = {}
+        self.admitted: list[Json] = []  # every admitted record appended to the logs
+        self.n = 0
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    async def _replica(self) -> Replica:
+        r = Replica(self.db, self.broker)
+        await r.svc.repo.mark_genesis()  # what ``StorageService.start`` does to the store
+        return r
+
+    def tps(self, p: int) -> set[TopicPartition]:
+        return {TopicPartition(t, p) for t in (self.t.session_admitted, self.t.core_facts)}
+
+    async def _rebalance(self, owner: dict[int, str]) -> None:
+        """Every member gives up everything, then takes its new assignment (eager protocol)."""
+        for r in self.replicas.values():
+            if r.consumer.assigned:
+                await r.listener.on_partitions_revoked(r.consumer.assignment())
+        for slot, r in self.replicas.items():
+            mine = set().union(*(self.tps(p) for p, s in owner.items() if s == slot))
+            r.consumer.assigned = mine
+            r.position = {tp: self.broker.committed.get(tp, 0) for tp in mine}
+            await r.listener.on_partitions_assigned(mine)
+        self.owner = dict(owner)
+
+    # ---- producers ----------------------------------------------------------------------
+    def _next(self, prefix: str) -> str:
+        self.n += 1
+        return f"{prefix}_{self.n}"
+
+    def _stamp(self, sid: str) -> Stamp:
+        return Stamp(request_id=self._next("req"), session_id=sid, event_id=self._next("evt"),
+                     admitted_at="2026-01-01T00:00:00Z", fingerprint=self._next("fp"),
+                     tenant="default")
+
+    def _append(self, topic: str, sid: str, record: Json) -> None:
+        p = int(sid.rsplit("_", 1)[1]) % len(PARTITIONS)
+        self.broker.append(TopicPartition(topic, p), record)
+        if topic == self.t.session_admitted:
+            self.admitted.append(record)
+
+    @rule()
+    def create_session(self) -> None:
+        sid = f"session_{len(self.sessions)}"
+        body = validate_create({"harness": "codex", "placement": "none", "input": "hi"}, LIMITS)
+        assert isinstance(body, AdmittedCreate)
+        self.sessions.append(sid)
+        self.calls[sid] = []
+        self._append(self.t.session_admitted, sid, body.admitted_record(self._stamp(sid)))
+
+    @precondition(lambda self: self.sessions)
+    @rule(data=st.data())
+    def send_message(self, data: st.DataObject) -> None:
+        sid = data.draw(st.sampled_from(self.sessions))
+        body = validate_event(message_event({"role": "user", "content": [
+            {"type": "input_text", "text": self._next("text")}]}), "codex", "none", LIMITS)
+        self._append(self.t.session_admitted, sid,
+                     body.admitted_record(self._stamp(sid)))  # type: ignore[union-attr]
+
+    @precondition(lambda self: self.sessions)
+    @rule(data=st.data())
+    def open_call(self, data: st.DataObject) -> None:
+        """A function call the harness made (storage's fact from the observation)."""
+        sid = data.draw(st.sampled_from(self.sessions))
+        cid = self._next("call")
+        self.calls[sid].append(cid)
+        self._append(self.t.core_facts, sid, records.fact_record(
+            sid, f"obs:{sid}:call:{cid}",
+            {"kind": "function_call", "call_id": cid, "name": "f", "arguments": {},
+             "native_ids": {}}))
+
+    def _issued(self) -> list[tuple[str, str]]:
+        """The calls storage has decided (admission admits a result only for one of these)."""
+        return sorted((sid, cid) for sid, cids in self.calls.items() for cid in cids
+                      if call_key(sid, cid) in self.db.calls.docs)
+
+    @precondition(lambda self: self._issued())
+    @rule(data=st.data())
+    def send_result(self, data: st.DataObject) -> None:
+        sid, cid = data.draw(st.sampled_from(self._issued()))
+        body = validate_event(tool_result(call_id=cid, output="ok"), "codex", "none", LIMITS)
+        self._append(self.t.session_admitted, sid,
+                     body.admitted_record(self._stamp(sid)))  # type: ignore[union-attr]
+
+    @precondition(lambda self: self.sessions)
+    @rule(data=st.data())
+    def end_turn(self, data: st.DataObject) -> None:
+        """The harness ended the Session's latest Turn that storage published as started."""
+        sid = data.draw(st.sampled_from(self.sessions))
+        turns = [r["turn_id"] for r in self.broker.on(self.t.session_stored)
+                 if r["session_id"] == sid and r["kind"] == "start"]
+        if turns:
+            self._append(self.t.core_facts, sid, records.fact_record(
+                sid, f"obs:{sid}:turn_end:{turns[-1]}",
+                {"kind": "turn", "turn_id": turns[-1], "state": "completed", "reason": None}))
+
+    # ---- the consumer ---------------------------------------------------------------------
+    async def _consume(self, p: int, topics: list[str], n: int, commit: bool) -> bool:
+        """The owner of partition ``p`` fetches at most ``n`` records (``n`` ≤ the batch limit)
+        and hands them to ``on_batch``. Afterwards the consumer commits its positions, as the
+        framework does after a batch, unless ``commit`` is False: the commit lost (the process
+        dies or the group rebalances before it) — the next batch's commit covers both."""
+        r = self.replicas[self.owner[p]]
+        raws = tuple(rec for t in topics
+                     for rec in self.broker.fetch(TopicPartition(t, p),
+                                                  r.position[TopicPartition(t, p)], n))[:n]
+        if not raws:
+            return True
+        try:
+            await r.svc.on_batch(None, Batch(raws, r.consumer))
+        except Exception as exc:
+            event(f"batch failed: {type(exc).__name__}")
+            return False  # NACK_ON_ERROR: the batch comes again from its first record
+        for rec in raws:
+            r.position[TopicPartition(rec.topic, p)] = rec.offset + 1
+        if commit:
+            await r.consumer.commit(dict(r.position))
+        return True
+
+    def _topics(self, data: st.DataObject) -> list[str]:
+        return data.draw(st.sampled_from([[self.t.session_admitted], [self.t.core_facts],
+                                          [self.t.session_admitted, self.t.core_facts]]))
+
+    @rule(data=st.data(), p=st.sampled_from(PARTITIONS),
+          n=st.integers(1, SETTINGS.storage_batch_max), commit=st.booleans())
+    def consume(self, data: st.DataObject, p: int, n: int, commit: bool) -> None:
+        self.run(self._consume(p, self._topics(data), n, commit))
+
+    @rule(data=st.data(), p=st.sampled_from(PARTITIONS),
+          n=st.integers(1, SETTINGS.storage_batch_max), writes=st.integers(0, 12))
+    def store_killed_mid_batch(self, data: st.DataObject, p: int, n: int, writes: int) -> None:
+        self.db.kill_after(writes)
+        try:
+            self.run(self._consume(p, self._topics(data), n, True))
+        finally:
+            self.db.revive()
+
+    @rule(slot=st.sampled_from(SLOTS))
+    def replica_killed(self, slot: str) -> None:
+        """kill -9: nothing of the replica's memory survives; the group rebalances."""
+        self.replicas[slot] = self.run(self._replica())
+        self.run(self._rebalance(self.owner))
+
+    @rule(owner=st.tuples(*[st.sampled_from(SLOTS) for _ in PARTITIONS]))
+    def rebalance(self, owner: tuple[str, ...]) -> None:
+        self.run(self._rebalance(dict(zip(PARTITIONS, owner, strict=True))))
+
+    # ---- what must hold -------------------------------------------------------------------
+    def _stored(self) -> dict[str, Json]:
+        return {k: item_from_doc(d) for k, d in self.db.items.docs.items()}
+
+    @invariant()
+    def published_items_are_the_stored_ones(self) -> None:
+        stored = self._stored()
+        for rec in self.broker.on(self.t.session_items):
+            item = {k: v for k, v in rec.items() if k not in ("schema", "tenant")}
+            assert stored.get(item_key(item["session_id"], item["sequence"])) == item
+
+    @invariant()
+    def every_answer_to_a_request_is_the_same(self) -> None:
+        seen: dict[str, str] = {}
+        for rec in self.broker.on(self.t.storage_replies):
+            got = json.dumps({"status": rec["status"], "body": rec["body"]}, sort_keys=True)
+            assert seen.setdefault(rec["request_id"], got) == got
+
+    def teardown(self) -> None:
+        try:
+            self.run(self._settle())
+            self._check_exactly_once()
+            event(f"Items stored: {min(len(self.db.items.docs) // 10 * 10, 50)}+")
+        finally:
+            self.loop.close()
+
+    async def _settle(self) -> None:
+        await self._rebalance(self.owner)
+        for _ in range(500):
+            behind = [(p, tp.topic) for p in PARTITIONS for tp in self.tps(p)
+                      if self.replicas[self.owner[p]].position[tp]
+                      < len(self.broker.logs.get(tp, []))]
+            if not behind:
+                break
+            for p, topic in behind:  # a failed batch (a stale decision) is retried
+                await self._consume(p, [topic], SETTINGS.storage_batch_max, True)
+        else:
+            raise AssertionError("the logs were not consumed to their ends")
+        for r in self.replicas.values():
+            await r.svc.repo.session_writer.drain(5)
+
+    def _check_exactly_once(self) -> None:
+        stored = self._stored()
+        by_session: dict[str, list[int]] = {}
+        for item in stored.values():
+            by_session.setdefault(item["session_id"], []).append(item["sequence"])
+        for sid, seqs in by_session.items():
+            assert sorted(seqs) == list(range(1, len(seqs) + 1)), (sid, sorted(seqs))
+        messages = Counter(i["event_id"] for i in stored.values() if i["type"] == "message")
+        for rec in self.admitted:
+            if rec.get("event_type") != records.EV_TOOL_RESULT:
+                assert messages[rec["event_id"]] == 1, (rec["event_id"], messages)
+        answered = {r["request_id"] for r in self.broker.on(self.t.storage_replies)}
+        assert {r["request_id"] for r in self.admitted} <= answered
+        published = {item_key(r["session_id"], r["sequence"])
+                     for r in self.broker.on(self.t.session_items)}
+        assert set(stored) <= published
+
+
+StorageMachine.TestCase.settings = settings(
+    max_examples=200, stateful_step_count=50, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+test_storage_machine = StorageMachine.TestCase
