@@ -49,7 +49,7 @@ async def _run_service(name: str) -> None:
 
     async def stop() -> None:
         if health is not None:
-            health.close()
+            await health.stop()
         await svc.stop()
 
     await run_until_stopped(start, stop)

@@ -1,45 +1,73 @@
 """A minimal health endpoint for the services that have no HTTP API: ``/healthz`` (process up),
 ``/readyz`` (the given readiness check passes: broker and store reachable) and ``/metrics``
-(Prometheus text: the process's counters, e.g. ``session_core_dlq_records_total``)."""
+(Prometheus text: the process's counters, e.g. ``session_core_dlq_records_total``). FastStream's
+ASGI app served by uvicorn in the service's event loop; its lifespan is off, since each service
+starts and stops its brokers itself."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 
+import uvicorn
+from faststream.asgi import AsgiFastStream, AsgiResponse, get
+from faststream.asgi.types import Receive, Scope, Send
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 Check = Callable[[], Awaitable[bool]]
 
 
-async def serve_health(port: int, ready: Check) -> asyncio.AbstractServer | None:
+def _json(status: int, body: bytes) -> AsgiResponse:
+    return AsgiResponse(body, status, {"Content-Type": "application/json"})
+
+
+class _App(AsgiFastStream):
+    async def not_found(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _json(404, b'{"status":"not found"}')(scope, receive, send)
+
+
+class _Server(uvicorn.Server):
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # SIGTERM belongs to the service (shared.service.run_until_stopped), whose stop ends this
+        yield
+
+
+class HealthServer:
+    def __init__(self, server: uvicorn.Server, task: asyncio.Task[None]) -> None:
+        self.server, self.task = server, task
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        await self.task
+
+
+async def serve_health(port: int, ready: Check) -> HealthServer | None:
     if port <= 0:
         return None
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            line = await asyncio.wait_for(reader.readline(), 5)
-            path = line.decode("latin-1").split(" ")[1] if line.count(b" ") >= 2 else "/"
-            ctype = "application/json"
-            if path == "/healthz":
-                status, body = 200, b'{"status":"ok"}'
-            elif path == "/metrics":
-                status, body, ctype = 200, generate_latest(), CONTENT_TYPE_LATEST
-            elif path == "/readyz":
-                ok = await ready()
-                status = 200 if ok else 503
-                body = b'{"status":"ready"}' if ok else b'{"status":"not ready"}'
-            else:
-                status, body = 404, b'{"status":"not found"}'
-            reason = {200: "OK", 503: "Service Unavailable", 404: "Not Found"}[status]
-            writer.write(
-                f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
-            )
-            await writer.drain()
-        except Exception:
-            pass
-        finally:
-            writer.close()
+    @get
+    async def healthz(scope: Scope) -> AsgiResponse:
+        return _json(200, b'{"status":"ok"}')
 
-    return await asyncio.start_server(handle, "0.0.0.0", port)
+    @get
+    async def readyz(scope: Scope) -> AsgiResponse:
+        if await ready():
+            return _json(200, b'{"status":"ready"}')
+        return _json(503, b'{"status":"not ready"}')
+
+    @get
+    async def metrics(scope: Scope) -> AsgiResponse:
+        return AsgiResponse(generate_latest(), 200, {"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = _App(asgi_routes=[("/healthz", healthz), ("/readyz", readyz), ("/metrics", metrics)])
+    server = _Server(uvicorn.Config(app, host="0.0.0.0", port=port, log_config=None,
+                                    access_log=False, lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            await task  # uvicorn logs why it could not bind and exits
+            raise RuntimeError("the health server did not start")
+        await asyncio.sleep(0.02)
+    return HealthServer(server, task)

@@ -33,6 +33,7 @@ from services.client.bodies import (
     tool_result_body,
 )
 from session_core_client import ApiError, Client, TransportError
+from session_core_client.core import SseParser
 
 Json = dict[str, Any]
 DEFAULT_API = "http://127.0.0.1:8080"
@@ -296,23 +297,12 @@ def cmd_create(api: Api, args: argparse.Namespace) -> int:
 
 
 def sse_events(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
-    """Parse ``text/event-stream`` lines into ``(event, data)``; comments are skipped."""
-    event, data = "message", list[str]()
-    for line in lines:
-        if line == "":
-            if data:
-                raw = "\n".join(data)
-                try:
-                    yield event, json.loads(raw)
-                except ValueError:
-                    yield event, raw
-            event, data = "message", []
-        elif line.startswith(":"):
-            continue
-        elif line.startswith("event:"):
-            event = line[6:].strip()
-        elif line.startswith("data:"):
-            data.append(line[5:].lstrip(" "))
+    """``text/event-stream`` lines as ``(event, data)``, the data decoded when it is JSON."""
+    for ev in SseParser().feed(lines):
+        try:
+            yield ev.event, json.loads(ev.data)
+        except ValueError:
+            yield ev.event, ev.data
 
 
 def _post(api: Api, args: argparse.Namespace, path: str, body: Json,

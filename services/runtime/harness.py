@@ -36,9 +36,10 @@ turn id):
 from __future__ import annotations
 
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from cachetools import FIFOCache
 
 from services.runtime.claude.simulated import ClaudeShapes
 from services.runtime.codex.simulated import CodexShapes
@@ -101,7 +102,7 @@ class SimulatedHarness:
         self.function_result_images = function_result_images and not self.native.text_only
         self.max_user_messages = max_user_messages
         self.sessions: dict[str, Session] = {}
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen: FIFOCache[str, None] = FIFOCache(_SEEN_DELIVERIES)
 
     # ------------------------------------------------------------------ public
 
@@ -113,8 +114,6 @@ class SimulatedHarness:
             log.info("delivery.duplicate", delivery_id=delivery_id)
             return []
         self._seen[delivery_id] = None
-        while len(self._seen) > _SEEN_DELIVERIES:
-            self._seen.popitem(last=False)
         sid = str(delivery.get("session_id"))
         session = self.sessions.get(sid)
         if session is None:
@@ -221,8 +220,6 @@ class SimulatedHarness:
         if turn.claude is not None:
             turn.claude.finish("failed" if failed else "completed")
         session.ended_turns[turn.core_turn_id] = None
-        while len(session.ended_turns) > 1000:
-            session.ended_turns.popitem(last=False)
         session.turn = None
         log.info("turn.ended", session_id=session.core_session_id, turn_id=turn.core_turn_id,
                  state="failed" if failed else "completed")

@@ -178,11 +178,11 @@ def live_from_args(args: argparse.Namespace, config: RuntimeConfig,
 
 async def run(settings: Settings, config: RuntimeConfig,
               live: LiveHarness | None = None) -> None:
-    from shared.health import serve_health
+    from shared.health import HealthServer, serve_health
     from shared.service import run_until_stopped
 
     svc = RuntimeService(settings, config, live=live)
-    health: asyncio.AbstractServer | None = None
+    health: HealthServer | None = None
 
     async def ready() -> bool:
         return svc.ready.is_set()
@@ -196,7 +196,7 @@ async def run(settings: Settings, config: RuntimeConfig,
 
     async def stop() -> None:
         if health is not None:
-            health.close()
+            await health.stop()
         await svc.stop()
 
     await run_until_stopped(start, stop)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from cachetools import FIFOCache
 
 from services.runtime.switches import Switches
 from shared import records
@@ -77,7 +78,7 @@ class Session:
     core_session_id: str
     native_id: str  # Codex threadId / Claude Code session_id / MiniMax session id
     turn: Turn | None = None
-    ended_turns: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    ended_turns: FIFOCache[str, None] = field(default_factory=lambda: FIFOCache(1000))
     turns_started: int = 0
 
 

@@ -46,8 +46,9 @@ the rebalance listener, so the rules are read in one place and tested without a 
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Hashable, Iterable
+
+from cachetools import FIFOCache
 
 from shared.domain.sessions import SessionState
 
@@ -67,10 +68,10 @@ def shard(tp: Partition) -> Shard:
 class DecidedState:
     def __init__(self, batch_max: int, cache_size: int = 100_000) -> None:
         self.batch_max = batch_max
-        self.cache_size = cache_size
         self.trusted = False
-        self.recent: OrderedDict[str, None] = OrderedDict()  # source keys decided lately
-        self.sessions: OrderedDict[str, SessionState] = OrderedDict()
+        # the least recently written goes first: a write moves a key to the end, a read does not
+        self.recent: FIFOCache[str, None] = FIFOCache(cache_size)  # source keys decided lately
+        self.sessions: FIFOCache[str, SessionState] = FIFOCache(cache_size)
         self.processed: dict[Partition, int] = {}  # next offset after written records
         self.fresh: set[Partition] = set()  # assigned; no record seen since
         self.assigned_until: dict[Partition, int] = {}  # an assignment's window (see above)
@@ -198,13 +199,6 @@ class DecidedState:
         """A non-empty batch was decided from what the store and memory held, and written:
         memory holds what the store holds."""
         self.trusted = True
-        for sid, st in states.items():
-            self.sessions[sid] = st
-            self.sessions.move_to_end(sid)
-        while len(self.sessions) > self.cache_size:
-            self.sessions.popitem(last=False)
+        self.sessions.update(states)
         for k in keys:
             self.recent[k] = None
-            self.recent.move_to_end(k)
-        while len(self.recent) > self.cache_size:
-            self.recent.popitem(last=False)

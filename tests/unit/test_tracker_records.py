@@ -118,18 +118,17 @@ async def test_health_server_serves_prometheus_metrics() -> None:
     async def ready() -> bool:
         return True
 
-    server = await serve_health(free_port(), ready)
+    port = free_port()
+    server = await serve_health(port, ready)
     assert server is not None
-    port = server.sockets[0].getsockname()[1]
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         await writer.drain()
         data = await reader.read()
         writer.close()
     finally:
-        server.close()
-        await server.wait_closed()
+        await server.stop()
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200") and b"text/plain" in head
     assert b'session_core_dlq_records_total{reason="undecodable",topic="probe.topic"}' in body

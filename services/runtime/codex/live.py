@@ -37,12 +37,13 @@ import os
 import shutil
 import tempfile
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+from cachetools import FIFOCache
 
 from services.runtime.codex.config import config_toml, corrupt_items, dynamic_tools
 from services.runtime.live import (
@@ -83,8 +84,8 @@ class _Proc:
     thread_id: str = ""
     turn: _Turn | None = None
     # native turn id → Core turn id, for the envelopes of records about earlier Turns
-    turns: OrderedDict[str, str] = field(default_factory=OrderedDict)
-    ended: OrderedDict[str, None] = field(default_factory=OrderedDict)  # Core turn ids
+    turns: FIFOCache[str, str] = field(default_factory=lambda: FIFOCache(1000))
+    ended: FIFOCache[str, None] = field(default_factory=lambda: FIFOCache(1000))  # Core turn ids
     pending: dict[str, tuple[Any, str]] = field(default_factory=dict)  # call → (rpc id, turn)
     waiting: dict[int, asyncio.Future[Json]] = field(default_factory=dict)
     next_id: int = 1
@@ -102,7 +103,7 @@ class CodexLive:
         self.binary = options.binary or default_binary("codex")
         self.sessions: dict[str, _Proc] = {}
         self._emit: EmitFn = lambda _e: None
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen: FIFOCache[str, None] = FIFOCache(10_000)
         self._root = options.work_dir or Path(tempfile.mkdtemp(prefix="core-codex-"))
         self._own_root = options.work_dir is None
         self._deaths: dict[str, list[float]] = {}
@@ -142,8 +143,6 @@ class CodexLive:
             log.info("delivery.duplicate", delivery_id=did)
             return
         self._seen[did] = None
-        while len(self._seen) > 10_000:
-            self._seen.popitem(last=False)
         # Hand over and return: one worker per Session takes its deliveries in order, so a
         # Session whose process is starting never holds up the others.
         sid = str(delivery.get("session_id"))
@@ -323,8 +322,6 @@ class CodexLive:
             return
         proc.turn = None
         proc.ended[turn.core_turn_id] = None
-        while len(proc.ended) > 1000:
-            proc.ended.popitem(last=False)
         turn.done.set()
         for call_id, (_rid, native_turn) in list(proc.pending.items()):
             if native_turn == turn.native_turn_id:
@@ -448,8 +445,6 @@ class CodexLive:
         native_turn = str(result["turn"]["id"])
         turn.native_turn_id = native_turn
         proc.turns[native_turn] = turn_id
-        while len(proc.turns) > 1000:
-            proc.turns.popitem(last=False)
         log.info("turn.started", session_id=sid, turn_id=turn_id, native_turn_id=native_turn)
 
     async def _result(self, sid: str, delivery: Mapping[str, Any]) -> None:
