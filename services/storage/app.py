@@ -12,12 +12,11 @@ import asyncio
 from typing import Any
 from uuid import uuid4
 
-from aiokafka import TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from faststream import AckPolicy
 from faststream.kafka.annotations import KafkaMessage
 
-from services.storage.batch import BatchWriter, Handovers, Rebalance, positions
+from services.storage.batch import BatchWriter, Handovers, Rebalance
 from services.storage.decided import DecidedState
 from services.storage.handler import RECORD_TYPES, StorageHandler
 from services.storage.repository import StorageRepository
@@ -32,12 +31,7 @@ from shared.kafka import (
     send_counted,
 )
 from shared.logging import get_logger
-from shared.metrics import (
-    STORAGE_BATCH_RECORDS,
-    STORAGE_BATCH_SECONDS,
-    Stopwatch,
-)
-from shared.service import raw_decoder
+from shared.service import raw_decoder, records_of
 from shared.settings import Settings
 from shared.store import ensure_indexes, ping
 
@@ -93,24 +87,8 @@ class StorageService(CoreService):
 
     async def on_batch(self, body: Any, msg: KafkaMessage) -> None:
         async with self.batch_lock:
-            # A batch fetched before a rebalance may hold records of partitions this replica
-            # no longer owns (their new owner reads them from the committed offset): skip them.
-            raws = msg.raw_message if isinstance(msg.raw_message, tuple) else (msg.raw_message,)
             self.consumer = msg.consumer  # the AIOKafkaConsumer that fetched the batch
-            owned = self.consumer.assignment()
-            mine = tuple(r for r in raws if TopicPartition(r.topic, r.partition) in owned)
-            if len(mine) < len(raws):
-                log.warning("storage.skipped_revoked", records=len(raws) - len(mine))
-            if not mine:
-                return
-            STORAGE_BATCH_RECORDS.observe(len(mine))
-            try:
-                with Stopwatch(STORAGE_BATCH_SECONDS):
-                    await self.batches.write(mine)
-            except BaseException:  # the batch will be redelivered, perhaps decided in part
-                self.decided.batch_failed(positions(mine))
-                raise
-            self.decided.batch_done(positions(mine))
+            await self.batches.take(records_of(msg.raw_message), self.consumer)
 
     async def _send(self, topic: str, value: bytes, key: bytes) -> Any:
         return await send_counted(self.producer, topic, value, key)
