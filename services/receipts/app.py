@@ -10,7 +10,6 @@ import logging
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from faststream import AckPolicy
 from faststream.kafka.annotations import KafkaMessage
 
 from services.receipts.progress import StreamReader
@@ -19,18 +18,16 @@ from services.receipts.tracker import Tracker
 from shared import typedrecords
 from shared.coreservice import CoreService
 from shared.kafka import (
-    broker_ping,
     client_security,
     encode,
     ensure_topics,
     make_producer,
-    max_record_bytes,
     send_counted,
 )
 from shared.logging import get_logger
-from shared.service import decode_records, raw_decoder
+from shared.service import decode_records
 from shared.settings import Settings
-from shared.store import Doc, ping
+from shared.store import Doc
 
 log = get_logger(__name__)
 GROUP = "session-core-receipts"
@@ -49,10 +46,7 @@ class ReceiptService(CoreService):
         # FastStream's per-publish wrapper was 2.5 of the tracker's 4 s in its verdict batches
         # (docs/receipts.md, "The deadline path")
         self.producer = make_producer(settings, GROUP)
-        common: dict[str, Any] = {
-            "auto_offset_reset": "earliest", "max_partition_fetch_bytes":
-            max_record_bytes(settings), "ack_policy": AckPolicy.NACK_ON_ERROR,
-            "decoder": raw_decoder, "batch": True, "max_records": 500, "batch_timeout_ms": 10}
+        common: dict[str, Any] = {"batch": True, "max_records": 500, "batch_timeout_ms": 10}
         # How far each stream is read: deadlines wait for the observations read up to them;
         # an observation kept for a later delivery waits for the deliveries read past it. The
         # end offsets come from a client of their own (``offsets``, started in ``start``): on
@@ -66,13 +60,12 @@ class ReceiptService(CoreService):
                                               lambda: self.deliveries.consumer,
                                               t.want_deliveries_read, t.deliveries_read_to,
                                               lambda: self.offsets)
-        self.deliveries = self.broker.subscriber(
-            self.topics.runtime_deliveries, group_id=self.topics.group(GROUP),
-            listener=self.deliveries_reader, **common)
+        self.deliveries = self.subscriber(self.topics.runtime_deliveries, group=GROUP,
+                                          listener=self.deliveries_reader, **common)
         self.deliveries(self.on_deliveries)
-        self.observations = self.broker.subscriber(
-            self.topics.runtime_observations, group_id=self.topics.group(f"{GROUP}-observations"),
-            listener=self.reader, **common)
+        self.observations = self.subscriber(self.topics.runtime_observations,
+                                            group=f"{GROUP}-observations",
+                                            listener=self.reader, **common)
         self.observations(self.on_observations)
 
     async def send_facts(self, facts: list[Doc]) -> None:
@@ -123,9 +116,6 @@ class ReceiptService(CoreService):
             await self.offsets.stop()
             self.offsets = None
         await self.client.close()
-
-    async def ready(self) -> bool:
-        return await ping(self.client) and await broker_ping(self.broker)
 
     async def on_deliveries(self, body: Any, msg: KafkaMessage) -> None:
         batch = [(got.value, raw.timestamp / 1000.0)

@@ -13,7 +13,6 @@ from typing import Any
 from uuid import uuid4
 
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-from faststream import AckPolicy
 from faststream.kafka.annotations import KafkaMessage
 
 from services.storage.batch import BatchWriter, Handovers, Rebalance
@@ -23,7 +22,6 @@ from services.storage.repository import StorageRepository
 from shared import records
 from shared.coreservice import CoreService
 from shared.kafka import (
-    broker_ping,
     ensure_topics,
     make_producer,
     max_record_bytes,
@@ -31,9 +29,9 @@ from shared.kafka import (
     send_counted,
 )
 from shared.logging import get_logger
-from shared.service import raw_decoder, records_of
+from shared.service import records_of
 from shared.settings import Settings
-from shared.store import ensure_indexes, ping
+from shared.store import ensure_indexes
 
 log = get_logger(__name__)
 GROUP = "session-core-storage"
@@ -67,20 +65,16 @@ class StorageService(CoreService):
                                    self.types, self._send, self.handovers)
         self.batch_lock = asyncio.Lock()  # held while a batch is decided and written
         self.consumer: Any = None  # the subscriber's AIOKafkaConsumer (seen with a batch)
-        self.broker.subscriber(
+        self.subscriber(
             self.topics.session_admitted,
             self.topics.core_facts,
             self.topics.runtime_observations,
-            group_id=self.topics.group(GROUP),
+            group=GROUP,
             batch=True,
             max_records=settings.storage_batch_max,
             batch_timeout_ms=20,
-            auto_offset_reset="earliest",
             partition_assignment_strategy=(RangePartitionAssignor,),
-            max_partition_fetch_bytes=max_record_bytes(settings),
             fetch_max_bytes=max_record_bytes(settings) * 2,
-            ack_policy=AckPolicy.NACK_ON_ERROR,
-            decoder=raw_decoder,
             listener=Rebalance(self.batch_lock, self.decided, lambda: self.consumer,
                                self.repo.session_writer, self.handovers),
         )(self.on_batch)
@@ -92,9 +86,6 @@ class StorageService(CoreService):
 
     async def _send(self, topic: str, value: bytes, key: bytes) -> Any:
         return await send_counted(self.producer, topic, value, key)
-
-    async def ready(self) -> bool:
-        return await ping(self.client) and await broker_ping(self.broker)
 
     async def start(self) -> None:
         await ensure_topics(self.settings, self.topics)
