@@ -5,27 +5,21 @@ observations are read in ``progress.py`` (docs/receipts.md)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 from faststream.kafka.annotations import KafkaMessage
 
-from services.receipts.progress import StreamReader
+from services.receipts import verdicts
+from services.receipts.progress import StreamReader, offsets_client, start_offsets
 from services.receipts.repository import ReceiptRepository
 from services.receipts.tracker import Tracker
 from shared import typedrecords
 from shared.coreservice import CoreService
-from shared.kafka import (
-    client_security,
-    encode,
-    ensure_topics,
-    make_producer,
-    send_counted,
-)
+from shared.kafka import ensure_topics, make_producer
 from shared.logging import get_logger
-from shared.service import decode_records
+from shared.service import cancel, decode_records, records_of
 from shared.settings import Settings
 from shared.store import Doc
 
@@ -69,26 +63,13 @@ class ReceiptService(CoreService):
         self.observations(self.on_observations)
 
     async def send_facts(self, facts: list[Doc]) -> None:
-        """Every fact handed to the producer first, then every ack awaited (storage's way): a
-        third of the CPU of awaiting each publish, which at 2 000 timeouts/s was much of the
-        verdicts' lateness."""
-        topic = self.topics.core_facts
-        acks = [await send_counted(self.producer, topic, encode(f),
-                                   str(f["session_id"]).encode()) for f in facts]
-        await asyncio.gather(*acks)
+        await verdicts.send_facts(self.producer, self.topics.core_facts, facts)
 
     async def start(self) -> None:
         await ensure_topics(self.settings, self.topics)
-        # group-less and never assigned: it never fetches, its connection answers at once
-        self.offsets = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap_servers,
-                                        enable_auto_commit=False,
-                                        client_id="session-core-receipts-offsets",
-                                        **client_security(self.settings))
-        await self.offsets.start()
-        # Its first question about a topic waits for the topic's metadata (a retry after
-        # retry_backoff_ms, 100 ms): asked here, not at the first deadline.
-        await self.offsets.end_offsets([TopicPartition(t, 0) for t in (
-            self.topics.runtime_observations, self.topics.runtime_deliveries)])
+        self.offsets = offsets_client(self.settings)
+        await start_offsets(self.offsets, (self.topics.runtime_observations,
+                                           self.topics.runtime_deliveries))
         await self.repo.ensure_indexes()
         # Every pending deadline is tracked before a consumer runs; the producer is connected
         # first: a reloaded call may take a reloaded kept receipt at once, and publish.
@@ -105,9 +86,7 @@ class ReceiptService(CoreService):
 
     async def stop(self) -> None:
         for task in self.tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel(task)
         await self.tracker.drain()
         await self.broker.stop()
         await self.tracker.drain()
@@ -123,15 +102,13 @@ class ReceiptService(CoreService):
                  if got.value.get("kind") == "function_result"]
         if batch:
             await self.tracker.open_calls(batch)
-        raws = msg.raw_message
-        self.deliveries_reader.handled(raws if isinstance(raws, tuple) else (raws,))
+        self.deliveries_reader.handled(records_of(msg.raw_message))
 
     async def on_observations(self, body: Any, msg: KafkaMessage) -> None:
         batch = await decode_records(self.dlq, msg.raw_message, self.types)
         await self.tracker.observe_batch([(got.value, raw.timestamp / 1000.0)
                                           for raw, got in batch])
-        raws = msg.raw_message
-        recs = raws if isinstance(raws, tuple) else (raws,)
+        recs = records_of(msg.raw_message)
         if recs and log.is_enabled_for(logging.DEBUG):
             log.debug("receipts.observations_handled", first=[recs[0].partition, recs[0].offset],
                       last=[recs[-1].partition, recs[-1].offset], n=len(recs))
