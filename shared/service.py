@@ -71,6 +71,15 @@ async def cancel(task: asyncio.Task[Any] | None) -> None:
             await task
 
 
+async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancels every one of ``tasks``, then waits until each has ended."""
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        with suppress(asyncio.CancelledError):
+            await t
+
+
 def settle_heap() -> None:
     """After start-up: what it built (modules, schemas, clients, topic metadata) lives as long
     as the process, so it is moved out of the collector's reach (``gc.freeze``). A full
