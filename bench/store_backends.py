@@ -13,19 +13,13 @@ from pathlib import Path
 from pymongo import MongoClient
 
 from deploy.local.stack import Stack
+from deploy.local.stack.processes import proc_stats
 
 TICK = os.sysconf("SC_CLK_TCK")
 
 def group_cpu(pgids):
     tot = 0
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            st = (d / "stat").read_text()
-        except OSError:
-            continue
-        rest = st[st.rindex(")") + 2:].split()
+    for _pid, rest in proc_stats():
         # PostgreSQL's children make themselves group leaders: count the postmaster's children too
         if int(rest[2]) in pgids or int(rest[1]) in pgids:
             tot += int(rest[11]) + int(rest[12])

@@ -1,14 +1,19 @@
 """What each of the four Core services is connected to, made in one place: its settings and
 topics, a broker (its producer and its subscribers), a store client and database, and the DLQ of
-its topics. The services' subscribers, stated in each ``app.py``, stay theirs."""
+its topics; the way every one of them subscribes, and the readiness of the ones that wait for
+nothing else. The services' subscribers, stated in each ``app.py``, stay theirs."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 
-from shared.kafka import DeadLetters, broker_send, make_broker
+from shared.kafka import DeadLetters, broker_ping, broker_send, make_broker, max_record_bytes
+from shared.service import raw_decoder
 from shared.settings import Settings
-from shared.store import database, make_client
+from shared.store import database, make_client, ping
 from shared.topics import topics_for
 
 
@@ -21,3 +26,18 @@ class CoreService:
         self.client = make_client(settings, store_selection_ms)
         self.db = database(self.client, settings)
         self.dlq = DeadLetters(broker_send(self.broker), self.topics)
+
+    def subscriber(self, *topics: str, group: str, **options: Any) -> Any:
+        """A subscriber of ``topics`` in this deployment's consumer group ``group``, read as every
+        Core service reads: from the earliest record when the group has no offset, records as
+        large as the topics take, decoded by the handler (``raw_decoder``: a malformed one goes
+        to the DLQ with its reason), offsets committed once the handler returned (an exception
+        rewinds: ``NACK_ON_ERROR``). ``options``: the subscriber's own (batches, a listener)."""
+        return self.broker.subscriber(
+            *topics, group_id=self.topics.group(group), auto_offset_reset="earliest",
+            max_partition_fetch_bytes=max_record_bytes(self.settings),
+            ack_policy=AckPolicy.NACK_ON_ERROR, decoder=raw_decoder, **options)
+
+    async def ready(self) -> bool:
+        """The store and the broker answer (a service that waits for more says so)."""
+        return await ping(self.client) and await broker_ping(self.broker)

@@ -373,6 +373,13 @@ def broker_send(broker: KafkaBroker) -> Send:
     return send
 
 
+def producer_send(producer: AIOKafkaProducer) -> Send:
+    """``DeadLetters``' way out on a plain producer: each record sent and acked."""
+    async def send(topic: str, value: bytes, key: bytes | None) -> Any:
+        return await producer.send_and_wait(topic, value, key=key)
+    return send
+
+
 class DeadLetters:
     """The one way a record leaves its topic unprocessed: to ``<topic>.dlq`` with the reason,
     the original bytes (value and key, base64, exactly as read), partition and offset, and one

@@ -45,13 +45,16 @@ async def decode_records(
     return await _sift(dlq, raws, decode)
 
 
+def records_of(raws: tuple[Raw, ...] | Any) -> tuple[Raw, ...]:
+    """A message's records: a batch subscriber's come as a tuple, any other's as one record."""
+    return raws if isinstance(raws, tuple) else (raws,)
+
+
 async def _sift(dlq: DeadLetters, raws: tuple[Raw, ...] | Any,
                 decode: Callable[[Raw], T | Poison]) -> list[tuple[Raw, T]]:
     """Each record with what ``decode`` made of it; a poisoned one to the DLQ instead."""
-    if not isinstance(raws, tuple):
-        raws = (raws,)
     out = []
-    for r in raws:
+    for r in records_of(raws):
         got = decode(r)
         if isinstance(got, Poison):
             await dlq.record(r, got)
@@ -66,6 +69,15 @@ async def cancel(task: asyncio.Task[Any] | None) -> None:
         task.cancel()
         with suppress(asyncio.CancelledError):
             await task
+
+
+async def cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancels every one of ``tasks``, then waits until each has ended."""
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        with suppress(asyncio.CancelledError):
+            await t
 
 
 def settle_heap() -> None:

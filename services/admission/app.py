@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from faststream import AckPolicy
 from faststream.kafka.annotations import KafkaMessage
 
 from services.admission import inputs
@@ -16,15 +15,8 @@ from services.admission.serving import HttpServer
 from services.admission.tails import ItemTail, ReplyTail
 from shared.coreservice import CoreService
 from shared.domain.poison import Poison
-from shared.kafka import (
-    broker_watch,
-    ensure_topics,
-    make_producer,
-    max_record_bytes,
-    publish,
-)
+from shared.kafka import broker_watch, ensure_topics, make_producer, publish
 from shared.logging import bound, get_logger
-from shared.service import raw_decoder
 from shared.settings import Settings
 from shared.store import store_watch
 
@@ -43,14 +35,7 @@ class AdmissionService(CoreService):
                                    self.items, self.watches)
         self.http = build_http_app(settings, lambda: self.admission, self.ready)
         self.server: HttpServer | None = None
-        self.broker.subscriber(
-            self.topics.session_input,
-            group_id=self.topics.group(GROUP),
-            auto_offset_reset="earliest",
-            max_partition_fetch_bytes=max_record_bytes(settings),
-            ack_policy=AckPolicy.NACK_ON_ERROR,
-            decoder=raw_decoder,
-        )(self.on_input)
+        self.subscriber(self.topics.session_input, group=GROUP)(self.on_input)
 
     async def on_input(self, body: Any, msg: KafkaMessage) -> None:
         """One ``session.input`` record → the same answer the HTTP API would give, or the DLQ

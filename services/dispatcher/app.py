@@ -11,7 +11,6 @@ import contextlib
 import time
 from typing import Any
 
-from faststream import AckPolicy
 from faststream.kafka.annotations import KafkaMessage
 
 from services.dispatcher.binder import Binder
@@ -23,10 +22,10 @@ from shared.coreservice import CoreService
 from shared.domain.binding import RuntimeInfo
 from shared.domain.poison import UNPROCESSABLE, Poison
 from shared.ids import new_id
-from shared.kafka import broker_ping, ensure_topics, max_record_bytes
+from shared.kafka import broker_ping, ensure_topics
 from shared.logging import bound, get_logger
 from shared.metrics import set_runtimes
-from shared.service import cancel, decode_records, raw_decoder
+from shared.service import cancel, decode_records
 from shared.settings import Settings
 from shared.store import ping
 
@@ -56,10 +55,7 @@ class DispatcherService(CoreService):
         for topic, group, handler in (
                 (self.topics.session_stored, GROUP, self.on_stored),
                 (self.topics.runtime_observations, f"{GROUP}-observations", self.on_observation)):
-            self.broker.subscriber(
-                topic, group_id=self.topics.group(group), auto_offset_reset="earliest",
-                max_partition_fetch_bytes=max_record_bytes(settings),
-                ack_policy=AckPolicy.NACK_ON_ERROR, decoder=raw_decoder)(handler)
+            self.subscriber(topic, group=group)(handler)
 
     async def start(self) -> None:
         await ensure_topics(self.settings, self.topics)

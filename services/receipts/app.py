@@ -5,32 +5,23 @@ observations are read in ``progress.py`` (docs/receipts.md)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from faststream import AckPolicy
+from aiokafka import AIOKafkaConsumer
 from faststream.kafka.annotations import KafkaMessage
 
-from services.receipts.progress import StreamReader
+from services.receipts import verdicts
+from services.receipts.progress import StreamReader, offsets_client, start_offsets
 from services.receipts.repository import ReceiptRepository
 from services.receipts.tracker import Tracker
 from shared import typedrecords
 from shared.coreservice import CoreService
-from shared.kafka import (
-    broker_ping,
-    client_security,
-    encode,
-    ensure_topics,
-    make_producer,
-    max_record_bytes,
-    send_counted,
-)
+from shared.kafka import ensure_topics, make_producer
 from shared.logging import get_logger
-from shared.service import decode_records, raw_decoder
+from shared.service import cancel, decode_records, records_of
 from shared.settings import Settings
-from shared.store import Doc, ping
+from shared.store import Doc
 
 log = get_logger(__name__)
 GROUP = "session-core-receipts"
@@ -49,10 +40,7 @@ class ReceiptService(CoreService):
         # FastStream's per-publish wrapper was 2.5 of the tracker's 4 s in its verdict batches
         # (docs/receipts.md, "The deadline path")
         self.producer = make_producer(settings, GROUP)
-        common: dict[str, Any] = {
-            "auto_offset_reset": "earliest", "max_partition_fetch_bytes":
-            max_record_bytes(settings), "ack_policy": AckPolicy.NACK_ON_ERROR,
-            "decoder": raw_decoder, "batch": True, "max_records": 500, "batch_timeout_ms": 10}
+        common: dict[str, Any] = {"batch": True, "max_records": 500, "batch_timeout_ms": 10}
         # How far each stream is read: deadlines wait for the observations read up to them;
         # an observation kept for a later delivery waits for the deliveries read past it. The
         # end offsets come from a client of their own (``offsets``, started in ``start``): on
@@ -66,36 +54,22 @@ class ReceiptService(CoreService):
                                               lambda: self.deliveries.consumer,
                                               t.want_deliveries_read, t.deliveries_read_to,
                                               lambda: self.offsets)
-        self.deliveries = self.broker.subscriber(
-            self.topics.runtime_deliveries, group_id=self.topics.group(GROUP),
-            listener=self.deliveries_reader, **common)
+        self.deliveries = self.subscriber(self.topics.runtime_deliveries, group=GROUP,
+                                          listener=self.deliveries_reader, **common)
         self.deliveries(self.on_deliveries)
-        self.observations = self.broker.subscriber(
-            self.topics.runtime_observations, group_id=self.topics.group(f"{GROUP}-observations"),
-            listener=self.reader, **common)
+        self.observations = self.subscriber(self.topics.runtime_observations,
+                                            group=f"{GROUP}-observations",
+                                            listener=self.reader, **common)
         self.observations(self.on_observations)
 
     async def send_facts(self, facts: list[Doc]) -> None:
-        """Every fact handed to the producer first, then every ack awaited (storage's way): a
-        third of the CPU of awaiting each publish, which at 2 000 timeouts/s was much of the
-        verdicts' lateness."""
-        topic = self.topics.core_facts
-        acks = [await send_counted(self.producer, topic, encode(f),
-                                   str(f["session_id"]).encode()) for f in facts]
-        await asyncio.gather(*acks)
+        await verdicts.send_facts(self.producer, self.topics.core_facts, facts)
 
     async def start(self) -> None:
         await ensure_topics(self.settings, self.topics)
-        # group-less and never assigned: it never fetches, its connection answers at once
-        self.offsets = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap_servers,
-                                        enable_auto_commit=False,
-                                        client_id="session-core-receipts-offsets",
-                                        **client_security(self.settings))
-        await self.offsets.start()
-        # Its first question about a topic waits for the topic's metadata (a retry after
-        # retry_backoff_ms, 100 ms): asked here, not at the first deadline.
-        await self.offsets.end_offsets([TopicPartition(t, 0) for t in (
-            self.topics.runtime_observations, self.topics.runtime_deliveries)])
+        self.offsets = offsets_client(self.settings)
+        await start_offsets(self.offsets, (self.topics.runtime_observations,
+                                           self.topics.runtime_deliveries))
         await self.repo.ensure_indexes()
         # Every pending deadline is tracked before a consumer runs; the producer is connected
         # first: a reloaded call may take a reloaded kept receipt at once, and publish.
@@ -112,9 +86,7 @@ class ReceiptService(CoreService):
 
     async def stop(self) -> None:
         for task in self.tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel(task)
         await self.tracker.drain()
         await self.broker.stop()
         await self.tracker.drain()
@@ -124,24 +96,19 @@ class ReceiptService(CoreService):
             self.offsets = None
         await self.client.close()
 
-    async def ready(self) -> bool:
-        return await ping(self.client) and await broker_ping(self.broker)
-
     async def on_deliveries(self, body: Any, msg: KafkaMessage) -> None:
         batch = [(got.value, raw.timestamp / 1000.0)
                  for raw, got in await decode_records(self.dlq, msg.raw_message, self.types)
                  if got.value.get("kind") == "function_result"]
         if batch:
             await self.tracker.open_calls(batch)
-        raws = msg.raw_message
-        self.deliveries_reader.handled(raws if isinstance(raws, tuple) else (raws,))
+        self.deliveries_reader.handled(records_of(msg.raw_message))
 
     async def on_observations(self, body: Any, msg: KafkaMessage) -> None:
         batch = await decode_records(self.dlq, msg.raw_message, self.types)
         await self.tracker.observe_batch([(got.value, raw.timestamp / 1000.0)
                                           for raw, got in batch])
-        raws = msg.raw_message
-        recs = raws if isinstance(raws, tuple) else (raws,)
+        recs = records_of(msg.raw_message)
         if recs and log.is_enabled_for(logging.DEBUG):
             log.debug("receipts.observations_handled", first=[recs[0].partition, recs[0].offset],
                       last=[recs[-1].partition, recs[-1].offset], n=len(recs))

@@ -32,7 +32,9 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from services.receipts.verdicts import RETRY_S
+from shared.kafka import client_security
 from shared.logging import get_logger
+from shared.settings import Settings
 
 log = get_logger(__name__)
 
@@ -45,6 +47,22 @@ class Offsets(Protocol):
 
     def end_offsets(self, partitions: list[TopicPartition]
                     ) -> Awaitable[dict[TopicPartition, int]]: ...
+
+
+def offsets_client(settings: Settings) -> AIOKafkaConsumer:
+    """The client the offsets are asked of (module doc), started by ``start_offsets``."""
+    # group-less and never assigned: it never fetches, its connection answers at once
+    return AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers,
+                            enable_auto_commit=False,
+                            client_id="session-core-receipts-offsets",
+                            **client_security(settings))
+
+
+async def start_offsets(offsets: AIOKafkaConsumer, topics: Iterable[str]) -> None:
+    await offsets.start()
+    # Its first question about a topic waits for the topic's metadata (a retry after
+    # retry_backoff_ms, 100 ms): asked here, not at the first deadline.
+    await offsets.end_offsets([TopicPartition(t, 0) for t in topics])
 
 
 class ReadUpTo:

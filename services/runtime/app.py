@@ -20,8 +20,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 
 from services.runtime import control, deliveries
-from services.runtime.harness import SimulatedHarness
-from services.runtime.live import LiveHarness
+from services.runtime.live import LiveHarness, stop_engine
 from services.runtime.outbox import HOLD_S, ObservationOutbox, runtime_producer
 from services.runtime.registration import (
     STATUSES,
@@ -29,9 +28,11 @@ from services.runtime.registration import (
     consumer_group,
     heartbeat,
     registration,
+    simulated_harness,
 )
-from shared.kafka import DeadLetters, encode, ensure_topics
+from shared.kafka import DeadLetters, encode, ensure_topics, producer_send
 from shared.logging import get_logger
+from shared.service import cancel_all
 from shared.settings import Settings
 from shared.topics import topics_for
 
@@ -46,10 +47,7 @@ class RuntimeService:
                  live: LiveHarness | None = None) -> None:
         self.settings, self.config, self.clock = settings, config, clock
         self.topics = topics_for(settings)
-        self.harness = SimulatedHarness(
-            runtime_id=config.runtime_id, harness=config.harness, switches=config.switches,
-            turn_idle_s=config.turn_idle_s, message_images=config.message_images,
-            function_result_images=config.function_result_images)
+        self.harness = simulated_harness(config)
         # The real engine: a live harness replaces the simulation; the Kafka loop is the same.
         self.live = live
         self.status = config.status
@@ -61,8 +59,7 @@ class RuntimeService:
         self._consumers: list[AIOKafkaConsumer] = []
         self._deliveries: deliveries.DeliveryLoop | None = None
         self.ready = asyncio.Event()
-        self.dlq = DeadLetters(lambda t, v, k: self.producer.send_and_wait(t, v, key=k),
-                               self.topics)
+        self.dlq = DeadLetters(producer_send(self.producer), self.topics)
 
     def _task(self, coro: Any, name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))
@@ -97,23 +94,14 @@ class RuntimeService:
 
     async def stop(self) -> None:
         self.outbox.cancel_timers()
-        await _cancel([t for t in self._tasks if t.get_name() != "runtime:publisher"])
-        if self.live is not None:
-            try:
-                await self.live.stop()
-            except Exception:
-                log.exception("runtime.live_stop_failed")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.outbox.sent(), 5)
-            await asyncio.wait_for(self.producer.flush(), 5)
-        if self._deliveries is not None and self._deliveries.uncommitted_since is not None:
-            try:  # what was read and handed over: not again after a clean stop
-                await asyncio.wait_for(self._deliveries.commit(), 5)
-            except Exception:
-                log.exception("runtime.commit_failed")
+        await cancel_all([t for t in self._tasks if t.get_name() != "runtime:publisher"])
+        await stop_engine(self.live)
+        await self.outbox.flush(5)
+        if self._deliveries is not None:
+            await self._deliveries.commit_read(5)
         with contextlib.suppress(Exception):
             await self.register("gone")
-        await _cancel(self._tasks)
+        await cancel_all(self._tasks)
         for c in self._consumers:
             await c.stop()
         await self.producer.stop()
@@ -132,10 +120,3 @@ class RuntimeService:
         self.status = status
         return True
 
-
-async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
-    for t in tasks:
-        t.cancel()
-    for t in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await t

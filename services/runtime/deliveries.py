@@ -129,6 +129,15 @@ class DeliveryLoop:
         await self.consumer.commit()
         self.uncommitted_since = None
 
+    async def commit_read(self, timeout_s: float) -> None:
+        """On a clean stop: what was read and handed over, committed, so it does not come
+        again (at most ``timeout_s``; a failure is logged)."""
+        if self.uncommitted_since is not None:
+            try:
+                await asyncio.wait_for(self.commit(), timeout_s)
+            except Exception:
+                log.exception("runtime.commit_failed")
+
     async def handle_raw(self, r: Any) -> int:
         got = typedrecords.DELIVERY.decode(r.value or b"")
         if isinstance(got, Poison):

@@ -25,9 +25,11 @@ from typing import Any, Protocol, TypeVar
 
 from services.runtime.simulation import Emit
 from shared import records
+from shared.logging import get_logger
 
 Json = dict[str, Any]
 EmitFn = Callable[[list[Emit]], None]
+log = get_logger(__name__)
 
 # The public functions a Runtime exposes to its harness when none are configured: the demo's
 # and the tests' function. A Runtime setting (``--functions FILE``), not part of a delivery:
@@ -87,6 +89,16 @@ def build(options: LiveOptions) -> LiveHarness:
     module = importlib.import_module(DRIVERS[options.harness])
     harness: LiveHarness = module.build(options)
     return harness
+
+
+async def stop_engine(live: LiveHarness | None) -> None:
+    """The real engine's harness processes stopped, if it runs them; a failure is logged and
+    the Runtime's stop goes on."""
+    if live is not None:
+        try:
+            await live.stop()
+        except Exception:
+            log.exception("runtime.live_stop_failed")
 
 
 def envelope(runtime_id: str, harness: str, session_id: str, turn_id: str | None,

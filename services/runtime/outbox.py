@@ -14,6 +14,7 @@ ahead of it (docs/harnesses.md, Bench)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -113,6 +114,13 @@ class ObservationOutbox:
     async def sent(self) -> None:
         """Until every queued record is handed to the producer."""
         await self.queue.join()
+
+    async def flush(self, timeout_s: float) -> None:
+        """Every queued record handed to the producer, then acked; each step waits
+        ``timeout_s`` at the most (one that overruns ends the flush: a stop goes on)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.sent(), timeout_s)
+            await asyncio.wait_for(self.producer.flush(), timeout_s)
 
     def cancel_timers(self) -> None:
         for h in self.timers:

@@ -62,6 +62,14 @@ def registration(config: RuntimeConfig, harness: SimulatedHarness, status: str,
     )
 
 
+def simulated_harness(config: RuntimeConfig) -> SimulatedHarness:
+    """The simulation ``config`` describes (the real engine's ``LiveHarness`` replaces it)."""
+    return SimulatedHarness(
+        runtime_id=config.runtime_id, harness=config.harness, switches=config.switches,
+        turn_idle_s=config.turn_idle_s, message_images=config.message_images,
+        function_result_images=config.function_result_images)
+
+
 def consumer_group(runtime_id: str) -> str:
     return f"session-core-runtime-{runtime_id}"
 

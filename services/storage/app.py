@@ -12,19 +12,16 @@ import asyncio
 from typing import Any
 from uuid import uuid4
 
-from aiokafka import TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-from faststream import AckPolicy
 from faststream.kafka.annotations import KafkaMessage
 
-from services.storage.batch import BatchWriter, Handovers, Rebalance, positions
+from services.storage.batch import BatchWriter, Handovers, Rebalance
 from services.storage.decided import DecidedState
 from services.storage.handler import RECORD_TYPES, StorageHandler
 from services.storage.repository import StorageRepository
 from shared import records
 from shared.coreservice import CoreService
 from shared.kafka import (
-    broker_ping,
     ensure_topics,
     make_producer,
     max_record_bytes,
@@ -32,14 +29,9 @@ from shared.kafka import (
     send_counted,
 )
 from shared.logging import get_logger
-from shared.metrics import (
-    STORAGE_BATCH_RECORDS,
-    STORAGE_BATCH_SECONDS,
-    Stopwatch,
-)
-from shared.service import raw_decoder
+from shared.service import records_of
 from shared.settings import Settings
-from shared.store import ensure_indexes, ping
+from shared.store import ensure_indexes
 
 log = get_logger(__name__)
 GROUP = "session-core-storage"
@@ -73,50 +65,27 @@ class StorageService(CoreService):
                                    self.types, self._send, self.handovers)
         self.batch_lock = asyncio.Lock()  # held while a batch is decided and written
         self.consumer: Any = None  # the subscriber's AIOKafkaConsumer (seen with a batch)
-        self.broker.subscriber(
+        self.subscriber(
             self.topics.session_admitted,
             self.topics.core_facts,
             self.topics.runtime_observations,
-            group_id=self.topics.group(GROUP),
+            group=GROUP,
             batch=True,
             max_records=settings.storage_batch_max,
             batch_timeout_ms=20,
-            auto_offset_reset="earliest",
             partition_assignment_strategy=(RangePartitionAssignor,),
-            max_partition_fetch_bytes=max_record_bytes(settings),
             fetch_max_bytes=max_record_bytes(settings) * 2,
-            ack_policy=AckPolicy.NACK_ON_ERROR,
-            decoder=raw_decoder,
             listener=Rebalance(self.batch_lock, self.decided, lambda: self.consumer,
                                self.repo.session_writer, self.handovers),
         )(self.on_batch)
 
     async def on_batch(self, body: Any, msg: KafkaMessage) -> None:
         async with self.batch_lock:
-            # A batch fetched before a rebalance may hold records of partitions this replica
-            # no longer owns (their new owner reads them from the committed offset): skip them.
-            raws = msg.raw_message if isinstance(msg.raw_message, tuple) else (msg.raw_message,)
             self.consumer = msg.consumer  # the AIOKafkaConsumer that fetched the batch
-            owned = self.consumer.assignment()
-            mine = tuple(r for r in raws if TopicPartition(r.topic, r.partition) in owned)
-            if len(mine) < len(raws):
-                log.warning("storage.skipped_revoked", records=len(raws) - len(mine))
-            if not mine:
-                return
-            STORAGE_BATCH_RECORDS.observe(len(mine))
-            try:
-                with Stopwatch(STORAGE_BATCH_SECONDS):
-                    await self.batches.write(mine)
-            except BaseException:  # the batch will be redelivered, perhaps decided in part
-                self.decided.batch_failed(positions(mine))
-                raise
-            self.decided.batch_done(positions(mine))
+            await self.batches.take(records_of(msg.raw_message), self.consumer)
 
     async def _send(self, topic: str, value: bytes, key: bytes) -> Any:
         return await send_counted(self.producer, topic, value, key)
-
-    async def ready(self) -> bool:
-        return await ping(self.client) and await broker_ping(self.broker)
 
     async def start(self) -> None:
         await ensure_topics(self.settings, self.topics)

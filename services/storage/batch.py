@@ -29,6 +29,7 @@ from shared import records, typedrecords
 from shared.domain.poison import UNPROCESSABLE, Poison
 from shared.kafka import DeadLetters, encode
 from shared.logging import get_logger
+from shared.metrics import STORAGE_BATCH_RECORDS, STORAGE_BATCH_SECONDS, Stopwatch
 from shared.records import item_record
 from shared.service import decode_records
 from shared.topics import Topics
@@ -121,7 +122,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
 @dataclass(eq=False)
 class BatchWriter:
-    """Writes one batch (``write``); the app holds the batch lock around it."""
+    """Takes one fetched batch (``take``) and writes what this replica still owns of it
+    (``write``); the app holds the batch lock around it."""
 
     repo: StorageRepository
     handler: StorageHandler
@@ -131,6 +133,26 @@ class BatchWriter:
     types: dict[str, typedrecords.RecordType[Any]]
     send: Send
     handovers: Handovers
+
+    async def take(self, raws: tuple[Any, ...], consumer: Any) -> None:
+        """The records of ``raws`` whose partitions ``consumer`` (the AIOKafkaConsumer that
+        fetched them) still owns, written; what ``DecidedState`` knows of them, told."""
+        # A batch fetched before a rebalance may hold records of partitions this replica
+        # no longer owns (their new owner reads them from the committed offset): skip them.
+        owned = consumer.assignment()
+        mine = tuple(r for r in raws if TopicPartition(r.topic, r.partition) in owned)
+        if len(mine) < len(raws):
+            log.warning("storage.skipped_revoked", records=len(raws) - len(mine))
+        if not mine:
+            return
+        STORAGE_BATCH_RECORDS.observe(len(mine))
+        try:
+            with Stopwatch(STORAGE_BATCH_SECONDS):
+                await self.write(mine)
+        except BaseException:  # the batch will be redelivered, perhaps decided in part
+            self.decided.batch_failed(positions(mine))
+            raise
+        self.decided.batch_done(positions(mine))
 
     async def write(self, raws: tuple[Any, ...]) -> None:
         # in partition order: the first record of a just-assigned partition opens its window

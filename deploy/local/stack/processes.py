@@ -10,7 +10,7 @@ import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,8 +28,10 @@ def _proc_start_ticks(pid: int) -> int | None:
     return int(rest[19])
 
 
-def _group_members(pgid: int) -> list[int]:
-    members = []
+def proc_stats() -> Iterator[tuple[int, list[str]]]:
+    """Every process's pid and the fields of its ``/proc/<pid>/stat`` after the command name
+    (the state first: ``rest[2]`` is the process group, ``rest[11]``/``rest[12]`` the user and
+    system CPU ticks); one that ended meanwhile is passed over."""
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
@@ -37,10 +39,11 @@ def _group_members(pgid: int) -> list[int]:
             stat = (d / "stat").read_text()
         except OSError:
             continue
-        rest = stat[stat.rindex(")") + 2:].split()
-        if int(rest[2]) == pgid and rest[0] != "Z":
-            members.append(int(d.name))
-    return members
+        yield int(d.name), stat[stat.rindex(")") + 2:].split()
+
+
+def _group_members(pgid: int) -> list[int]:
+    return [pid for pid, rest in proc_stats() if int(rest[2]) == pgid and rest[0] != "Z"]
 
 
 @dataclass

@@ -10,7 +10,7 @@ module here — ``codex``, ``claude_code``, ``minimax_code``: its constants, nat
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -52,53 +52,40 @@ class Adapter(Protocol):
     ) -> Any | AdapterError: ...
 
 
+EncodeMessages = Callable[[Sequence[Mapping[str, Any]]], Any]
+EncodeResult = Callable[[str, bool, Sequence[Mapping[str, Any]]], Any]
+
+
 @dataclass(frozen=True)
-class _Codex:
-    harness: str = codex.HARNESS
-    text_only: bool = False
+class _Adapter:
+    """One harness's row: the ``Adapter`` view over its module's encoders."""
+
+    harness: str
+    text_only: bool
+    messages: EncodeMessages
+    function_result: EncodeResult
 
     def encode_messages(self, messages: Sequence[Mapping[str, Any]]) -> Any | AdapterError:
-        return codex.flatten_messages(messages)
+        return self.messages(messages)
 
     def encode_function_result(
         self, call_id: str, success: bool, content: Sequence[Mapping[str, Any]]
     ) -> Any | AdapterError:
-        return codex.function_result_response(success, content)
+        return self.function_result(call_id, success, content)
 
 
-@dataclass(frozen=True)
-class _Claude:
-    harness: str = claude.HARNESS
-    text_only: bool = False
-
-    def encode_messages(self, messages: Sequence[Mapping[str, Any]]) -> Any | AdapterError:
-        return claude.encode_messages(messages)
-
-    def encode_function_result(
-        self, call_id: str, success: bool, content: Sequence[Mapping[str, Any]]
-    ) -> Any | AdapterError:
-        return claude.tool_result_message(call_id, success, content)
+def _codex_function_result(call_id: str, success: bool,
+                           content: Sequence[Mapping[str, Any]]) -> Any | AdapterError:
+    # the JSON-RPC response answers its request (``item/tool/call``): no call id in it
+    return codex.function_result_response(success, content)
 
 
-@dataclass(frozen=True)
-class _TextOnly:
-    harness: str = text_only.HARNESS
-    text_only: bool = True
-
-    def encode_messages(self, messages: Sequence[Mapping[str, Any]]) -> Any | AdapterError:
-        return text_only.encode_messages(messages)
-
-    def encode_function_result(
-        self, call_id: str, success: bool, content: Sequence[Mapping[str, Any]]
-    ) -> Any | AdapterError:
-        return text_only.encode_function_result(call_id, success, content)
-
-
-_ADAPTERS: dict[str, Adapter] = {
-    codex.HARNESS: _Codex(),
-    claude.HARNESS: _Claude(),
-    text_only.HARNESS: _TextOnly(),
-}
+_ADAPTERS: dict[str, Adapter] = {a.harness: a for a in (
+    _Adapter(codex.HARNESS, False, codex.flatten_messages, _codex_function_result),
+    _Adapter(claude.HARNESS, False, claude.encode_messages, claude.tool_result_message),
+    _Adapter(text_only.HARNESS, True, text_only.encode_messages,
+             text_only.encode_function_result),
+)}
 
 
 def adapter_for(harness: str) -> Adapter:
