@@ -242,16 +242,17 @@ class BatchWriter:
         return sent
 
     async def _probe(self, held: list[tuple[tuple[Any, int], list[Any]]]) -> None:
-        """Look up the first record (standing for any input) of each just-assigned partition:
-        if the journal does not hold it, it holds nothing after it (``DecidedState.probed``)."""
-        firsts: dict[Any, str] = {}
-        for (tp, _), found in held:
+        """Look up the first record (standing for any input) of each partition whose assignment
+        window is open: if the journal does not hold it, it holds nothing after it
+        (``DecidedState.probed``)."""
+        firsts: dict[Any, tuple[int, str]] = {}
+        for (tp, offset), found in held:
             if found and tp in self.decided.unprobed and tp not in firsts:
-                firsts[tp] = source_key(found[0])
+                firsts[tp] = (offset, source_key(found[0]))
         if firsts:
-            journaled = await self.repo.journaled(firsts.values())
-            for tp, key in firsts.items():
-                self.decided.probed(tp, key in journaled)
+            journaled = await self.repo.journaled(key for _, key in firsts.values())
+            for tp, (offset, key) in firsts.items():
+                self.decided.probed(tp, key in journaled, offset)
 
     async def _send(self, topic: str, record: dict[str, Any], key: str
                     ) -> Awaitable[Any]:

@@ -6,15 +6,17 @@ except one it decided itself lately (the same record twice in the log). Everythi
 learn from the store (the journal replays a decided record, the Session documents give the
 states). Three things make memory untrustworthy, and each has its window:
 
-- **assignment** (and start-up): the previous owner of a partition may have written up to one
-  batch (``batch_max`` records) past the committed offset without committing it (``kill -9``, a
-  commit lost in the rebalance), so the records from the first one seen up to ``batch_max`` later
-  are checked against the journal — unless the first of them is not in the journal. Every
-  writer journals a partition's records in offset order (one ordered insert per batch; a record
-  that decides nothing leaves a tombstone, a dead-lettered one too), so what a previous owner
-  journaled past the committed offset is a prefix of the records from it: if the first record
-  (the first that stands for any input) was not journaled, none after it was, and the window
-  closes (``probed``) — one look-up per assignment instead of one per record;
+- **assignment** (and start-up): the previous owner of a partition may have written past the
+  committed offset without committing (``kill -9``, a commit lost in the rebalance, commits
+  that failed while it went on fetching — FastStream logs a failed commit and goes on), so the
+  records from the first one seen are checked against the journal, a batch (``batch_max``
+  records) at a time. Every writer journals a partition's records in offset order (one ordered
+  insert per batch; a record that decides nothing leaves a tombstone, a dead-lettered one too),
+  so what a previous owner journaled past the committed offset is a prefix of the records from
+  it: the first record (standing for any input) of each batch is looked up first
+  (``probed``); not journaled, none after it was, and the window closes — one look-up per
+  assignment in the common case; journaled, the batch's records are checked and the next
+  batch's first record is probed in turn;
 - **revocation**: another replica may write the Sessions from now on;
 - **a failed batch**: it may have been decided and journaled in part. Its records come back —
   possibly split over several batches, interleaved differently across the three topics — after
@@ -113,12 +115,18 @@ class DecidedState:
         return (offset < self.assigned_until.get(tp, 0)
                 or offset < self.failed_until.get(tp, 0))
 
-    def probed(self, tp: Partition, journaled: bool) -> None:
-        """The first record (standing for any input) of ``tp``'s assignment window was looked
-        up: not journaled means nothing after it was either, and the window closes."""
-        self.unprobed.discard(tp)
+    def probed(self, tp: Partition, journaled: bool, offset: int) -> None:
+        """The first record (standing for any input) of a batch of ``tp`` in its assignment
+        window was looked up: not journaled means nothing after it was either, and the window
+        closes. Journaled, the previous owner got at least this far — and may have got further:
+        a commit that fails is logged by the framework, not raised, so a writer can run several
+        batches past the committed offset. The window then reaches a batch past this record,
+        and the next batch's first record is probed again."""
         if not journaled:
+            self.unprobed.discard(tp)
             self.assigned_until.pop(tp, None)
+            return
+        self.assigned_until[tp] = max(self.assigned_until.get(tp, 0), offset + self.batch_max)
 
     def batch_begins(self, sessions: dict[str, Shard]) -> None:
         """The Sessions (and their shards) the batch about to be written may write."""

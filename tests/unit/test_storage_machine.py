@@ -22,6 +22,7 @@ from unittest.mock import patch
 from aiokafka import TopicPartition
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from services.storage.app import StorageService
@@ -42,6 +43,14 @@ SLOTS = ("a", "b")
 LIMITS = Limits()
 SETTINGS = Settings(kafka_bootstrap_servers="127.0.0.1:1", mongodb_uri="mongodb://127.0.0.1:1/",
                     topic_partitions=len(PARTITIONS), storage_batch_max=4)
+
+
+def _note(what: str) -> None:
+    """A hypothesis event (coverage statistics) when under hypothesis; a scripted run prints."""
+    try:
+        event(what)
+    except InvalidArgument:
+        print(what)
 
 
 class _NoClient:
@@ -131,7 +140,9 @@ class StorageMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.sessions)
     @rule(data=st.data())
     def send_message(self, data: st.DataObject) -> None:
-        sid = data.draw(st.sampled_from(self.sessions))
+        self.message(data.draw(st.sampled_from(self.sessions)))
+
+    def message(self, sid: str) -> None:
         body = validate_event(message_event({"role": "user", "content": [
             {"type": "input_text", "text": self._next("text")}]}), "codex", "none", LIMITS)
         self._append(self.t.session_admitted, sid,
@@ -141,7 +152,9 @@ class StorageMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def open_call(self, data: st.DataObject) -> None:
         """A function call the harness made (storage's fact from the observation)."""
-        sid = data.draw(st.sampled_from(self.sessions))
+        self.call(data.draw(st.sampled_from(self.sessions)))
+
+    def call(self, sid: str) -> None:
         cid = self._next("call")
         self.calls[sid].append(cid)
         self._append(self.t.core_facts, sid, records.fact_record(
@@ -157,7 +170,9 @@ class StorageMachine(RuleBasedStateMachine):
     @precondition(lambda self: self._issued())
     @rule(data=st.data())
     def send_result(self, data: st.DataObject) -> None:
-        sid, cid = data.draw(st.sampled_from(self._issued()))
+        self.result(*data.draw(st.sampled_from(self._issued())))
+
+    def result(self, sid: str, cid: str) -> None:
         body = validate_event(tool_result(call_id=cid, output="ok"), "codex", "none", LIMITS)
         self._append(self.t.session_admitted, sid,
                      body.admitted_record(self._stamp(sid)))  # type: ignore[union-attr]
@@ -189,7 +204,7 @@ class StorageMachine(RuleBasedStateMachine):
         try:
             await r.svc.on_batch(None, Batch(raws, r.consumer))
         except Exception as exc:
-            event(f"batch failed: {type(exc).__name__}")
+            _note(f"batch failed: {type(exc).__name__}: {exc}"[:80])
             return False  # NACK_ON_ERROR: the batch comes again from its first record
         for rec in raws:
             r.position[TopicPartition(rec.topic, p)] = rec.offset + 1
@@ -247,7 +262,7 @@ class StorageMachine(RuleBasedStateMachine):
         try:
             self.run(self._settle())
             self._check_exactly_once()
-            event(f"Items stored: {min(len(self.db.items.docs) // 10 * 10, 50)}+")
+            _note(f"Items stored: {min(len(self.db.items.docs) // 10 * 10, 50)}+")
         finally:
             self.loop.close()
 
@@ -282,6 +297,55 @@ class StorageMachine(RuleBasedStateMachine):
         published = {item_key(r["session_id"], r["sequence"])
                      for r in self.broker.on(self.t.session_items)}
         assert set(stored) <= published
+
+
+def test_a_replay_after_a_later_fact_never_moves_the_session_back() -> None:
+    """The sequence the machine rarely builds: a message decided, its commit lost; the replica
+    killed; its successor rolls the Session forward, decides a function call from the other
+    topic, then gets the message again — replayed — with the next message in the same batch.
+    Setting the Session back to the replay's state would decide the next message at the call's
+    sequence, for ever refused as stale."""
+    m = StorageMachine()
+    admitted, facts = [m.t.session_admitted], [m.t.core_facts]
+    m.create_session()  # session_0, partition 0, owned by replica "a"
+    assert m.run(m._consume(0, admitted, 1, True))
+    m.message("session_0")
+    m.message("session_0")
+    m.call("session_0")
+    assert m.run(m._consume(0, admitted, 1, False))  # decided; the commit lost
+    m.replica_killed("a")
+    assert m.run(m._consume(0, facts, 1, True))
+    assert m.run(m._consume(0, admitted, 2, True))
+    m.published_items_are_the_stored_ones()
+    m.every_answer_to_a_request_is_the_same()
+    m.teardown()
+
+
+def test_batches_past_several_lost_commits_are_replayed_after_a_kill() -> None:
+    """Commits that fail are logged by the framework, not raised: a replica can decide several
+    batches past the committed offset. Here the last of them dies after its journal entries and
+    the function result's submission were written, before anything was published, and the
+    replica is killed. Its successor must replay that batch from the journal: decided again,
+    the result meets its own submission, is answered as a repeat, and its Item is never
+    published."""
+    m = StorageMachine()
+    admitted, facts = [m.t.session_admitted], [m.t.core_facts]
+    m.create_session()  # session_0, partition 0, owned by replica "a"
+    assert m.run(m._consume(0, admitted, 1, True))
+    m.call("session_0")
+    assert m.run(m._consume(0, facts, 1, True))
+    for _ in range(SETTINGS.storage_batch_max):
+        m.message("session_0")
+    assert m.run(m._consume(0, admitted, SETTINGS.storage_batch_max, False))  # commit lost
+    (sid, cid), = m._issued()
+    m.result(sid, cid)
+    m.create_session()  # session_1, partition 1
+    m.create_session()  # session_2, partition 0: written at once, after the submission
+    m.db.kill_after(6)  # Items (3), journal (2), the submission; not the new Session
+    assert not m.run(m._consume(0, admitted, 2, True))
+    m.db.revive()
+    m.replica_killed("a")
+    m.teardown()
 
 
 StorageMachine.TestCase.settings = settings(
