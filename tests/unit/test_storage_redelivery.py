@@ -8,7 +8,6 @@ to verify; no broker or store is contacted."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -18,31 +17,9 @@ from services.storage.app import StorageService
 from services.storage.handler import Outputs
 from shared import records
 from shared.settings import Settings
+from tests.support.fakes.storage import Batch, MemoryBroker, MemoryConsumer, Rec
 
 Json = dict[str, Any]
-
-
-@dataclass
-class Rec:
-    topic: str
-    partition: int
-    offset: int
-    value: bytes
-    key: bytes | None = None
-
-
-class Consumer:
-    def __init__(self, tps: set[TopicPartition]) -> None:
-        self.tps = tps
-
-    def assignment(self) -> set[TopicPartition]:
-        return self.tps
-
-
-@dataclass
-class Msg:
-    raw_message: tuple[Rec, ...]
-    consumer: Consumer
 
 
 class Handler:
@@ -74,16 +51,16 @@ async def test_every_record_of_a_failed_batch_is_verified_when_it_comes_again() 
     svc.batches.handler = handler  # type: ignore[assignment]
     topic = svc.topics.core_facts
     tp = TopicPartition(topic, 0)
-    consumer = Consumer({tp})
+    consumer = MemoryConsumer(MemoryBroker(), {tp})
     batch = tuple(Rec(topic, 0, n, fact(n)) for n in range(10, 16))
     with pytest.raises(OSError):
-        await svc.on_batch(None, Msg(batch, consumer))  # type: ignore[arg-type]
+        await svc.on_batch(None, Batch(batch, consumer))  # type: ignore[arg-type]
     handler.fail = False
     # redelivered in two parts; the first makes a real handler trusted again
-    await svc.on_batch(None, Msg(batch[:2], consumer))  # type: ignore[arg-type]
-    await svc.on_batch(None, Msg(batch[2:], consumer))  # type: ignore[arg-type]
+    await svc.on_batch(None, Batch(batch[:2], consumer))  # type: ignore[arg-type]
+    await svc.on_batch(None, Batch(batch[2:], consumer))  # type: ignore[arg-type]
     later = (Rec(topic, 0, 16, fact(16)),)
-    await svc.on_batch(None, Msg(later, consumer))  # type: ignore[arg-type]
+    await svc.on_batch(None, Batch(later, consumer))  # type: ignore[arg-type]
     assert handler.asked[1] == (["f10", "f11"], frozenset({"fact:f10", "fact:f11"}))
     assert handler.asked[2] == (["f12", "f13", "f14", "f15"],
                                 frozenset({f"fact:f{n}" for n in range(12, 16)}))
