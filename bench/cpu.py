@@ -17,17 +17,27 @@ from urllib.parse import urlsplit
 
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PRESSURE = Path("/proc/pressure/cpu")
+IO_PRESSURE = Path("/proc/pressure/io")
 WAIT = "cpu wait"  # the pressure's key in a row: seconds waited for a core per second
+# the disk's pressure in a row: seconds in which some task / every non-idle task waited for I/O
+IO_WAIT, IO_FULL = "io wait", "io full"
+PRESSURES = (WAIT, IO_WAIT, IO_FULL)
 
 
-def _waited_s() -> float | None:
-    """Seconds, since boot, in which some runnable task waited for a core (PSI "some")."""
+def _waited_s(path: Path | None = None, line: int = 0) -> float | None:
+    """Seconds, since boot, in which some runnable task waited for a core (PSI "some"); with
+    ``IO_PRESSURE``, for I/O (line 0 "some", line 1 "full")."""
     try:
-        some = PRESSURE.read_text().splitlines()[0]
+        some = (path or PRESSURE).read_text().splitlines()[line]
     except (OSError, IndexError):
         return None
     total = some.rsplit("total=", 1)[-1]
     return int(total) / 1e6 if total.isdigit() else None
+
+
+def _pressures() -> dict[str, float | None]:
+    return {WAIT: _waited_s(), IO_WAIT: _waited_s(IO_PRESSURE, 0),
+            IO_FULL: _waited_s(IO_PRESSURE, 1)}
 
 
 MEMINFO = Path("/proc/meminfo")
@@ -135,11 +145,11 @@ class CpuSampler:
 
     def _run(self) -> None:
         last = {n: _cpu_s(p) for n, p in self.pids.items()}
-        last[WAIT] = _waited_s()
+        last.update(_pressures())
         t_last = time.monotonic()
         while not self._stop.wait(self.period):
             now = {n: _cpu_s(p) for n, p in self.pids.items()}
-            now[WAIT] = _waited_s()
+            now.update(_pressures())
             t = time.monotonic()
             cores = {n: (now[n] - last[n]) / (t - t_last)  # type: ignore[operator]
                      for n in now if now[n] is not None and last.get(n) is not None}
@@ -155,6 +165,10 @@ class CpuSampler:
         parts = [f"{name} {mean:.2f} (max {top:.2f})" for name, (mean, top) in per.items()]
         pressure = (f"; cpu pressure (a task waiting for a core) {sum(waits) / len(waits):.0%} "
                     f"of the time (max {max(waits):.0%} of a second)") if waits else ""
+        io = [c[IO_WAIT] for _, c in rows if IO_WAIT in c]
+        if io:
+            pressure += (f"; io pressure (a task waiting for the disk) {sum(io) / len(io):.0%} "
+                         f"(max {max(io):.0%} of a second)")
         return (f"cpu cores, mean (busiest second) over {len(rows)} s: " + ", ".join(parts)
                 + f"; together {sum(total) / len(total):.2f} (max {max(total):.2f})"
                 + pressure)
@@ -172,6 +186,9 @@ class CpuSampler:
                     for name, (mean, top) in per.items()})
         out["together_per_second"] = [round(x, 2) for x in total]
         out["cpu_pressure_per_second"] = [round(x, 2) for x in waits]
+        io = [c[IO_WAIT] for c in rows if IO_WAIT in c]
+        if io:
+            out["io_pressure_per_second"] = [round(x, 2) for x in io]
         return out
 
     def _summary(self, rows: list[tuple[float, dict[str, float]]]
@@ -182,13 +199,13 @@ class CpuSampler:
             vals = [c[name] for _, c in rows if name in c]
             if vals:
                 per[name] = (sum(vals) / len(vals), max(vals))
-        total = [sum(v for n, v in c.items() if n != WAIT) for _, c in rows]
+        total = [sum(v for n, v in c.items() if n not in PRESSURES) for _, c in rows]
         waits = [c[WAIT] for _, c in rows if WAIT in c]
         return per, total, waits
 
     def write_csv(self, path: Path) -> None:
         """Every second's cores per process (time in seconds since the first sample)."""
-        names = [*self.pids, WAIT]
+        names = [*self.pids, *PRESSURES]
         t0 = self.rows[0][0] if self.rows else 0.0
         lines = ["t_s," + ",".join(names)]
         lines += [f"{t - t0:.1f}," + ",".join(f"{c.get(n, 0.0):.3f}" for n in names)

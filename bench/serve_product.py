@@ -25,7 +25,8 @@ from shared.service import run_until_stopped
 from shared.settings import get_settings
 
 TIMINGS: dict[str, list[float]] = {}
-# BENCH_BATCH_TRACE=1: one stderr line per storage batch (wall time, records, ms, process CPU)
+# BENCH_BATCH_TRACE=1: one stderr line per storage batch (wall time, records, ms, process CPU,
+# and how long its oldest and newest record had been in the broker's log when it came, ms)
 TRACE_BATCHES = bool(os.environ.get("BENCH_BATCH_TRACE"))
 REPORTS = itertools.count(1)  # report_timings numbers its reports
 LAG_TASKS: set[asyncio.Task[None]] = set()  # watch_loop_lag (held: a task needs a reference)
@@ -40,15 +41,21 @@ def _timed(owner: Any, name: str, label: str) -> None:
     @functools.wraps(fn)  # FastStream reads the handler's signature
     async def wrapper(*a: Any, **kw: Any) -> Any:
         t0 = time.perf_counter()
+        arrived = time.time()
         try:
             return await fn(*a, **kw)
         finally:
             TIMINGS.setdefault(label, []).append(time.perf_counter() - t0)
             if label == "storage.on_batch" and TRACE_BATCHES:  # time, records, ms, cpu s
                 raw = getattr(kw.get("msg", a[-1]), "raw_message", ())
-                n = len(raw) if isinstance(raw, tuple) else 1
-                print(f"BATCH {time.time():.3f} {n} {1000 * (time.perf_counter() - t0):.1f} "
-                      f"{time.process_time():.3f}", file=sys.stderr, flush=True)
+                raws = raw if isinstance(raw, tuple) else (raw,)
+                # how long its oldest / newest record had been in the log when the batch came
+                stamps = [r.timestamp / 1000 for r in raws if getattr(r, "timestamp", None)]
+                lag = (f" {1000 * (arrived - min(stamps)):.1f} {1000 * (arrived - max(stamps)):.1f}"
+                       if stamps else "")
+                took = 1000 * (time.perf_counter() - t0)
+                print(f"BATCH {time.time():.3f} {len(raws)} {took:.1f} "
+                      f"{time.process_time():.3f}{lag}", file=sys.stderr, flush=True)
 
     setattr(owner, name, wrapper)
 

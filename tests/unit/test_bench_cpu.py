@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench import cpu
-from bench.cpu import WAIT, CpuSampler
+from bench.cpu import IO_FULL, IO_WAIT, WAIT, CpuSampler
 
 PSI = ("some avg10=12.50 avg60=3.00 avg300=1.00 total=2500000\n"
        "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
@@ -55,8 +55,24 @@ def test_the_csv_has_a_pressure_column(tmp_path: Path) -> None:
     path = tmp_path / "cpu.csv"
     sampler().write_csv(path)
     lines = path.read_text().splitlines()
-    assert lines[0] == f"t_s,product,store,{WAIT}"
-    assert lines[2] == "1.0,0.750,0.250,0.600"
+    assert lines[0] == f"t_s,product,store,{WAIT},{IO_WAIT},{IO_FULL}"
+    assert lines[2] == "1.0,0.750,0.250,0.600,0.000,0.000"
+
+
+def test_the_disk_pressure_is_read_beside_the_cpu_pressure_and_not_summed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "io"
+    f.write_text(PSI.replace("full avg10=0.00 avg60=0.00 avg300=0.00 total=0",
+                             "full avg10=1.00 avg60=0.00 avg300=0.00 total=1250000"))
+    monkeypatch.setattr(cpu, "IO_PRESSURE", f)
+    assert cpu._pressures()[IO_WAIT] == 2.5
+    assert cpu._pressures()[IO_FULL] == 1.25
+    s = sampler()
+    s.rows = [(t, {**c, IO_WAIT: 0.5, IO_FULL: 0.25}) for t, c in s.rows]
+    line = s.phase()
+    assert "together 0.75 (max 1.00)" in line
+    assert "io pressure (a task waiting for the disk) 50% (max 50% of a second)" in line
+    assert s.window(10.5, 11.2)["io_pressure_per_second"] == [0.5, 0.5]
 
 
 MEMINFO = ("MemTotal:       24684116 kB\nDirty:             20480 kB\n"
