@@ -180,9 +180,14 @@ def kafka_component(opts: Options) -> Component:
         st.data["kafka_cluster_id"] = cluster_id
     st.data["kafka_controller_port"] = cport
     st.save()
+    # every collection's pause, with wall-clock times, beside the broker's log (a stall of
+    # the whole stack can be put beside the broker's pauses; two files of 10 MB at most)
+    st.logs.mkdir(parents=True, exist_ok=True)
+    gc_log = [f"-Xlog:gc:file={st.logs / 'kafka-gc.log'}:time,uptime,level:"
+              "filecount=2,filesize=10m"]
     return Component(
         name="kafka", kind="infra",
-        cmd=[java, *jvm, "kafka.Kafka", str(props)], env={},
+        cmd=[java, *jvm, *gc_log, "kafka.Kafka", str(props)], env={},
         ready=probes.kafka_ready("127.0.0.1", opts.kafka_port), ready_timeout=120,
         describe=f"Kafka {kafka_version()} (KRaft) on 127.0.0.1:{opts.kafka_port}"
                  f" (controller {cport})",
