@@ -286,8 +286,23 @@ def infrastructure(keep_state: bool = False) -> Iterator[Infra]:
         progress("stopping the private stack")
         with contextlib.suppress(Exception):
             stack.down()
+        kept = keep_stack_logs(state)
+        if kept:
+            progress(f"the stack's GC log kept: {kept}")
         if not keep_state:
             shutil.rmtree(state, ignore_errors=True)
+
+
+def keep_stack_logs(state: Path) -> Path | None:
+    """The broker's GC log (pauses with wall-clock times) copied out of a private stack's state
+    directory before it is removed, to put the run's stalls beside it."""
+    logs = sorted((state / "logs").glob("kafka-gc.log*"))
+    if not logs:
+        return None
+    out = Path(tempfile.mkdtemp(prefix="session-core-bench-stack-logs-"))
+    for f in logs:
+        shutil.copy2(f, out / f.name)
+    return out
 
 
 async def topics_ready(bootstrap: str, topics: Sequence[str], timeout: float = 60) -> None:  # noqa: ASYNC109

@@ -204,10 +204,12 @@ class CpuSampler:
         return per, total, waits
 
     def write_csv(self, path: Path) -> None:
-        """Every second's cores per process (time in seconds since the first sample)."""
+        """Every second's cores per process and the pressures (time in seconds since the first
+        sample, and the wall-clock time last)."""
         names = [*self.pids, *PRESSURES]
         t0 = self.rows[0][0] if self.rows else 0.0
-        lines = ["t_s," + ",".join(names)]
+        epoch = time.time() - time.monotonic()  # a row's wall-clock time, to meet other logs
+        lines = ["t_s," + ",".join(names) + ",epoch_s"]
         lines += [f"{t - t0:.1f}," + ",".join(f"{c.get(n, 0.0):.3f}" for n in names)
-                  for t, c in self.rows]
+                  + f",{t + epoch:.1f}" for t, c in self.rows]
         path.write_text("\n".join(lines) + "\n")

@@ -147,12 +147,14 @@ async def _phase(name: str, target: Target, collector: Collector, rate: float, s
     # the phase, not during it (docs/benchmarks.md, "Settling before each phase")
     progress(f"  {name}: {await asyncio.to_thread(quiesce)}")
     probes.begin(name)
+    began = time.time()
     lat = await open_loop(target, collector, rate=rate, duration=seconds,
                           session_for=lambda i: sessions[rng.randrange(len(sessions))])
     progress(f"  {name}: p50 {lat.p50:.1f} ms p99 {lat.p99:.1f} ms max {lat.max:.0f} ms "
              f"(n={len(lat.samples_ms)}, lost {lat.lost}, failed {lat.errors}; p99 with "
              f"failures at their failure time {p99_all(lat):.0f} ms)")
-    progress(f"    seconds with a request over {STALL_MS:g} ms: {lat.slow_seconds(STALL_MS)}")
+    progress(f"    seconds with a request over {STALL_MS:g} ms: {lat.slow_seconds(STALL_MS)} "
+             f"(the phase began at {began:.1f}, wall clock)")
     probes.end(name)
     return lat
 

@@ -55,8 +55,10 @@ def test_the_csv_has_a_pressure_column(tmp_path: Path) -> None:
     path = tmp_path / "cpu.csv"
     sampler().write_csv(path)
     lines = path.read_text().splitlines()
-    assert lines[0] == f"t_s,product,store,{WAIT},{IO_WAIT},{IO_FULL}"
-    assert lines[2] == "1.0,0.750,0.250,0.600,0.000,0.000"
+    assert lines[0] == f"t_s,product,store,{WAIT},{IO_WAIT},{IO_FULL},epoch_s"
+    assert lines[2].startswith("1.0,0.750,0.250,0.600,0.000,0.000,")
+    first, second = (float(ln.rsplit(",", 1)[1]) for ln in lines[1:3])
+    assert second - first == pytest.approx(1.0, abs=0.11)  # wall-clock, one row per second
 
 
 def test_the_disk_pressure_is_read_beside_the_cpu_pressure_and_not_summed(
