@@ -4,6 +4,7 @@ process used, never summed into them."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,19 @@ def test_quiesce_without_a_pressure_reading_only_syncs(monkeypatch: pytest.Monke
     assert calls == ["sync"]
     assert "no cpu pressure reading: not waited for a quiet second" in out
     assert "gave up" not in out
+
+
+def test_a_private_stacks_gc_log_is_kept_before_its_state_dir_goes(tmp_path: Path) -> None:
+    from bench.common import keep_stack_logs
+
+    state = tmp_path / "state"
+    assert keep_stack_logs(state) is None  # nothing to keep: no directory made
+    (state / "logs").mkdir(parents=True)
+    (state / "logs" / "kafka-gc.log").write_text("[t][1.0s][info] GC(0) Pause Young 3.1ms\n")
+    (state / "logs" / "kafka-gc.log.0").write_text("older\n")
+    (state / "logs" / "kafka.log").write_text("not a GC log\n")
+    kept = keep_stack_logs(state)
+    assert kept is not None and kept != state / "logs"
+    assert sorted(p.name for p in kept.iterdir()) == ["kafka-gc.log", "kafka-gc.log.0"]
+    assert (kept / "kafka-gc.log").read_text().endswith("3.1ms\n")
+    shutil.rmtree(kept)
