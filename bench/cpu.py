@@ -161,11 +161,10 @@ class CpuSampler:
         rows, self._mark = self.rows[self._mark:], len(self.rows)
         if not rows:
             return "cpu: no samples"
-        per, total, waits = self._summary(rows)
+        per, total, waits, io = self._summary(rows)
         parts = [f"{name} {mean:.2f} (max {top:.2f})" for name, (mean, top) in per.items()]
         pressure = (f"; cpu pressure (a task waiting for a core) {sum(waits) / len(waits):.0%} "
                     f"of the time (max {max(waits):.0%} of a second)") if waits else ""
-        io = [c[IO_WAIT] for _, c in rows if IO_WAIT in c]
         if io:
             pressure += (f"; io pressure (a task waiting for the disk) {sum(io) / len(io):.0%} "
                          f"(max {max(io):.0%} of a second)")
@@ -180,20 +179,21 @@ class CpuSampler:
         rows = [c for t, c in self.rows if t > t_from and t - self.period < t_to]
         if not rows:
             return {}
-        per, total, waits = self._summary([(0.0, c) for c in rows])
+        per, total, waits, io = self._summary([(0.0, c) for c in rows])
         out: dict[str, Any] = {"seconds": len(rows)}
         out.update({name: {"mean": round(mean, 2), "max": round(top, 2)}
                     for name, (mean, top) in per.items()})
         out["together_per_second"] = [round(x, 2) for x in total]
         out["cpu_pressure_per_second"] = [round(x, 2) for x in waits]
-        io = [c[IO_WAIT] for c in rows if IO_WAIT in c]
         if io:
             out["io_pressure_per_second"] = [round(x, 2) for x in io]
         return out
 
     def _summary(self, rows: list[tuple[float, dict[str, float]]]
-                 ) -> tuple[dict[str, tuple[float, float]], list[float], list[float]]:
-        """Per process (mean, max) cores; per row all processes together; per row the pressure."""
+                 ) -> tuple[dict[str, tuple[float, float]], list[float], list[float],
+                            list[float]]:
+        """Per process (mean, max) cores; per row all processes together; per row the CPU
+        pressure; per row the disk pressure ("some")."""
         per = {}
         for name in self.pids:
             vals = [c[name] for _, c in rows if name in c]
@@ -201,7 +201,8 @@ class CpuSampler:
                 per[name] = (sum(vals) / len(vals), max(vals))
         total = [sum(v for n, v in c.items() if n not in PRESSURES) for _, c in rows]
         waits = [c[WAIT] for _, c in rows if WAIT in c]
-        return per, total, waits
+        io = [c[IO_WAIT] for _, c in rows if IO_WAIT in c]
+        return per, total, waits, io
 
     def write_csv(self, path: Path) -> None:
         """Every second's cores per process and the pressures (time in seconds since the first

@@ -41,12 +41,13 @@ def _timed(owner: Any, name: str, label: str) -> None:
     @functools.wraps(fn)  # FastStream reads the handler's signature
     async def wrapper(*a: Any, **kw: Any) -> Any:
         t0 = time.perf_counter()
-        arrived = time.time()
+        trace = label == "storage.on_batch" and TRACE_BATCHES
+        arrived = time.time() if trace else 0.0
         try:
             return await fn(*a, **kw)
         finally:
             TIMINGS.setdefault(label, []).append(time.perf_counter() - t0)
-            if label == "storage.on_batch" and TRACE_BATCHES:  # time, records, ms, cpu s
+            if trace:  # time, records, ms, cpu s, lags
                 raw = getattr(kw.get("msg", a[-1]), "raw_message", ())
                 raws = raw if isinstance(raw, tuple) else (raw,)
                 # how long its oldest / newest record had been in the log when the batch came

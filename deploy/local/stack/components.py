@@ -181,8 +181,8 @@ def kafka_component(opts: Options) -> Component:
     st.data["kafka_controller_port"] = cport
     st.save()
     # every collection's pause, with wall-clock times, beside the broker's log (a stall of
-    # the whole stack can be put beside the broker's pauses; two files of 10 MB at most)
-    st.logs.mkdir(parents=True, exist_ok=True)
+    # the whole stack can be put beside the broker's pauses; two files of 10 MB at most; the
+    # logs directory is made by ``start_process`` before the JVM opens the file)
     gc_log = [f"-Xlog:gc:file={st.logs / 'kafka-gc.log'}:time,uptime,level:"
               "filecount=2,filesize=10m"]
     return Component(
