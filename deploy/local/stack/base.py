@@ -20,6 +20,9 @@ LOCAL = Path(__file__).resolve().parent.parent  # deploy/local
 REPO = LOCAL.parent.parent
 KAFKA_POM = LOCAL / "kafka" / "pom.xml"
 FERRET_SRC = LOCAL / "ferretdb"
+# files that replace upstream FerretDB's at build time (``go build -overlay``), by their path in
+# the FerretDB module; ``UPSTREAM.sha256`` pins the upstream file each one replaces
+FERRET_OVERLAY = FERRET_SRC / "_overlay"
 HARNESS_PKG = LOCAL / "harnesses" / "package.json"
 INFRA = ("kafka", "postgres", "ferretdb")
 
@@ -108,7 +111,8 @@ def kafka_home() -> Path:
 def ferretdb_sources() -> list[Path]:
     # what the binary is built from (its tests are not: changing them rebuilds nothing)
     return [FERRET_SRC / "go.mod", FERRET_SRC / "go.sum",
-            *sorted(p for p in FERRET_SRC.glob("*.go") if not p.name.endswith("_test.go"))]
+            *sorted(p for p in FERRET_SRC.glob("*.go") if not p.name.endswith("_test.go")),
+            *sorted(p for p in FERRET_OVERLAY.rglob("*") if p.is_file())]
 
 
 def ferretdb_binary() -> Path:

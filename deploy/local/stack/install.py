@@ -4,6 +4,8 @@ venv. Each is keyed by a hash of its build file, so a rerun is a no-op. Standard
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .base import (
+    FERRET_OVERLAY,
     FERRET_SRC,
     HARNESS_PKG,
     KAFKA_POM,
@@ -99,13 +102,63 @@ def install_ferretdb() -> Path:
     env.setdefault("GOTOOLCHAIN", "local")
     env.setdefault("CGO_ENABLED", "0")  # modernc.org/sqlite is pure Go
     tmp = binary.with_name(binary.name + ".tmp")
-    run_logged([go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(tmp), "."],
+    modfile = ferretdb_patched(go, env, binary)
+    run_logged([go, "build", "-trimpath", "-ldflags=-s -w", f"-modfile={modfile}", "-o",
+                str(tmp), "."],
                cwd=FERRET_SRC, env=env,
                what=f"ferretdb {ferretdb_version()}: building from the Go module proxy"
                     " (the first build takes minutes)")
     tmp.rename(binary)
     stamp.write_text(want + "\n")
     return binary
+
+
+def ferretdb_patched(go: str, env: dict[str, str], binary: Path) -> Path:
+    """The ``-modfile`` of the build: the wrapper's ``go.mod`` plus a ``replace`` of FerretDB by
+    a copy of its module in which each file under ``deploy/local/ferretdb/_overlay`` replaces the
+    file at the same path (docs/local-stack.md, "Resource tracking off"; Go refuses ``-overlay``
+    for files in the module cache). A file whose upstream content is not the one
+    ``UPSTREAM.sha256`` pins stops the build: a version bump needs its patches re-derived."""
+    got = subprocess.run([go, "mod", "download", "-json", "github.com/FerretDB/FerretDB"],
+                         cwd=FERRET_SRC, env=env, capture_output=True, text=True, check=False)
+    if got.returncode != 0:
+        raise StackError(f"go mod download of FerretDB failed: {(got.stdout + got.stderr)[-2000:]}")
+    upstream = Path(json.loads(got.stdout)["Dir"])
+    pins = {}
+    for line in (FERRET_OVERLAY / "UPSTREAM.sha256").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            sha, rel = line.split()
+            pins[rel] = sha
+    patches = sorted(p for p in FERRET_OVERLAY.rglob("*.go") if p.is_file())
+    for patched in patches:
+        rel = patched.relative_to(FERRET_OVERLAY).as_posix()
+        if rel not in pins:
+            raise StackError(f"{patched}: no pinned upstream sha256 in UPSTREAM.sha256")
+        original = upstream / rel
+        if not original.is_file():
+            raise StackError(f"{patched}: FerretDB {ferretdb_version()} has no {rel}")
+        if hashlib.sha256(original.read_bytes()).hexdigest() != pins[rel]:
+            raise StackError(f"{patched}: FerretDB {ferretdb_version()}'s {rel} is not the file "
+                             "this patch was written against; re-derive the patch")
+    module = binary.with_name(binary.name + ".module")
+    if module.exists():
+        _writable(module)
+        shutil.rmtree(module)
+    shutil.copytree(upstream, module)
+    _writable(module)  # the module cache's directories and files are read-only, and so the copy
+    for patched in patches:
+        shutil.copyfile(patched, module / patched.relative_to(FERRET_OVERLAY))
+    modfile = binary.with_name(binary.name + ".build.mod")
+    modfile.write_text((FERRET_SRC / "go.mod").read_text()
+                       + f"\nreplace github.com/FerretDB/FerretDB => {module}\n")
+    shutil.copyfile(FERRET_SRC / "go.sum", modfile.with_suffix(".sum"))
+    return modfile
+
+
+def _writable(tree: Path) -> None:
+    tree.chmod(0o755)
+    for p in tree.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
 
 
 def harness_version(name: str) -> str:
