@@ -4,7 +4,10 @@ diagnostic printed beside a case's figures (docs/benchmarks.md), not a figure: i
 process was busy when latency grew. Beside them, the machine's CPU pressure (``/proc/pressure/cpu``,
 "some": the share of each second in which at least one runnable task waited for a core) — how
 long work queued for the two cores, which a sum of cores used below 2.0 does not show (several
-processes bursting at once). Linux only; elsewhere it reports nothing."""
+processes bursting at once). And the CPU time the hypervisor gave to other guests while this
+machine's tasks were runnable (``/proc/stat``, "steal"): these VMs' two cores are not always
+theirs, and a second with steal is a second the product ran on less than two cores. Linux only;
+elsewhere it reports nothing."""
 
 from __future__ import annotations
 
@@ -21,7 +24,10 @@ IO_PRESSURE = Path("/proc/pressure/io")
 WAIT = "cpu wait"  # the pressure's key in a row: seconds waited for a core per second
 # the disk's pressure in a row: seconds in which some task / every non-idle task waited for I/O
 IO_WAIT, IO_FULL = "io wait", "io full"
-PRESSURES = (WAIT, IO_WAIT, IO_FULL)
+# cores (summed over the machine's) the hypervisor ran other guests on: /proc/stat "steal"
+STEAL = "steal"
+PRESSURES = (WAIT, IO_WAIT, IO_FULL, STEAL)  # a row's keys that are not processes
+STAT = Path("/proc/stat")
 
 
 def _waited_s(path: Path | None = None, line: int = 0) -> float | None:
@@ -35,9 +41,21 @@ def _waited_s(path: Path | None = None, line: int = 0) -> float | None:
     return int(total) / 1e6 if total.isdigit() else None
 
 
+def _stolen_s() -> float | None:
+    """CPU seconds, since boot and summed over the cores, the hypervisor gave to others (the
+    eighth number of ``/proc/stat``'s ``cpu`` line)."""
+    try:
+        fields = STAT.read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu" or not fields[8].isdigit():
+        return None
+    return int(fields[8]) / TICKS
+
+
 def _pressures() -> dict[str, float | None]:
     return {WAIT: _waited_s(), IO_WAIT: _waited_s(IO_PRESSURE, 0),
-            IO_FULL: _waited_s(IO_PRESSURE, 1)}
+            IO_FULL: _waited_s(IO_PRESSURE, 1), STEAL: _stolen_s()}
 
 
 MEMINFO = Path("/proc/meminfo")
@@ -161,13 +179,16 @@ class CpuSampler:
         rows, self._mark = self.rows[self._mark:], len(self.rows)
         if not rows:
             return "cpu: no samples"
-        per, total, waits, io = self._summary(rows)
+        per, total, waits, io, steal = self._summary(rows)
         parts = [f"{name} {mean:.2f} (max {top:.2f})" for name, (mean, top) in per.items()]
         pressure = (f"; cpu pressure (a task waiting for a core) {sum(waits) / len(waits):.0%} "
                     f"of the time (max {max(waits):.0%} of a second)") if waits else ""
         if io:
             pressure += (f"; io pressure (a task waiting for the disk) {sum(io) / len(io):.0%} "
                          f"(max {max(io):.0%} of a second)")
+        if steal:
+            pressure += (f"; stolen by the hypervisor {sum(steal) / len(steal):.2f} cores "
+                         f"(max {max(steal):.2f} in a second)")
         return (f"cpu cores, mean (busiest second) over {len(rows)} s: " + ", ".join(parts)
                 + f"; together {sum(total) / len(total):.2f} (max {max(total):.2f})"
                 + pressure)
@@ -179,7 +200,7 @@ class CpuSampler:
         rows = [c for t, c in self.rows if t > t_from and t - self.period < t_to]
         if not rows:
             return {}
-        per, total, waits, io = self._summary([(0.0, c) for c in rows])
+        per, total, waits, io, steal = self._summary([(0.0, c) for c in rows])
         out: dict[str, Any] = {"seconds": len(rows)}
         out.update({name: {"mean": round(mean, 2), "max": round(top, 2)}
                     for name, (mean, top) in per.items()})
@@ -187,13 +208,15 @@ class CpuSampler:
         out["cpu_pressure_per_second"] = [round(x, 2) for x in waits]
         if io:
             out["io_pressure_per_second"] = [round(x, 2) for x in io]
+        if steal:
+            out["steal_cores_per_second"] = [round(x, 2) for x in steal]
         return out
 
     def _summary(self, rows: list[tuple[float, dict[str, float]]]
                  ) -> tuple[dict[str, tuple[float, float]], list[float], list[float],
-                            list[float]]:
+                            list[float], list[float]]:
         """Per process (mean, max) cores; per row all processes together; per row the CPU
-        pressure; per row the disk pressure ("some")."""
+        pressure; per row the disk pressure ("some"); per row the cores stolen."""
         per = {}
         for name in self.pids:
             vals = [c[name] for _, c in rows if name in c]
@@ -202,7 +225,8 @@ class CpuSampler:
         total = [sum(v for n, v in c.items() if n not in PRESSURES) for _, c in rows]
         waits = [c[WAIT] for _, c in rows if WAIT in c]
         io = [c[IO_WAIT] for _, c in rows if IO_WAIT in c]
-        return per, total, waits, io
+        steal = [c[STEAL] for _, c in rows if STEAL in c]
+        return per, total, waits, io, steal
 
     def write_csv(self, path: Path) -> None:
         """Every second's cores per process and the pressures (time in seconds since the first

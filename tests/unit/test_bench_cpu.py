@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import cpu
-from bench.cpu import IO_FULL, IO_WAIT, WAIT, CpuSampler
+from bench.cpu import IO_FULL, IO_WAIT, STEAL, WAIT, CpuSampler
 
 PSI = ("some avg10=12.50 avg60=3.00 avg300=1.00 total=2500000\n"
        "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
@@ -56,8 +56,8 @@ def test_the_csv_has_a_pressure_column(tmp_path: Path) -> None:
     path = tmp_path / "cpu.csv"
     sampler().write_csv(path)
     lines = path.read_text().splitlines()
-    assert lines[0] == f"t_s,product,store,{WAIT},{IO_WAIT},{IO_FULL},epoch_s"
-    assert lines[2].startswith("1.0,0.750,0.250,0.600,0.000,0.000,")
+    assert lines[0] == f"t_s,product,store,{WAIT},{IO_WAIT},{IO_FULL},{STEAL},epoch_s"
+    assert lines[2].startswith("1.0,0.750,0.250,0.600,0.000,0.000,0.000,")
     first, second = (float(ln.rsplit(",", 1)[1]) for ln in lines[1:3])
     assert second - first == pytest.approx(1.0, abs=0.11)  # wall-clock, one row per second
 
@@ -143,3 +143,25 @@ def test_a_private_stacks_gc_log_is_kept_before_its_state_dir_goes(tmp_path: Pat
     assert sorted(p.name for p in kept.iterdir()) == ["kafka-gc.log", "kafka-gc.log.0"]
     assert (kept / "kafka-gc.log").read_text().endswith("3.1ms\n")
     shutil.rmtree(kept)
+
+
+STAT = ("cpu  4426844 15384 870219 10455242 122595 0 81641 98162 0 0\n"
+        "cpu0 2075017 7856 401134 5433572 30418 0 35814 49434 0 0\n")
+
+
+def test_the_stolen_time_is_read_from_proc_stat_and_not_summed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "stat"
+    f.write_text(STAT)
+    monkeypatch.setattr(cpu, "STAT", f)
+    monkeypatch.setattr(cpu, "TICKS", 100)
+    assert cpu._stolen_s() == pytest.approx(981.62)  # the 8th number of the "cpu" line
+    assert cpu._pressures()[STEAL] == pytest.approx(981.62)
+    monkeypatch.setattr(cpu, "STAT", tmp_path / "absent")
+    assert cpu._stolen_s() is None
+    s = sampler()
+    s.rows = [(t, {**c, STEAL: x}) for (t, c), x in zip(s.rows, (0.0, 0.3, 0.1), strict=True)]
+    line = s.phase()
+    assert "together 0.75 (max 1.00)" in line  # steal is not a process
+    assert "stolen by the hypervisor 0.13 cores (max 0.30 in a second)" in line
+    assert s.window(10.5, 11.2)["steal_cores_per_second"] == [0.3, 0.1]
