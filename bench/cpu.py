@@ -150,6 +150,7 @@ class CpuSampler:
         # (time, cores per process and the CPU pressure under ``WAIT``)
         self.rows: list[tuple[float, dict[str, float]]] = []
         self._mark = 0
+        self.last_steal: float | None = None  # the last ``phase()``'s mean cores stolen
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="cpu-sampler")
 
@@ -178,8 +179,10 @@ class CpuSampler:
         """The rows since the previous call, summed up as one line."""
         rows, self._mark = self.rows[self._mark:], len(self.rows)
         if not rows:
+            self.last_steal = None
             return "cpu: no samples"
         per, total, waits, io, steal = self._summary(rows)
+        self.last_steal = sum(steal) / len(steal) if steal else None
         parts = [f"{name} {mean:.2f} (max {top:.2f})" for name, (mean, top) in per.items()]
         pressure = (f"; cpu pressure (a task waiting for a core) {sum(waits) / len(waits):.0%} "
                     f"of the time (max {max(waits):.0%} of a second)") if waits else ""

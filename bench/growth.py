@@ -156,6 +156,7 @@ async def _phase(name: str, target: Target, collector: Collector, rate: float, s
     progress(f"    seconds with a request over {STALL_MS:g} ms: {lat.slow_seconds(STALL_MS)} "
              f"(the phase began at {began:.1f}, wall clock)")
     probes.end(name)
+    lat.steal_cores = probes.cpu.last_steal
     return lat
 
 
@@ -293,6 +294,10 @@ def stalled(small: Latency, size: int) -> str:
             f"{small.slow_seconds(STALL_MS)}")
 
 
+def _cores(x: float | None) -> str:
+    return "not read" if x is None else f"{x:.2f}"
+
+
 def p99_all(lat: Latency) -> float:
     """p99 over successes and failures (a failure counts at the time its 504 came back — a
     lower bound of its latency); +inf when nothing came back at all."""
@@ -317,7 +322,9 @@ def run(run_: Run, infra: Infra, quick: bool = False, rate: float | None = None)
                 f"requests (504) count at their failure time; large: ok={len(b.samples_ms)} "
                 f"failed={b.errors} lost={b.lost} p50(ok) {b.p50:.1f}; small: "
                 f"ok={len(s.samples_ms)} failed={s.errors} lost={s.lost} p50(ok) {s.p50:.1f}; "
-                f"journal and Sessions grown alike; store bulk-loaded directly",
+                f"journal and Sessions grown alike; store bulk-loaded directly; cores stolen "
+                f"by the hypervisor, mean over the phase: large {_cores(b.steal_cores)}, "
+                f"small {_cores(s.steal_cores)}",
                 failed=b.errors + b.lost + s.errors + s.lost, invalid=stalled(s, small)))
     plot_latencies(BENCH_DIR / "growth_latency.png", f"HTTP → Item latency at {r:.0f}/s",
                    {k: v.samples_ms for k, v in lat.items()})

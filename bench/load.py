@@ -156,6 +156,8 @@ class Latency:
     # (seconds from the loop's start to the request's due time, latency ms), in send order:
     # where in the phase the slow requests were (a stall, a warm-up, a steady queue)
     series: list[tuple[float, float]] = field(default_factory=list)
+    # cores the hypervisor gave to other guests, mean over the phase (bench/cpu.py), if read
+    steal_cores: float | None = None
 
     @property
     def with_failures(self) -> list[float]:

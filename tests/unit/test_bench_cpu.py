@@ -164,4 +164,6 @@ def test_the_stolen_time_is_read_from_proc_stat_and_not_summed(
     line = s.phase()
     assert "together 0.75 (max 1.00)" in line  # steal is not a process
     assert "stolen by the hypervisor 0.13 cores (max 0.30 in a second)" in line
+    assert s.last_steal == pytest.approx(0.4 / 3)  # what the growth case notes per phase
+    assert s.phase() == "cpu: no samples" and s.last_steal is None
     assert s.window(10.5, 11.2)["steal_cores_per_second"] == [0.3, 0.1]
