@@ -38,6 +38,8 @@ from aiokafka.errors import TopicAlreadyExistsError
 from fastapi import FastAPI, Request, Response
 from pymongo import AsyncMongoClient
 
+from shared import eventloop
+
 BOOTSTRAP = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
 PREFIX = os.environ.get("SESSION_CORE_TOPIC_PREFIX", "baseline.")
 IN_TOPIC, ITEMS_TOPIC, REPLIES_TOPIC = f"{PREFIX}in", f"{PREFIX}items", f"{PREFIX}replies"
@@ -212,4 +214,4 @@ async def main(mode: str) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("pipeline", "relay"))
-    asyncio.run(main(ap.parse_args().mode))
+    eventloop.run(main(ap.parse_args().mode))  # the product's loop (shared/eventloop.py)

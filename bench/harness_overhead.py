@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from bench.common import Infra, Result, Run, new_tag, progress
+from shared import eventloop
 
 DEBUG = bool(__import__("os").environ.get("BENCH_HARNESS_DEBUG"))
 TEXT = [{"type": "text", "text": "bench: say ok"}]
@@ -232,7 +233,7 @@ def measure(run_: Run, infra: Infra, quick: bool, *, case: str, harness: str, ba
     with model_server_process() as url:
         progress(f"  bare {harness} and the Runtime (--engine real) over Kafka: {turns} paired "
                  f"Turns after {warm_up} unmeasured pairs")
-        b_all, r_all = asyncio.run(paired(url, infra, bare, runtime, turns, warm_up))
+        b_all, r_all = eventloop.run(paired(url, infra, bare, runtime, turns, warm_up))
     b, r = statistics.median(b_all), statistics.median(r_all)
     pair = statistics.median(x / y for x, y in zip(r_all, b_all, strict=True))
     run_.add(Result(case, r * 1000, b * 1000, "<= 1.2", "ms",

@@ -69,6 +69,7 @@ from bench.common import infrastructure as common_infrastructure  # noqa: E402
 from bench.cpu import CpuSampler, stack_pids  # noqa: E402
 from bench.load import start_server  # noqa: E402
 from services.receipts.app import ReceiptService  # noqa: E402
+from shared import eventloop  # noqa: E402
 from shared.kafka import (  # noqa: E402
     assign_all,
     decode,
@@ -453,7 +454,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         return None
     with infrastructure() as (bootstrap, mongo, kind):
         progress(f"stack: {kind} ({bootstrap}, {mongo})")
-        result = asyncio.run(run(bootstrap, mongo, args.calls, args.window, args.spread,
+        result = eventloop.run(run(bootstrap, mongo, args.calls, args.window, args.spread,
                                  args.sessions, storage=not args.no_storage,
                                  profile=args.profile))
     result["stack"] = kind

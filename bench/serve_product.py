@@ -20,6 +20,7 @@ from typing import Any
 
 from services.admission.app import AdmissionService
 from services.storage.app import StorageService
+from shared import eventloop
 from shared.logging import configure_logging
 from shared.service import run_until_stopped
 from shared.settings import get_settings
@@ -165,14 +166,14 @@ def main() -> None:
     if timings:
         install_timings()
     if not args.profile:
-        asyncio.run(serve(timings))
+        eventloop.run(serve(timings))
         return
     from pyinstrument import Profiler
 
     profiler: Any = Profiler(interval=0.002, async_mode="disabled")
     profiler.start()
     try:
-        asyncio.run(serve(timings))
+        eventloop.run(serve(timings))
     finally:
         profiler.stop()
         with open(args.profile + ".txt", "w") as f:

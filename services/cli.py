@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from typing import Any
 
+from shared import eventloop
 from shared.logging import configure_logging
 from shared.settings import get_settings
 
@@ -167,9 +167,9 @@ def main(argv: list[str] | None = None) -> None:
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format, service=args.command)
     if args.command in SERVICES:
-        asyncio.run(_run_service(args.command))
+        eventloop.run(_run_service(args.command), settings.event_loop)
     elif args.command == "topics":
-        sys.exit(asyncio.run(_topics(rest)))
+        sys.exit(eventloop.run(_topics(rest), settings.event_loop))
     elif args.command == "runtime":
         from services.runtime.main import main as runtime_main
 

@@ -102,6 +102,7 @@ async def run_until_stopped(
             loop.add_signal_handler(sig, stopping.set)
     await start()
     settle_heap()
+    log.info("service.running", event_loop=type(loop).__module__.split(".")[0])
     if ready is not None:
         ready()
     try:

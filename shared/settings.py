@@ -7,6 +7,7 @@ its documentation: ``docs/settings.md`` is generated from this file
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -49,6 +50,10 @@ class Settings(BaseSettings):
     # --- logging ---------------------------------------------------------------------
     log_level: str = "INFO"  # DEBUG | INFO | WARNING | ERROR
     log_format: str = "auto"  # auto (JSON unless a TTY) | json | console
+
+    # --- process ---------------------------------------------------------------------
+    # uvloop (default; asyncio's own where uvloop is not installed) | asyncio (shared/eventloop.py)
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
 
     # --- admission HTTP --------------------------------------------------------------
     http_host: str = "0.0.0.0"  # admission's listen address

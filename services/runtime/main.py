@@ -8,7 +8,6 @@ read the runtime id; logs go to stderr. SIGINT / SIGTERM stop it cleanly (``stat
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -20,6 +19,7 @@ from services.runtime.harness import HARNESSES
 from services.runtime.live import DEFAULT_FUNCTIONS, LiveHarness, LiveOptions
 from services.runtime.live import build as build_live
 from services.runtime.switches import DESCRIPTIONS, NAMES, Switches, from_env, parse_assignments
+from shared import eventloop
 from shared.domain.harnesses.claude_code import BRIDGE_PROTOCOL
 from shared.ids import new_id
 from shared.settings import Settings, get_settings
@@ -207,4 +207,5 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     config = config_from_args(args, parser)
     live = live_from_args(args, config, parser)
-    asyncio.run(run(settings_from_args(args), config, live))
+    settings = settings_from_args(args)
+    eventloop.run(run(settings, config, live), settings.event_loop)

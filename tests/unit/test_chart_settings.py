@@ -139,6 +139,8 @@ def _python_types(annotation: Any) -> set[str]:
     names = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null"}
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         return {names[a] for a in typing.get_args(annotation)}
+    if typing.get_origin(annotation) is typing.Literal:
+        return {names[type(a)] for a in typing.get_args(annotation)}
     return {names[annotation]}
 
 
@@ -150,6 +152,9 @@ def test_schema_types_each_setting_like_the_code(env: str) -> None:
     if "number" in want:  # JSON Schema's number includes integers
         got = {"number" if t == "integer" else t for t in got}
     assert got == want, f"{env}: schema {got}, code {want}"
+    annotation = Settings.model_fields[FIELDS[env]].annotation
+    if typing.get_origin(annotation) is typing.Literal:  # the same choices, not only types
+        assert set(node["enum"]) == set(typing.get_args(annotation)), env
 
 
 @pytest.mark.parametrize("env", PLAIN_ENV)
