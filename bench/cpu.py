@@ -101,7 +101,7 @@ def quiesce(max_s: float = 60.0, quiet_below: float = 0.10) -> str:
             f"{calm}")
 
 
-def _cpu_s(pid: int) -> float | None:
+def process_cpu_s(pid: int) -> float | None:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
@@ -163,11 +163,11 @@ class CpuSampler:
         self._stop.set()
 
     def _run(self) -> None:
-        last = {n: _cpu_s(p) for n, p in self.pids.items()}
+        last = {n: process_cpu_s(p) for n, p in self.pids.items()}
         last.update(_pressures())
         t_last = time.monotonic()
         while not self._stop.wait(self.period):
-            now = {n: _cpu_s(p) for n, p in self.pids.items()}
+            now = {n: process_cpu_s(p) for n, p in self.pids.items()}
             now.update(_pressures())
             t = time.monotonic()
             cores = {n: (now[n] - last[n]) / (t - t_last)  # type: ignore[operator]

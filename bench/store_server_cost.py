@@ -15,7 +15,6 @@ not a figure with a target."""
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import tempfile
@@ -28,25 +27,27 @@ from typing import Any
 
 from pymongo import MongoClient
 
+from bench.cpu import process_cpu_s
 from deploy.local.stack.base import FERRET_SRC, cache_dir, free_port
-from deploy.local.stack.install import install_ferretdb
+from deploy.local.stack.install import go_env, install_ferretdb, need_tool
+from deploy.local.stack.probes import mongo_ready
 
-TICK = os.sysconf("SC_CLK_TCK")
 SESSIONS = 10_000
 
 
 def upstream_binary() -> Path:
     """The wrapper built against upstream FerretDB's module as downloaded (no overlay)."""
     out = cache_dir() / "bin" / "ferretdb-upstream-for-bench"
-    env = dict(os.environ, GOFLAGS="-mod=mod", GOTOOLCHAIN="local", CGO_ENABLED="0")
-    subprocess.run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(out), "."],
-                   cwd=FERRET_SRC, env=env, check=True)
+    subprocess.run([need_tool("go", "install Go 1.24+"), "build", "-trimpath", "-ldflags=-s -w",
+                    "-o", str(out), "."], cwd=FERRET_SRC, env=go_env(), check=True)
     return out
 
 
 def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+    got = process_cpu_s(pid)
+    if got is None:
+        raise RuntimeError(f"no CPU time for pid {pid}: the store exited")
+    return got
 
 
 @contextmanager
@@ -58,15 +59,11 @@ def store(binary: Path) -> Iterator[tuple[int, str]]:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             uri = f"mongodb://127.0.0.1:{port}/"
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    MongoClient(uri, serverSelectionTimeoutMS=500).admin.command("ping")
-                    break
-                except Exception:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
+            ready, deadline = mongo_ready("127.0.0.1", port), time.monotonic() + 30
+            while not ready():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the store on port {port} did not answer in 30 s")
+                time.sleep(0.1)
             yield proc.pid, uri
         finally:
             proc.terminate()

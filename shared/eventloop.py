@@ -3,18 +3,19 @@
 
 Why uvloop: each request crosses many awaits (HTTP, the hand-over to Kafka, storage's batch,
 the store's round trips, the reply), and the services spend a large share of their CPU in the
-loop itself. On the pipeline benchmark the product stored ~20 % more Items per second on uvloop
-than on asyncio's loop, with the same code and the baseline on the same loop
-(docs/benchmarks.md, "uvloop"). Nothing in the services depends on which loop runs them."""
+loop itself. On the pipeline benchmark the product stored ~20 % more Items per second with both
+sides on uvloop than with both on asyncio's loop (docs/benchmarks.md, "Diagnostics and changes
+of 2026-12-03 (afternoon)"). Nothing in the services depends on which loop runs them."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 T = TypeVar("T")
-CHOICES = ("uvloop", "asyncio")
+EventLoop = Literal["uvloop", "asyncio"]  # the setting's type (``Settings.event_loop``)
+CHOICES: tuple[str, ...] = get_args(EventLoop)
 
 
 def uvloop_installed() -> bool:

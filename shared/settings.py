@@ -7,10 +7,11 @@ its documentation: ``docs/settings.md`` is generated from this file
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.eventloop import EventLoop
 
 
 class Settings(BaseSettings):
@@ -53,7 +54,7 @@ class Settings(BaseSettings):
 
     # --- process ---------------------------------------------------------------------
     # uvloop (default; asyncio's own where uvloop is not installed) | asyncio (shared/eventloop.py)
-    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+    event_loop: EventLoop = "uvloop"
 
     # --- admission HTTP --------------------------------------------------------------
     http_host: str = "0.0.0.0"  # admission's listen address

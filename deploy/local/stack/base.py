@@ -20,8 +20,9 @@ LOCAL = Path(__file__).resolve().parent.parent  # deploy/local
 REPO = LOCAL.parent.parent
 KAFKA_POM = LOCAL / "kafka" / "pom.xml"
 FERRET_SRC = LOCAL / "ferretdb"
-# files that replace upstream FerretDB's at build time (``go build -overlay``), by their path in
-# the FerretDB module; ``UPSTREAM.sha256`` pins the upstream file each one replaces
+# files that replace upstream FerretDB's at build time (over a copy of its module, built with a
+# ``replace``: install.ferretdb_patched), by their path in the FerretDB module;
+# ``UPSTREAM.sha256`` pins the upstream file each one replaces
 FERRET_OVERLAY = FERRET_SRC / "_overlay"
 HARNESS_PKG = LOCAL / "harnesses" / "package.json"
 INFRA = ("kafka", "postgres", "ferretdb")

@@ -86,6 +86,18 @@ def install_kafka() -> Path:
     return libs
 
 
+def go_env() -> dict[str, str]:
+    """The environment the store's wrapper is built in: modules resolved from go.mod and go.sum
+    (``-mod=mod``), the machine's Go, no cgo (modernc.org/sqlite is pure Go)."""
+    env = dict(os.environ)
+    flags = env.get("GOFLAGS", "").split()
+    flags = [f for f in flags if not f.startswith("-mod=")] + ["-mod=mod"]
+    env["GOFLAGS"] = " ".join(flags)
+    env.setdefault("GOTOOLCHAIN", "local")
+    env.setdefault("CGO_ENABLED", "0")
+    return env
+
+
 def install_ferretdb() -> Path:
     binary = ferretdb_binary()
     stamp = binary.with_name(binary.name + ".src")
@@ -95,12 +107,7 @@ def install_ferretdb() -> Path:
         return binary
     go = need_tool("go", "install Go 1.24+")
     binary.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    flags = env.get("GOFLAGS", "").split()
-    flags = [f for f in flags if not f.startswith("-mod=")] + ["-mod=mod"]
-    env["GOFLAGS"] = " ".join(flags)
-    env.setdefault("GOTOOLCHAIN", "local")
-    env.setdefault("CGO_ENABLED", "0")  # modernc.org/sqlite is pure Go
+    env = go_env()
     tmp = binary.with_name(binary.name + ".tmp")
     modfile = ferretdb_patched(go, env, binary)
     run_logged([go, "build", "-trimpath", "-ldflags=-s -w", f"-modfile={modfile}", "-o",
