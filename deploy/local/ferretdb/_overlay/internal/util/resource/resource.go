@@ -15,8 +15,9 @@
 // Package resource provides utilities for tracking resource lifetimes.
 //
 // Session Core's local stack builds FerretDB with this file in place of upstream's
-// (deploy/local/ferretdb/_overlay, `go build -overlay`): Track and Untrack do nothing unless
-// FerretDB is built with its debug tag (debugbuild.Enabled). Upstream tracks every iterator,
+// (deploy/local/ferretdb/_overlay, put over a copy of FerretDB's module that the build's
+// `-modfile` replaces FerretDB with): Track and Untrack do nothing unless FerretDB is built
+// with its debug tag (debugbuild.Enabled). Upstream tracks every iterator,
 // transaction and row set in a release build too: a pprof profile entry with a captured
 // stack, a reflection check and a finalizer per object, about 8-9 % of the store's CPU under
 // the product's load (docs/local-stack.md, "Resource tracking off"). It is a leak detector
