@@ -5,17 +5,20 @@ streams): correctness rests on unique indexes and one writer per Session."""
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any
 
-from pymongo import ASCENDING, AsyncMongoClient
+from pymongo import ASCENDING, AsyncMongoClient, DeleteOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ConnectionFailure
 
+from shared.logging import get_logger
 from shared.metrics import STORE_LISTENER
 from shared.settings import Settings
 from shared.watch import Watch
 
 Doc = dict[str, Any]
+log = get_logger(__name__)
 
 # The store is away (no server reachable, connection refused or reset, a network timeout):
 # PyMongo raises these — ConnectionFailure is the base of AutoReconnect, NetworkTimeout,
@@ -79,6 +82,7 @@ def store_watch(client: AsyncMongoClient[Doc], fresh_s: float = 1.0) -> Watch:
 
 PK_LOOKUPS_MAX = 8  # Items read back per page when a refused steer's messages are looked up
 LOOKUPS_IN_FLIGHT = 64  # concurrent ``_id`` lookups of one call (the client pool holds 100)
+IDS_PER_IN = 1_000  # keys per ``$in`` command where the store serves it from its _id index
 
 
 async def _bounded(calls: list[Any]) -> list[Any]:
@@ -88,22 +92,79 @@ async def _bounded(calls: list[Any]) -> list[Any]:
     return out
 
 
+# What each client's store said about ``{_id: {$in: [...]}}`` (``ids_in_served``).
+_IN_SERVED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def in_served_by(explain: Doc) -> bool | None:
+    """Whether an ``explain`` of a find by ``_id`` ``$in`` says the store serves it from its
+    ``_id`` index; ``None``: it cannot say yet. FerretDB v1 answers ``filterPushdown``: true
+    only where the filter reaches SQL (the local stack's build, deploy/local/ferretdb/_overlay;
+    upstream v1 scans the collection for any ``$in``), and false for a collection that does not
+    exist yet, whose plan is empty (asked again later). MongoDB has no such field: its ``$in``
+    on ``_id`` is always an index look-up."""
+    if "filterPushdown" not in explain:
+        return True
+    planner = explain.get("queryPlanner")
+    if not explain["filterPushdown"] and not planner:
+        return None
+    return bool(explain["filterPushdown"])
+
+
+async def ids_in_served(coll: Any) -> bool:
+    """Whether ``coll``'s store serves an ``_id`` ``$in`` from its index, asked once per client
+    (``explain``; a store that cannot explain is taken to scan) and logged."""
+    client = coll.database.client
+    known = _IN_SERVED.get(client)
+    if known is not None:
+        return known
+    try:
+        out = await coll.database.command(
+            "explain", {"find": coll.name, "filter": {"_id": {"$in": ["a", "b"]}}})
+        served = in_served_by(out)
+    except STORE_UNREACHABLE:
+        raise
+    except Exception as exc:  # e.g. a store without ``explain``: equality look-ups are safe
+        log.warning("store.explain_failed", error=repr(exc)[:200])
+        served = False
+    if served is None:
+        return False
+    _IN_SERVED[client] = served
+    log.info("store.ids_in", served=served, collection=coll.name)
+    return served
+
+
 async def find_by_ids(coll: Any, ids: list[str]) -> dict[str, Doc]:
-    """Documents by ``_id``, as concurrent single ``_id`` equality lookups. FerretDB v1 pushes
-    down only ``{_id: <string or ObjectId>}`` alone: an ``$in`` (or any other filter) is a
-    scan of the whole collection, whose cost grows with everything ever stored (measured on
-    the SQLite backend: ``$in`` of 100 keys, 0.76 s at 20 000 documents). With the exact-
-    expression index the local stack adds (docs/local-stack.md) an equality lookup is an index
-    lookup on FerretDB, and it is one on MongoDB; so every key goes as its own lookup,
-    ``LOOKUPS_IN_FLIGHT`` at a time (one round trip of latency for up to that many keys)."""
+    """Documents by ``_id`` in one round trip per ``IDS_PER_IN`` keys where the store serves an
+    ``$in`` on ``_id`` from its index (MongoDB; the local stack's FerretDB, patched to push it
+    down: docs/local-stack.md). Elsewhere — upstream FerretDB v1 pushes down only a lone
+    ``{_id: <string or ObjectId>}``, so an ``$in`` scans the whole collection (measured on the
+    SQLite backend: ``$in`` of 100 keys, 0.76 s at 20 000 documents) — every key goes as its own
+    equality look-up, ``LOOKUPS_IN_FLIGHT`` at a time (one round trip of latency for up to that
+    many keys, and a command each)."""
     unique = list(dict.fromkeys(ids))
     if not unique:
         return {}
+    if len(unique) > 1 and await ids_in_served(coll):
+        out: dict[str, Doc] = {}
+        for i in range(0, len(unique), IDS_PER_IN):
+            chunk = unique[i:i + IDS_PER_IN]  # all in the first batch, cursor closed (≤ 16 MB)
+            async for d in coll.find({"_id": {"$in": chunk}}, batch_size=len(chunk) + 1):
+                out[d["_id"]] = d
+        return out
     found = await _bounded([lambda i=i: coll.find_one({"_id": i}) for i in unique])
     return {d["_id"]: d for d in found if d is not None}
 
 
 async def delete_by_ids(coll: Any, ids: list[str]) -> None:
-    """Deletes by ``_id``, each a single ``_id`` equality (the same reason as ``find_by_ids``)."""
+    """Deletes by ``_id``: one ``delete_many`` of an ``$in`` per ``IDS_PER_IN`` keys where the
+    store serves it from its index (``find_by_ids``), else one bulk write of ``_id`` equality
+    deletes (one round trip; on FerretDB v1 a statement each)."""
     unique = list(dict.fromkeys(ids))
-    await _bounded([lambda i=i: coll.delete_one({"_id": i}) for i in unique])
+    if not unique:
+        return
+    if len(unique) > 1 and await ids_in_served(coll):
+        for i in range(0, len(unique), IDS_PER_IN):
+            await coll.delete_many({"_id": {"$in": unique[i:i + IDS_PER_IN]}})
+        return
+    await coll.bulk_write([DeleteOne({"_id": i}) for i in unique], ordered=False)

@@ -6,20 +6,20 @@
 * ``receipt_calls`` — what matching needs beyond the delivery (the harness, the function name,
   the native ids), learned from the harness's own function-call observations.
 
-Every query is an ``_id`` equality or a bulk write of them (FerretDB v1 indexes nothing else,
-``shared.store.find_by_ids``), except the periodic sweep of old early observations."""
+Every query is by ``_id`` — an equality, a bulk write of them, or an ``$in`` where the store
+serves it from its index (upstream FerretDB v1 indexes nothing else: ``shared.store.find_by_ids``)
+— except the periodic sweep of old early observations."""
 
 from __future__ import annotations
 
 import contextlib
 from typing import Protocol
 
-from pymongo import DeleteOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
 
 from shared.domain.receipts import Expected
-from shared.store import Doc, find_by_ids
+from shared.store import Doc, delete_by_ids, find_by_ids
 
 DUPLICATE_KEY = 11000
 # indexes that no query uses, dropped where a store still has them on ``pending_receipts``
@@ -100,11 +100,12 @@ class ReceiptRepository:
         return {}
 
     async def settle(self, ids: list[str]) -> None:
-        """Forget decided calls: ``_id`` equality deletes in one round trip per collection (an
-        ``$in`` would scan the collection on FerretDB v1, holding the store's write lock)."""
+        """Forget decided calls: one round trip per collection (``delete_by_ids``: an ``$in``
+        where the store serves it from its index, else ``_id`` equality deletes — an ``$in``
+        would scan the collection on upstream FerretDB v1, holding the store's write lock)."""
         for coll in (self.db.pending_receipts, self.db.receipt_calls):
             with contextlib.suppress(BulkWriteError):  # already gone: nothing to do
-                await coll.bulk_write([DeleteOne({"_id": i}) for i in ids], ordered=False)
+                await delete_by_ids(coll, ids)
 
     # ---- verdict claims -------------------------------------------------------------------
     async def claim(self, docs: list[Doc]) -> set[int]:

@@ -117,3 +117,35 @@ async def test_a_batch_of_verdicts_writes_only_its_items_and_journal(
     out = await handler.handle([again])
     assert [i["state"] for i in out.items] == ["uncertain"]
     assert (await itemstore.verdict(db, sids[3], "call_2") or {})["state"] == "uncertain"
+
+
+async def test_sessions_not_in_memory_are_read_in_a_constant_number_of_round_trips(
+        counted: tuple[StorageHandler, Commands]) -> None:
+    """A replica that does not hold the Sessions (a restart, a new owner, more Sessions than
+    it keeps) reads them back: one ``find`` per collection per batch, whether the batch has 1,
+    8 or 32 Sessions — an ``_id`` ``$in`` where the store serves it from its index (MongoDB;
+    the local stack's FerretDB: tests/integration/test_store_ids_in.py)."""
+    handler, listener = counted
+    creates = [admitted_create(f"c{i}") for i in range(1 + 1 + 8 + SESSIONS_PER_UPDATE)]
+    await handler.handle(creates)
+    await handler.repo.session_writer.drain(10)
+    sids = [c["session_id"] for c in creates]
+    cold = StorageHandler(handler.repo, now_rfc3339)  # nothing in its memory, nothing trusted
+    await cold.handle([admitted_event(sids[0], "m")])  # the client asks the store once
+    shapes: dict[int, list[str]] = {}
+    at = 1
+    for n in (1, 8, SESSIONS_PER_UPDATE):
+        batch = [admitted_event(s, "m") for s in sids[at:at + n]]
+        at += n
+        cmds = await _count(cold, listener, batch)
+        shapes[n] = [f"{name}:{cmd.get(name)}" for name, cmd in cmds if name == "find"]
+        if n > 1:  # the Sessions' documents in one command, by _id alone
+            sessions = [cmd for name, cmd in cmds if name == "find" and cmd["find"] == "sessions"]
+            assert [sorted(s["filter"]["_id"]["$in"]) for s in sessions] \
+                == [sorted(sids[at - n:at])], sessions
+        # decided from the store's state: the message's Item follows the Session's last one
+        before, after = handler.decided.session(sids[at - 1]), cold.decided.session(sids[at - 1])
+        assert before is not None and after is not None
+        assert after.last_sequence == before.last_sequence + 1, (before, after)
+    assert shapes[1] == shapes[8] == shapes[SESSIONS_PER_UPDATE], shapes
+    assert "find:sessions" in shapes[1], shapes

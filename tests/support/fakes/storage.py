@@ -7,9 +7,11 @@ published).
 same meaning: ``_id`` unique in every collection, plus the unique indexes storage declares
 (``items.source_key``); ``insert_many`` ordered (stops at the first duplicate) or not (inserts
 all others), both raising ``BulkWriteError`` with code 11000 per duplicate; ``bulk_write`` of
-``UpdateOne`` with ``$set`` / ``$setOnInsert`` / upsert. ``kill_after(n)`` lets the next ``n``
-document writes through and fails every later one with ``AutoReconnect`` — the store killed in
-the middle of a command, which leaves a prefix of it written — until ``revive()``."""
+``UpdateOne`` with ``$set`` / ``$setOnInsert`` / upsert; finds by ``_id`` equality only, and an
+``explain`` that says so (as upstream FerretDB v1: ``shared.store.find_by_ids``).
+``kill_after(n)`` lets the next ``n`` document writes through and fails every later one with
+``AutoReconnect`` — the store killed in the middle of a command, which leaves a prefix of it
+written — until ``revive()``."""
 
 from __future__ import annotations
 
@@ -32,6 +34,10 @@ class MemoryCollection:
     def __init__(self, db: MemoryDatabase, name: str) -> None:
         self.db, self.name = db, name
         self.docs: dict[Any, Doc] = {}
+
+    @property
+    def database(self) -> MemoryDatabase:
+        return self.db
 
     def _taken(self, doc: Doc) -> bool:
         if doc["_id"] in self.docs:
@@ -102,6 +108,16 @@ class MemoryDatabase:
         if name.startswith("_"):
             raise AttributeError(name)
         return self.collections.setdefault(name, MemoryCollection(self, name))
+
+    @property
+    def client(self) -> MemoryDatabase:  # ``shared.store.ids_in_served`` keys its answer by it
+        return self
+
+    async def command(self, name: str, spec: Doc) -> Doc:
+        """Only ``explain``, answered as upstream FerretDB v1 does for an ``_id`` ``$in``: not
+        pushed down (so ``find_by_ids`` looks each key up by equality, all this fake serves)."""
+        assert name == "explain", name
+        return {"queryPlanner": {"Plan": ["detail=SCAN"]}, "filterPushdown": False, "ok": 1.0}
 
     def kill_after(self, writes: int) -> None:
         self.budget = writes
