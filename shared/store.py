@@ -134,6 +134,17 @@ async def ids_in_served(coll: Any) -> bool:
     return served
 
 
+async def _in_chunks(coll: Any, unique: list[str]) -> list[list[str]] | None:
+    """The keys in ``$in`` commands of at most ``IDS_PER_IN``, where that is the way to send
+    them: more than one key, and the store serves an ``_id`` ``$in`` from its index. ``None``:
+    one ``_id`` equality per key (no key: an empty list of commands)."""
+    if not unique:
+        return []
+    if len(unique) == 1 or not await ids_in_served(coll):
+        return None
+    return [unique[i:i + IDS_PER_IN] for i in range(0, len(unique), IDS_PER_IN)]
+
+
 async def find_by_ids(coll: Any, ids: list[str]) -> dict[str, Doc]:
     """Documents by ``_id`` in one round trip per ``IDS_PER_IN`` keys where the store serves an
     ``$in`` on ``_id`` from its index (MongoDB; the local stack's FerretDB, patched to push it
@@ -143,12 +154,10 @@ async def find_by_ids(coll: Any, ids: list[str]) -> dict[str, Doc]:
     equality look-up, ``LOOKUPS_IN_FLIGHT`` at a time (one round trip of latency for up to that
     many keys, and a command each)."""
     unique = list(dict.fromkeys(ids))
-    if not unique:
-        return {}
-    if len(unique) > 1 and await ids_in_served(coll):
+    chunks = await _in_chunks(coll, unique)
+    if chunks is not None:
         out: dict[str, Doc] = {}
-        for i in range(0, len(unique), IDS_PER_IN):
-            chunk = unique[i:i + IDS_PER_IN]  # all in the first batch, cursor closed (≤ 16 MB)
+        for chunk in chunks:  # all in the first batch, cursor closed (≤ 16 MB)
             async for d in coll.find({"_id": {"$in": chunk}}, batch_size=len(chunk) + 1):
                 out[d["_id"]] = d
         return out
@@ -161,10 +170,9 @@ async def delete_by_ids(coll: Any, ids: list[str]) -> None:
     store serves it from its index (``find_by_ids``), else one bulk write of ``_id`` equality
     deletes (one round trip; on FerretDB v1 a statement each)."""
     unique = list(dict.fromkeys(ids))
-    if not unique:
-        return
-    if len(unique) > 1 and await ids_in_served(coll):
-        for i in range(0, len(unique), IDS_PER_IN):
-            await coll.delete_many({"_id": {"$in": unique[i:i + IDS_PER_IN]}})
-        return
-    await coll.bulk_write([DeleteOne({"_id": i}) for i in unique], ordered=False)
+    chunks = await _in_chunks(coll, unique)
+    if chunks is not None:
+        for chunk in chunks:
+            await coll.delete_many({"_id": {"$in": chunk}})
+    else:
+        await coll.bulk_write([DeleteOne({"_id": i}) for i in unique], ordered=False)
