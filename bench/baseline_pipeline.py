@@ -39,6 +39,7 @@ from fastapi import FastAPI, Request, Response
 from pymongo import AsyncMongoClient
 
 from shared import eventloop
+from shared.kafka import KeyPartitioner
 
 BOOTSTRAP = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
 PREFIX = os.environ.get("SESSION_CORE_TOPIC_PREFIX", "baseline.")
@@ -66,8 +67,9 @@ async def create_topics() -> None:
 
 
 def make_producer() -> AIOKafkaProducer:
+    # the product's producer settings (shared.kafka.make_producer), partitioner included
     return AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", enable_idempotence=True,
-                            linger_ms=2)
+                            linger_ms=2, partitioner=KeyPartitioner())
 
 
 def make_consumer(group: str) -> AIOKafkaConsumer:
