@@ -59,8 +59,6 @@ class Tail:
                 await asyncio.sleep(0.5)
 
     async def _one(self, r: Any) -> None:
-        if not self.wants(r.key):
-            return
         value = self._decode(r.value or b"")
         if isinstance(value, Poison):
             await self.dlq.record(r, value)
@@ -76,11 +74,6 @@ class Tail:
 
     def dispatch(self, value: dict[str, Any]) -> None:  # overridden
         raise NotImplementedError
-
-    def wants(self, key: bytes | None) -> bool:
-        """Whether a record with this Kafka key is decoded at all (overridden by a tail whose
-        records are keyed by what it dispatches on, CONTRACT §2)."""
-        return True
 
     async def polled(self) -> None:
         """Called after every poll, records or not (a tail that tracks its own lag)."""

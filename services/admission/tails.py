@@ -28,16 +28,6 @@ class ReplyTail(Tail):
     def forget(self, request_id: str) -> None:
         self.waiting.pop(request_id, None)
 
-    def wants(self, key: bytes | None) -> bool:
-        """Replies are keyed by ``request_id``: every admission instance reads every reply,
-        and decodes only those it waits for (a keyless or non-UTF-8 key: decoded)."""
-        if key is None:
-            return True
-        try:
-            return key.decode() in self.waiting
-        except UnicodeDecodeError:
-            return True
-
     def dispatch(self, value: dict[str, Any]) -> None:
         fut = self.waiting.pop(str(value.get("request_id")), None)
         if fut is not None and not fut.done():
@@ -62,20 +52,6 @@ class ItemTail(Tail):
             qs.discard(q)
             if not qs:
                 self.listeners.pop(session_id, None)
-
-    def wants(self, key: bytes | None) -> bool:
-        """Items are keyed by ``session_id`` (CONTRACT §2): an Item of a Session nobody here
-        listens to is not decoded. Every admission instance reads every Item of the system,
-        so decoding them all cost each instance CPU in proportion to the whole system's Item
-        rate (~50 µs an Item, pydantic). A keyless or non-UTF-8 key is decoded as before; a
-        malformed Item nobody here waits for is not dead-lettered by this tail (storage, its
-        one writer, validated it; the tail only reads)."""
-        if key is None or not self.listeners:
-            return key is None
-        try:
-            return key.decode() in self.listeners
-        except UnicodeDecodeError:
-            return True
 
     def dispatch(self, value: dict[str, Any]) -> None:
         listeners = list(self.listeners.get(str(value.get("session_id")), ()))
