@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 from pymongo import ASCENDING, AsyncMongoClient, DeleteOne
+from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ConnectionFailure
 
@@ -72,10 +74,16 @@ async def ensure_indexes(db: AsyncDatabase[Doc]) -> None:
     # sequence (idempotent redelivery) is ``source_key``.
     await db.items.create_index([("source_key", ASCENDING)], unique=True, name="source_key")
     for coll, names in UNUSED_INDEXES.items():
-        held = [i["name"] async for i in await db[coll].list_indexes()]
-        for name in names:
-            if name in held:
-                await db[coll].drop_index(name)
+        await drop_indexes(db[coll], names)
+
+
+async def drop_indexes(coll: AsyncCollection[Doc], names: Iterable[str]) -> None:
+    """Drop the named indexes the collection holds (an index an older version declared and
+    this one does not); idempotent."""
+    held = {i["name"] async for i in await coll.list_indexes()}
+    for name in names:
+        if name in held:
+            await coll.drop_index(name)
 
 
 async def ping(client: AsyncMongoClient[Doc]) -> bool:

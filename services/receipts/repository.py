@@ -19,7 +19,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
 
 from shared.domain.receipts import Expected
-from shared.store import Doc, delete_by_ids, find_by_ids
+from shared.store import Doc, delete_by_ids, drop_indexes, find_by_ids
 
 DUPLICATE_KEY = 11000
 # indexes that no query uses, dropped where a store still has them on ``pending_receipts``
@@ -79,10 +79,7 @@ class ReceiptRepository:
         declares no index of its own: a secondary index would only cost each insert and delete
         (on FerretDB v1, a b-tree write per index, and it serves no query there either).
         Indexes older versions declared are dropped."""
-        held = [i["name"] async for i in await self.db.pending_receipts.list_indexes()]
-        for name in UNUSED_INDEXES:
-            if name in held:
-                await self.db.pending_receipts.drop_index(name)
+        await drop_indexes(self.db.pending_receipts, UNUSED_INDEXES)
 
     # ---- pending calls --------------------------------------------------------------------
     async def pending(self) -> list[Doc]:
