@@ -8,7 +8,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.kafka import KeyPartitioner, make_producer
+from shared.kafka import KEY_HASHES, KeyPartitioner, make_producer
 from shared.settings import Settings
 
 
@@ -16,9 +16,16 @@ from shared.settings import Settings
        partitions=st.integers(min_value=1, max_value=200))
 def test_every_key_lands_where_the_default_partitioner_puts_it(keys: list[bytes],
                                                                partitions: int) -> None:
-    mine = KeyPartitioner(size=8)  # smaller than the key list: evictions too
+    mine = KeyPartitioner()
     everyone = list(range(partitions))
     for key in keys + keys:  # the second pass comes from the cache
+        assert mine(key, everyone, everyone) == DefaultPartitioner()(key, everyone, everyone)
+
+
+def test_keys_beyond_the_cache_still_land_where_the_default_partitioner_puts_them() -> None:
+    mine, everyone = KeyPartitioner(), list(range(12))
+    keys = [f"session_{n:032x}".encode() for n in range(KEY_HASHES + 500)]
+    for key in keys + keys[:500]:  # the first 500 were evicted by the time they come again
         assert mine(key, everyone, everyone) == DefaultPartitioner()(key, everyone, everyone)
 
 
