@@ -109,6 +109,7 @@ class Tracker(Verdicts):
         self.settling: set[asyncio.Task[None]] = set()
         self.to_settle: list[str] = []  # decided calls whose records are not deleted yet
         self.last_fired = -math.inf
+        self.fired_at = -math.inf
         self.settle_now = asyncio.Event()
 
     def read_to(self, t0: float) -> None:

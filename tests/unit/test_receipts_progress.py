@@ -21,6 +21,7 @@ from aiokafka import TopicPartition
 
 from services.receipts.progress import StreamReader
 from services.receipts.tracker import Tracker
+from services.receipts.verdicts import FIRE_EVERY_S
 from shared.domain.receipts import Expected
 from tests.support.fakes.receipts import Facts, MemoryReceiptStore
 
@@ -149,3 +150,40 @@ def test_a_deadline_still_waits_for_the_observations_appended_before_it() -> Non
     assert handled_at, "the verdict came before the consumer handled the record"
     assert late["c0"] >= handled_at[0] - 0.1  # decided only once handled
     assert late["c0"] <= handled_at[0] - 0.1 + BOUND
+
+
+class CountingFacts(Facts):
+    """The producer, counting the verdict batches handed to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches = 0
+
+    async def __call__(self, facts: list[dict[str, Any]]) -> None:
+        self.batches += 1
+        await super().__call__(facts)
+
+
+def test_deadlines_falling_due_back_to_back_go_out_in_few_batches_still_within_100_ms() -> None:
+    """300 deadlines a millisecond apart (1 000 timeouts/s). Each verdict batch costs a "read up
+    to" round trip, a claim in the store and a produce request whatever its size, so batches
+    start at least ``FIRE_EVERY_S`` apart and take what fell due meanwhile together (fired as
+    soon as anything was due, nearly every deadline made a batch of its own: 1.5 cores of
+    tracker CPU at 1 000-2 000 timeouts/s in ``bench/receipts_deadlines.py``)."""
+    ends = {0: 7, 1: 3}
+    consumer, offsets = LongPollingConsumer(ends, committed=ends), Offsets(ends)
+    facts = CountingFacts()
+    count, spacing = 300, 0.001
+
+    async def scenario() -> dict[str, float]:
+        t = Tracker(MemoryReceiptStore(), facts, 10.0, clock=time.time)
+        reader = StreamReader(TOPIC, lambda: consumer, t.want_read, t.read_to,
+                              lambda: offsets)
+        return await decide([0.1 + spacing * n for n in range(count)], reader, t, facts)
+
+    late = asyncio.run(scenario())
+    assert len(late) == count and all(x >= 0 for x in late.values())
+    assert max(late.values()) <= BOUND, max(late.values())
+    span = spacing * (count - 1)
+    assert facts.batches <= span / FIRE_EVERY_S + 3, facts.batches
+    assert offsets.asked <= span / FIRE_EVERY_S + 4, offsets.asked  # one read per batch
