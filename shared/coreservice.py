@@ -10,7 +10,14 @@ from typing import Any
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 
-from shared.kafka import DeadLetters, broker_ping, broker_send, make_broker, max_record_bytes
+from shared.kafka import (
+    FETCH_MAX_WAIT_MS,
+    DeadLetters,
+    broker_ping,
+    broker_send,
+    make_broker,
+    max_record_bytes,
+)
 from shared.service import raw_decoder
 from shared.settings import Settings
 from shared.store import database, make_client, ping
@@ -30,12 +37,14 @@ class CoreService:
     def subscriber(self, *topics: str, group: str, **options: Any) -> Any:
         """A subscriber of ``topics`` in this deployment's consumer group ``group``, read as every
         Core service reads: from the earliest record when the group has no offset, records as
-        large as the topics take, decoded by the handler (``raw_decoder``: a malformed one goes
-        to the DLQ with its reason), offsets committed once the handler returned (an exception
-        rewinds: ``NACK_ON_ERROR``). ``options``: the subscriber's own (batches, a listener)."""
+        large as the topics take, fetches held at most ``FETCH_MAX_WAIT_MS``, decoded by the
+        handler (``raw_decoder``: a malformed one goes to the DLQ with its reason), offsets
+        committed once the handler returned (an exception rewinds: ``NACK_ON_ERROR``).
+        ``options``: the subscriber's own (batches, a listener)."""
         return self.broker.subscriber(
             *topics, group_id=self.topics.group(group), auto_offset_reset="earliest",
             max_partition_fetch_bytes=max_record_bytes(self.settings),
+            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
             ack_policy=AckPolicy.NACK_ON_ERROR, decoder=raw_decoder, **options)
 
     async def ready(self) -> bool:

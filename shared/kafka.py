@@ -290,8 +290,19 @@ def client_security(settings: Settings) -> dict[str, Any]:
     return out
 
 
+# How long the broker may hold a fetch that finds nothing new, for every consumer of Core (its
+# services' subscribers, the per-process tails). Not only the idle poll: aiokafka leaves a
+# partition whose fetched records are not all consumed yet out of the next fetch request and
+# sends no second fetch to a broker while one is out (``Fetcher._get_actions_per_node``), so a
+# record appended meanwhile to such a partition waits until that request returns — at
+# aiokafka's default of 500 ms, one such wait at the start of a burst of 2 000 verdicts/s put
+# storage 0.4 s behind for the rest of it (docs/storage.md, "Fetch wait"). Idle, each consumer
+# asks 20 times a second (docs/benchmarks.md, "The idle stack").
+FETCH_MAX_WAIT_MS = 50
+
+
 async def assigned_consumer(
-    settings: Settings, topic: str, *, at_end: bool, fetch_max_wait_ms: int = 50
+    settings: Settings, topic: str, *, at_end: bool, fetch_max_wait_ms: int = FETCH_MAX_WAIT_MS
 ) -> AIOKafkaConsumer:
     """A consumer without a group, assigned every partition of ``topic`` and positioned at its
     end (``at_end``: only what is published from now on) or its beginning, with positions
