@@ -61,8 +61,7 @@ async def test_the_replica_reads_its_unwritten_state() -> None:
 
 
 async def test_a_write_now_waits_for_the_write_in_flight_so_a_document_never_moves_back(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sessionwriter, "LAG_S", 0.0)  # due as soon as handed over
+) -> None:
     store = Store(delay=0.05)
     w = SessionWriter(store.write)
     w.defer({"a": st("a", 5)})
@@ -89,7 +88,6 @@ async def test_a_write_now_supersedes_an_older_unwritten_state_but_not_a_newer_o
 async def test_a_failed_write_keeps_the_states_and_a_newer_one_handed_meanwhile_wins(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sessionwriter, "RETRY_S", 0.01)
-    monkeypatch.setattr(sessionwriter, "LAG_S", 0.0)
     store = Store(delay=0.02)
     store.fail = 2
     w = SessionWriter(store.write)
@@ -123,7 +121,6 @@ async def test_while_sessions_keep_falling_dirty_the_writer_rests_between_rounds
         monkeypatch: pytest.MonkeyPatch) -> None:
     # PACE × a 20 ms round = 20 s of rest: the second round must not come while we look
     monkeypatch.setattr(sessionwriter, "PACE", 1000.0)
-    monkeypatch.setattr(sessionwriter, "LAG_S", 0.0)
     store = Store(delay=0.02)
     w = SessionWriter(store.write)
     w.defer({"a": st("a", 1)})
@@ -142,7 +139,6 @@ async def test_while_sessions_keep_falling_dirty_the_writer_rests_between_rounds
 async def test_without_a_backlog_the_writer_does_not_rest(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sessionwriter, "PACE", 1000.0)
-    monkeypatch.setattr(sessionwriter, "LAG_S", 0.0)
     store = Store(delay=0.02)
     w = SessionWriter(store.write)
     w.start()
@@ -151,67 +147,4 @@ async def test_without_a_backlog_the_writer_does_not_rest(
     w.defer({"a": st("a", 2)})
     await asyncio.sleep(0.1)
     assert store.writes == [{"a": 1}, {"a": 2}]
-    await w.stop()
-
-
-def seq(sid: str, version: int, last_sequence: int) -> Doc:
-    return {**st(sid, version), "last_sequence": last_sequence}
-
-
-async def test_a_session_is_written_once_it_is_lag_items_behind_in_its_newest_state() -> None:
-    """Not as soon as it falls dirty: every decision until it is due replaces the state to
-    write, so a Session decided many times in a few seconds is written once."""
-    store = Store()
-    w = SessionWriter(store.write)
-    w.start()
-    first = 40
-    for n in range(sessionwriter.LAG_ITEMS - 1):  # Items first..first+LAG_ITEMS-2: not due
-        w.defer({"a": seq("a", n + 1, first + n)})
-        await asyncio.sleep(0.005)
-    assert store.writes == [] and w.dirty["a"]["version"] == sessionwriter.LAG_ITEMS - 1
-    w.defer({"a": seq("a", sessionwriter.LAG_ITEMS, first + sessionwriter.LAG_ITEMS - 1)})
-    await asyncio.sleep(0.05)
-    assert store.writes == [{"a": sessionwriter.LAG_ITEMS}] and not w.dirty
-    await w.stop()
-
-
-async def test_a_session_dirty_for_lag_s_is_written(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sessionwriter, "LAG_S", 0.2)
-    store = Store()
-    w = SessionWriter(store.write)
-    w.start()
-    w.defer({"a": st("a", 1)})
-    await asyncio.sleep(0.1)
-    w.defer({"b": st("b", 1), "a": st("a", 2)})  # a stays as old as it fell dirty
-    await asyncio.sleep(0.05)
-    assert store.writes == []
-    await asyncio.sleep(0.1)  # a: 0.25 s dirty, b: 0.15 s
-    assert store.writes == [{"a": 2}] and set(w.dirty) == {"b"}
-    await asyncio.sleep(0.15)
-    assert store.writes == [{"a": 2}, {"b": 1}] and not w.dirty
-    await w.stop()
-
-
-async def test_beyond_dirty_max_the_oldest_are_written(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sessionwriter, "DIRTY_MAX", 3)
-    store = Store()
-    w = SessionWriter(store.write)
-    w.start()
-    for sid in "abcde":
-        w.defer({sid: st(sid, 1)})
-    await asyncio.sleep(0.05)
-    assert [sid for write in store.writes for sid in write] == ["a", "b", "c", "d", "e"][:2]
-    assert set(w.dirty) == {"c", "d", "e"}
-    await w.stop()
-
-
-async def test_a_drain_writes_what_is_not_due_yet() -> None:
-    store = Store()
-    w = SessionWriter(store.write)
-    w.start()
-    w.defer({"a": st("a", 1), "b": st("b", 3)})
-    await asyncio.sleep(0.05)
-    assert store.writes == []  # not due (LAG_S, LAG_ITEMS)
-    await w.drain(2)
-    assert store.docs == {"a": 1, "b": 3} and not w.dirty
     await w.stop()
