@@ -146,6 +146,7 @@ class BatchWriter:
         if not mine:
             return
         STORAGE_BATCH_RECORDS.observe(len(mine))
+        self.repo.session_writer.took_batch(len(mine))  # behind its input: writes held back
         try:
             with Stopwatch(STORAGE_BATCH_SECONDS):
                 await self.write(mine)

@@ -352,3 +352,21 @@ StorageMachine.TestCase.settings = settings(
     max_examples=200, stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 test_storage_machine = StorageMachine.TestCase
+
+
+def test_a_batch_of_behind_batch_records_holds_the_session_writer_back() -> None:
+    """Storage's batch path tells the Session writer each batch's size: a batch of
+    ``BEHIND_BATCH`` records holds it back (services/storage/sessionwriter.py), a smaller one
+    does not."""
+    m = StorageMachine()
+    admitted = [m.t.session_admitted]
+    with patch("services.storage.sessionwriter.BEHIND_BATCH", 2):
+        writer = m.replicas["a"].svc.repo.session_writer
+        m.create_session()  # session_0, partition 0, owned by replica "a"
+        assert m.run(m._consume(0, admitted, 1, True))
+        assert not writer._held(m.loop.time())
+        m.message("session_0")
+        m.message("session_0")
+        assert m.run(m._consume(0, admitted, 2, True))
+        assert writer._held(m.loop.time())
+    m.teardown()

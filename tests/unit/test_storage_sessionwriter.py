@@ -148,3 +148,120 @@ async def test_without_a_backlog_the_writer_does_not_rest(
     await asyncio.sleep(0.1)
     assert store.writes == [{"a": 1}, {"a": 2}]
     await w.stop()
+
+
+def seq(sid: str, version: int, last_sequence: int) -> Doc:
+    return {**st(sid, version), "last_sequence": last_sequence}
+
+
+def held_writer(store: Store, monkeypatch: pytest.MonkeyPatch) -> SessionWriter:
+    """A started writer that storage told it is behind (a batch of ``BEHIND_BATCH``), held
+    back for longer than the test looks."""
+    monkeypatch.setattr(sessionwriter, "HOLD_S", 60.0)
+    w = SessionWriter(store.write)
+    w.start()
+    w.took_batch(sessionwriter.BEHIND_BATCH)
+    return w
+
+
+async def test_not_held_back_a_session_is_written_as_soon_as_it_falls_dirty() -> None:
+    store = Store()
+    w = SessionWriter(store.write)
+    w.start()
+    w.took_batch(sessionwriter.BEHIND_BATCH - 1)  # a batch that kept up: not behind
+    w.defer({"a": st("a", 1)})
+    await asyncio.sleep(0.05)
+    assert store.writes == [{"a": 1}] and not w.dirty
+    await w.stop()
+
+
+async def test_held_back_after_a_big_batch_then_everything_written_when_the_hold_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sessionwriter, "HOLD_S", 0.2)
+    store = Store()
+    w = SessionWriter(store.write)
+    w.start()
+    w.took_batch(sessionwriter.BEHIND_BATCH)
+    w.defer({"a": st("a", 1), "b": st("b", 1)})
+    await asyncio.sleep(0.1)
+    w.defer({"a": st("a", 2)})  # decided again while held: written once, newest
+    await asyncio.sleep(0.05)
+    assert store.writes == [] and set(w.dirty) == {"a", "b"}
+    await asyncio.sleep(0.15)  # the hold ended (0.2 s after the batch)
+    assert store.writes == [{"a": 2, "b": 1}] and not w.dirty
+    await w.stop()
+
+
+async def test_another_big_batch_extends_the_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sessionwriter, "HOLD_S", 0.2)
+    store = Store()
+    w = SessionWriter(store.write)
+    w.start()
+    w.took_batch(sessionwriter.BEHIND_BATCH)
+    w.defer({"a": st("a", 1)})
+    await asyncio.sleep(0.15)
+    w.took_batch(sessionwriter.BEHIND_BATCH + 100)  # still behind: held until 0.35 s
+    await asyncio.sleep(0.1)
+    assert store.writes == []
+    await asyncio.sleep(0.15)
+    assert store.writes == [{"a": 1}]
+    await w.stop()
+
+
+async def test_held_back_a_session_is_written_once_it_is_lag_items_behind_in_its_newest_state(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not as soon as it falls dirty: every decision until it is due replaces the state to
+    write, so a Session decided many times while storage is behind is written once."""
+    store = Store()
+    w = held_writer(store, monkeypatch)
+    first = 40
+    for n in range(sessionwriter.LAG_ITEMS - 1):  # Items first..first+LAG_ITEMS-2: not due
+        w.defer({"a": seq("a", n + 1, first + n)})
+        await asyncio.sleep(0.005)
+    assert store.writes == [] and w.dirty["a"]["version"] == sessionwriter.LAG_ITEMS - 1
+    w.defer({"a": seq("a", sessionwriter.LAG_ITEMS, first + sessionwriter.LAG_ITEMS - 1)})
+    await asyncio.sleep(0.05)
+    assert store.writes == [{"a": sessionwriter.LAG_ITEMS}] and not w.dirty
+    await w.stop()
+
+
+async def test_held_back_a_session_dirty_for_lag_s_is_written(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sessionwriter, "LAG_S", 0.2)
+    store = Store()
+    w = held_writer(store, monkeypatch)
+    w.defer({"a": st("a", 1)})
+    await asyncio.sleep(0.1)
+    w.defer({"b": st("b", 1), "a": st("a", 2)})  # a stays as old as it fell dirty
+    await asyncio.sleep(0.05)
+    assert store.writes == []
+    await asyncio.sleep(0.1)  # a: 0.25 s dirty, b: 0.15 s
+    assert store.writes == [{"a": 2}] and set(w.dirty) == {"b"}
+    await asyncio.sleep(0.15)
+    assert store.writes == [{"a": 2}, {"b": 1}] and not w.dirty
+    await w.stop()
+
+
+async def test_held_back_beyond_dirty_max_the_oldest_are_written(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sessionwriter, "DIRTY_MAX", 3)
+    store = Store()
+    w = held_writer(store, monkeypatch)
+    for sid in "abcde":
+        w.defer({sid: st(sid, 1)})
+    await asyncio.sleep(0.05)
+    assert [sid for write in store.writes for sid in write] == ["a", "b", "c", "d", "e"][:2]
+    assert set(w.dirty) == {"c", "d", "e"}
+    await w.stop()
+
+
+async def test_held_back_a_drain_writes_what_is_not_due_yet(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store()
+    w = held_writer(store, monkeypatch)
+    w.defer({"a": st("a", 1), "b": st("b", 3)})
+    await asyncio.sleep(0.05)
+    assert store.writes == []  # not due (LAG_S, LAG_ITEMS)
+    await w.drain(2)
+    assert store.docs == {"a": 1, "b": 3} and not w.dirty
+    await w.stop()
