@@ -212,6 +212,11 @@ class SessionWriter:
 
     async def _round(self, take: dict[str, Doc]) -> None:
         async with self._lock:
+            # chosen before the lock: a ``write_now`` that held it may have written a newer
+            # state since (a document never moves back), or a newer one may wait to be written
+            take = {sid: st for sid, st in take.items() if self.dirty.get(sid) is st}
+            if not take:
+                return
             try:
                 await self._write(take)
             except Exception as exc:

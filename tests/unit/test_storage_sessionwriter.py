@@ -265,3 +265,24 @@ async def test_held_back_a_drain_writes_what_is_not_due_yet(
     await w.drain(2)
     assert store.docs == {"a": 1, "b": 3} and not w.dirty
     await w.stop()
+
+
+async def test_a_round_chosen_before_a_write_now_took_the_lock_never_writes_the_older_state(
+) -> None:
+    """The writer picks its round's states, then waits for the lock; a ``write_now`` of a newer
+    state of the same Session that was waiting first writes it meanwhile. The round must not
+    write the older state over it (a binding, written now because no Item carries it, would
+    vanish from the document)."""
+    store = Store(delay=0.05)
+    w = SessionWriter(store.write)
+    first = asyncio.create_task(w.write_now({"b": st("b", 1)}))  # holds the lock
+    await asyncio.sleep(0.01)
+    w.defer({"a": st("a", 1)})
+    newer = asyncio.create_task(w.write_now({"a": st("a", 2)}))  # waits for the lock first
+    await asyncio.sleep(0.01)
+    w.start()  # its round picks a's state 1 and waits for the lock behind the write_now
+    await asyncio.gather(first, newer)
+    await w.drain(2)
+    assert store.docs == {"a": 2, "b": 1}
+    assert {"a": 1} not in store.writes
+    await w.stop()
