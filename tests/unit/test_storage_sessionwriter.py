@@ -177,7 +177,7 @@ async def test_not_held_back_a_session_is_written_as_soon_as_it_falls_dirty() ->
 
 async def test_held_back_after_a_big_batch_then_everything_written_when_the_hold_ends(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sessionwriter, "HOLD_S", 0.2)
+    monkeypatch.setattr(sessionwriter, "HOLD_S", 0.4)
     store = Store()
     w = SessionWriter(store.write)
     w.start()
@@ -185,25 +185,25 @@ async def test_held_back_after_a_big_batch_then_everything_written_when_the_hold
     w.defer({"a": st("a", 1), "b": st("b", 1)})
     await asyncio.sleep(0.1)
     w.defer({"a": st("a", 2)})  # decided again while held: written once, newest
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.1)
     assert store.writes == [] and set(w.dirty) == {"a", "b"}
-    await asyncio.sleep(0.15)  # the hold ended (0.2 s after the batch)
+    await asyncio.sleep(0.4)  # the hold ended (0.4 s after the batch)
     assert store.writes == [{"a": 2, "b": 1}] and not w.dirty
     await w.stop()
 
 
 async def test_another_big_batch_extends_the_hold(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sessionwriter, "HOLD_S", 0.2)
+    monkeypatch.setattr(sessionwriter, "HOLD_S", 0.5)
     store = Store()
     w = SessionWriter(store.write)
     w.start()
     w.took_batch(sessionwriter.BEHIND_BATCH)
     w.defer({"a": st("a", 1)})
-    await asyncio.sleep(0.15)
-    w.took_batch(sessionwriter.BEHIND_BATCH + 100)  # still behind: held until 0.35 s
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.3)
+    w.took_batch(sessionwriter.BEHIND_BATCH + 100)  # still behind: held until 0.8 s
+    await asyncio.sleep(0.25)  # past the first hold's end
     assert store.writes == []
-    await asyncio.sleep(0.15)
+    await asyncio.sleep(0.5)
     assert store.writes == [{"a": 1}]
     await w.stop()
 
@@ -227,17 +227,17 @@ async def test_held_back_a_session_is_written_once_it_is_lag_items_behind_in_its
 
 async def test_held_back_a_session_dirty_for_lag_s_is_written(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sessionwriter, "LAG_S", 0.2)
+    monkeypatch.setattr(sessionwriter, "LAG_S", 0.4)
     store = Store()
     w = held_writer(store, monkeypatch)
     w.defer({"a": st("a", 1)})
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.2)
     w.defer({"b": st("b", 1), "a": st("a", 2)})  # a stays as old as it fell dirty
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.1)
     assert store.writes == []
-    await asyncio.sleep(0.1)  # a: 0.25 s dirty, b: 0.15 s
+    await asyncio.sleep(0.2)  # a: 0.5 s dirty, b: 0.3 s
     assert store.writes == [{"a": 2}] and set(w.dirty) == {"b"}
-    await asyncio.sleep(0.15)
+    await asyncio.sleep(0.3)
     assert store.writes == [{"a": 2}, {"b": 1}] and not w.dirty
     await w.stop()
 
