@@ -3,7 +3,12 @@ Turn Items, gap-free sequences, function results stored with both public fields.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shared.domain.sessions import (
     SessionState,
@@ -85,3 +90,37 @@ def test_decisions_are_deterministic() -> None:
     a = decide_create(admitted(0, harness="codex", placement="none"), NOW)
     b = decide_create(admitted(0, harness="codex", placement="none"), NOW)
     assert [i["id"] for i in a.items] == [i["id"] for i in b.items]
+
+
+# ---- SessionState.evolve: dataclasses.replace, faster ------------------------------------
+
+_STATE_CHANGES = {
+    "version": st.integers(0, 10**6),
+    "last_sequence": st.integers(0, 10**9),
+    "turn_id": st.none() | st.text(max_size=12),
+    "turn_running": st.booleans(),
+    "status": st.sampled_from(["waiting_for_runtime", "ready", "closed"]),
+    "binding": st.none() | st.fixed_dictionaries({"runtime_id": st.text(max_size=8)}),
+    "open_calls": st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=3),
+    "tenant": st.text(min_size=1, max_size=8),
+}
+
+
+@given(st.fixed_dictionaries({}, optional=_STATE_CHANGES))
+def test_evolve_is_dataclasses_replace(changes: dict[str, Any]) -> None:
+    state = SessionState(session_id="s1", harness="codex", placement="p",
+                         created_at="2026-01-01T00:00:00.000Z", version=3, last_sequence=7,
+                         open_calls={"c1": "f"})
+    got = state.evolve(**changes)
+    want = dataclasses.replace(state, **changes)
+    assert got == want and vars(got) == vars(want)
+    assert got is not state and vars(state) == vars(dataclasses.replace(state))  # unchanged
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.version = 1  # type: ignore[misc]
+
+
+def test_evolve_refuses_an_unknown_field() -> None:
+    state = SessionState(session_id="s1", harness="codex", placement="p",
+                         created_at="2026-01-01T00:00:00.000Z")
+    with pytest.raises(TypeError, match="no field"):
+        state.evolve(last_seq=1)
