@@ -111,10 +111,11 @@ def test_evolve_is_dataclasses_replace(changes: dict[str, Any]) -> None:
     state = SessionState(session_id="s1", harness="codex", placement="p",
                          created_at="2026-01-01T00:00:00.000Z", version=3, last_sequence=7,
                          open_calls={"c1": "f"})
+    before = dict(vars(state))
     got = state.evolve(**changes)
     want = dataclasses.replace(state, **changes)
     assert got == want and vars(got) == vars(want)
-    assert got is not state and vars(state) == vars(dataclasses.replace(state))  # unchanged
+    assert got is not state and vars(state) == before  # the original unchanged
     with pytest.raises(dataclasses.FrozenInstanceError):
         got.version = 1  # type: ignore[misc]
 
