@@ -39,7 +39,7 @@ from fastapi import FastAPI, Request, Response
 from pymongo import AsyncMongoClient
 
 from shared import eventloop
-from shared.kafka import KeyPartitioner
+from shared.kafka import PRODUCER_BATCH_BYTES, KeyPartitioner
 
 BOOTSTRAP = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
 PREFIX = os.environ.get("SESSION_CORE_TOPIC_PREFIX", "baseline.")
@@ -69,7 +69,8 @@ async def create_topics() -> None:
 def make_producer() -> AIOKafkaProducer:
     # the product's producer settings (shared.kafka.make_producer), partitioner included
     return AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", enable_idempotence=True,
-                            linger_ms=2, partitioner=KeyPartitioner())
+                            linger_ms=2, max_batch_size=PRODUCER_BATCH_BYTES,
+                            partitioner=KeyPartitioner())
 
 
 def make_consumer(group: str) -> AIOKafkaConsumer:
