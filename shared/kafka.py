@@ -124,9 +124,10 @@ def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
 # flight per broker; records sent meanwhile wait in the next batch of their partition, and
 # ``send`` itself waits once that batch is full. At aiokafka's default (16 KiB, ~40 Items of a
 # verdict) a storage batch of 233 verdicts over 6 partitions handed its Items over in 19 ms, one
-# of 120 in 6 ms: its Items waited for produce round trips (docs/benchmarks.md, "Producer
-# batches"). 1 MiB holds a batch's records, and stays below every topic's max.message.bytes
-# (``max_record_bytes``: 1 MiB + twice the largest body).
+# of 120 in 6 ms: its Items waited for produce round trips (docs/benchmarks.md, "Changes of
+# 2026-12-04 (afternoon)", "Producer batches of 1 MiB"). 1 MiB holds a batch's records, and
+# stays below every topic's max.message.bytes (``max_record_bytes``: 1 MiB + twice the largest
+# body; tests/unit/test_kafka_producer_batches.py).
 PRODUCER_BATCH_BYTES = 1 << 20
 
 
