@@ -228,13 +228,16 @@ class Infra:
     kind: str  # "external" or "local"
 
     def env(self, tag: str, **extra: str) -> dict[str, str]:
-        """Environment for a service subprocess: this stack, its own topics and database."""
+        """Environment for a service subprocess: this stack, its own topics and databases."""
+        from shared.store import own_databases_env
+
         env = dict(os.environ)
         env.update({
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
             "MONGODB_URI": self.mongodb_uri,
             "SESSION_CORE_TOPIC_PREFIX": f"{tag}.",
             "SESSION_CORE_MONGODB_DATABASE": tag,
+            **own_databases_env(tag),  # as the local stack deploys (docs/storage.md)
             "SESSION_CORE_AUTH_DISABLED": "true",
             "SESSION_CORE_HTTP_HOST": "127.0.0.1",
             "SESSION_CORE_LOG_FORMAT": "json",
@@ -245,12 +248,14 @@ class Infra:
 
     def settings(self, tag: str, **overrides: Any) -> Any:
         from shared.settings import Settings
+        from shared.store import own_databases
 
         values: dict[str, Any] = {
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
             "MONGODB_URI": self.mongodb_uri,
             "topic_prefix": f"{tag}.",
             "mongodb_database": tag,
+            **own_databases(tag),
             "auth_disabled": True,
             **overrides,
         }

@@ -25,13 +25,13 @@ from shared.topics import topics_for
 
 
 class CoreService:
-    def __init__(self, settings: Settings, client_id: str,
+    def __init__(self, settings: Settings, client_id: str, service: str,
                  store_selection_ms: int = 5_000) -> None:
         self.settings = settings
         self.topics = topics_for(settings)
         self.broker: KafkaBroker = make_broker(settings, client_id)
         self.client = make_client(settings, store_selection_ms)
-        self.db = database(self.client, settings)
+        self.db = database(self.client, settings, service)  # its own collections' database
         self.dlq = DeadLetters(broker_send(self.broker), self.topics)
 
     def subscriber(self, *topics: str, group: str, **options: Any) -> Any:

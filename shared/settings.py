@@ -13,6 +13,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.eventloop import EventLoop
 
+# The services whose own collections (shared/ownership.py) may live in a database of their own,
+# and the setting that names it (``Settings.database_of``)
+OWN_DATABASE_FIELDS = {"receipts": "mongodb_receipts_database",
+                       "dispatcher": "mongodb_dispatcher_database"}
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SESSION_CORE_", extra="ignore")
@@ -37,7 +42,13 @@ class Settings(BaseSettings):
         default="mongodb://127.0.0.1:27017/",
         validation_alias=AliasChoices("MONGODB_URI", "SESSION_CORE_MONGODB_URI"),
     )
-    mongodb_database: str = "session_core"  # the database every service uses
+    mongodb_database: str = "session_core"  # the database every service uses, unless below
+    # The receipt tracker's own database (its collections: shared/ownership.py); empty: the one
+    # above. On FerretDB's SQLite backend a database is one file with one writer: the local
+    # stack gives the tracker a database of its own (docs/storage.md, "A writer per database")
+    mongodb_receipts_database: str = ""
+    # The dispatcher's own database (its collections: shared/ownership.py); empty: the one above
+    mongodb_dispatcher_database: str = ""
     mongodb_tls_ca_file: str | None = None  # set → TLS on, with this CA bundle
     mongodb_tls_certificate_key_file: str | None = None  # client cert + key (PEM): mutual TLS
 
@@ -97,6 +108,12 @@ class Settings(BaseSettings):
 
     # --- health for the non-HTTP services -------------------------------------------
     health_port: int = 0  # 0 = no health HTTP server; the chart sets one per service
+
+    def database_of(self, service: str) -> str:
+        """The store database of ``service``'s own collections (``shared/ownership.py``)."""
+        own: str = getattr(self, OWN_DATABASE_FIELDS[service], "") \
+            if service in OWN_DATABASE_FIELDS else ""
+        return own or self.mongodb_database  # storage's, which admission reads
 
 
 @lru_cache(maxsize=1)

@@ -16,7 +16,7 @@ from pymongo.errors import ConnectionFailure
 
 from shared.logging import get_logger
 from shared.metrics import STORE_LISTENER
-from shared.settings import Settings
+from shared.settings import OWN_DATABASE_FIELDS, Settings
 from shared.watch import Watch
 
 Doc = dict[str, Any]
@@ -55,8 +55,25 @@ def make_client(settings: Settings, server_selection_ms: int = 5_000) -> AsyncMo
     return AsyncMongoClient(settings.mongodb_uri, **client_options(settings, server_selection_ms))
 
 
-def database(client: AsyncMongoClient[Doc], settings: Settings) -> AsyncDatabase[Doc]:
-    return client[settings.mongodb_database]
+def own_databases(base: str) -> dict[str, str]:
+    """Settings (field → value) that give the receipt tracker and the dispatcher a database of
+    their own beside ``base``: on FerretDB's SQLite backend a database is one file with one
+    writer, and the tracker's claims and the dispatcher's writes would take turns with
+    storage's commits (docs/storage.md, "A writer per database"). The local stack, the tests
+    and the bench use it."""
+    return {field: f"{base}_{service}" for service, field in OWN_DATABASE_FIELDS.items()}
+
+
+def own_databases_env(base: str) -> dict[str, str]:
+    """``own_databases`` as the services' environment."""
+    return {f"SESSION_CORE_{k.upper()}": v for k, v in own_databases(base).items()}
+
+
+def database(client: AsyncMongoClient[Doc], settings: Settings, service: str = "storage"
+             ) -> AsyncDatabase[Doc]:
+    """The database of ``service``'s collections (``Settings.database_of``; admission reads
+    storage's)."""
+    return client[settings.database_of(service)]
 
 
 # Indexes older versions declared that are dropped: ``items.session_seq``, unique

@@ -32,6 +32,7 @@ import pytest
 
 from deploy.local.stack import free_port
 from shared.settings import Settings
+from shared.store import own_databases
 from tests.support.stack import Stack, docker_reachable, local_stack, testcontainers_stack
 
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ def settings(stack: Stack) -> Settings:
         "MONGODB_URI": stack.mongodb_uri,
         "topic_prefix": f"t{tag}.",
         "mongodb_database": f"t{tag}",
+        **own_databases(f"t{tag}"),  # as the local stack deploys (shared.store.own_databases)
         "http_host": "127.0.0.1",
         "http_port": free_port(),
         "health_port": 0,

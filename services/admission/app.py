@@ -26,7 +26,7 @@ GROUP = "session-core-admission"
 
 class AdmissionService(CoreService):
     def __init__(self, settings: Settings) -> None:
-        super().__init__(settings, GROUP, settings.store_request_timeout_ms)
+        super().__init__(settings, GROUP, "admission", settings.store_request_timeout_ms)
         self.replies = ReplyTail(settings, self.topics.storage_replies, self.dlq)
         self.items = ItemTail(settings, self.topics.session_items, self.dlq)
         self.watches = (store_watch(self.client), broker_watch(self.broker))

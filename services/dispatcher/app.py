@@ -36,7 +36,7 @@ LEASE = "dispatcher-sweeper"
 
 class DispatcherService(CoreService):
     def __init__(self, settings: Settings) -> None:
-        super().__init__(settings, GROUP)
+        super().__init__(settings, GROUP, "dispatcher")
         self.repo = DispatcherRepository(self.db)
         self.instance = new_id("rt").replace("rt_", "dsp_")
         self.types: typedrecords.TopicTypes = {

@@ -29,7 +29,7 @@ GROUP = "session-core-receipts"
 
 class ReceiptService(CoreService):
     def __init__(self, settings: Settings) -> None:
-        super().__init__(settings, GROUP)
+        super().__init__(settings, GROUP, "receipts")
         self.repo = ReceiptRepository(self.db)
         self.tracker = Tracker(self.repo, self.send_facts, settings.receipt_window_s)
         self.types: typedrecords.TopicTypes = {

@@ -39,7 +39,7 @@ GROUP = "session-core-storage"
 
 class StorageService(CoreService):
     def __init__(self, settings: Settings) -> None:
-        super().__init__(settings, GROUP)
+        super().__init__(settings, GROUP, "storage")
         self.repo = StorageRepository(
             self.db,
             settings.inline_image_max_bytes,

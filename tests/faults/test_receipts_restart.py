@@ -43,7 +43,9 @@ async def test_restart_keeps_original_deadlines(system: System) -> None:
         await at(b.handed_at + 8.0)
         assert not any(map(is_app(b.call_id), system.items.by_session[b.sid]))
         await system.receipts.stop()
-        pending = {doc["_id"] async for doc in system.dispatcher.repo.db.pending_receipts.find({})}
+        # the stopped tracker's client is closed: read its database through another client
+        tracker_db = system.dispatcher.client[system.settings.database_of("receipts")]
+        pending = {doc["_id"] async for doc in tracker_db.pending_receipts.find({})}
         assert {f"{x.sid}/{x.call_id}" for x in (a, b, d)} <= pending
 
         # While no tracker runs: a new delivery, and D's exact receipt, both inside the window.
@@ -74,6 +76,6 @@ async def test_restart_keeps_original_deadlines(system: System) -> None:
         await asyncio.gather(check_b(), check_kept("A", a), check_kept("C", c), check_d())
         # The window ends 10 s after delivery, well before 10 s after the restart.
         assert a.handed_at + WINDOW < restarted + WINDOW - 3.0
-        assert await system.dispatcher.repo.db.pending_receipts.count_documents({}) == 0
+        assert await tracker_db.pending_receipts.count_documents({}) == 0
     finally:
         await inbox.close()

@@ -91,7 +91,7 @@ async def test_every_core_subscriber_holds_a_fetch_at_most_fetch_max_wait(settin
                                                                            ) -> None:
     """The four services subscribe through ``CoreService.subscriber`` (one place)."""
     seen: dict[str, Any] = {}
-    svc = CoreService(settings, "test-fetch-wait")
+    svc = CoreService(settings, "test-fetch-wait", "storage")
     try:
         real = svc.broker.subscriber
 

@@ -36,6 +36,9 @@ Json = dict[str, Any]
 async def verdict_claim(system: System, call: Call) -> Json:
     doc = await system.receipts.db.receipt_verdicts.find_one({"_id": f"{call.sid}/{call.call_id}"})
     assert doc is not None
+    # in the tracker's own database (as the local stack deploys it), none in storage's
+    assert system.receipts.db.name == system.settings.mongodb_receipts_database
+    assert await system.storage.db.receipt_verdicts.count_documents({}) == 0
     out: Json = doc
     return out
 

@@ -21,6 +21,7 @@ import httpx
 from deploy.local.stack import free_port
 from shared.domain.tenancy import key_entry
 from shared.settings import Settings
+from shared.store import own_databases, own_databases_env
 
 TENANT = "e2e"  # the tenant of the API key launch() configures
 
@@ -145,6 +146,7 @@ def launch(stack: Any, log_dir: Path, runtimes: dict[str, list[str]], api_key: s
         "MONGODB_URI": stack.mongodb_uri,
         "SESSION_CORE_TOPIC_PREFIX": f"{prefix}{tag}.",
         "SESSION_CORE_MONGODB_DATABASE": f"{prefix}{tag}",
+        **own_databases_env(f"{prefix}{tag}"),  # as the local stack deploys
         "SESSION_CORE_HTTP_PORT": str(port),
         "SESSION_CORE_HTTP_HOST": "127.0.0.1",
         "SESSION_CORE_API_KEYS": key_entry(TENANT, api_key),  # stored hashed
@@ -156,7 +158,8 @@ def launch(stack: Any, log_dir: Path, runtimes: dict[str, list[str]], api_key: s
     }
     settings = Settings(**{"KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap,
                            "MONGODB_URI": stack.mongodb_uri, "topic_prefix": f"{prefix}{tag}.",
-                           "mongodb_database": f"{prefix}{tag}"})
+                           "mongodb_database": f"{prefix}{tag}",
+                           **own_databases(f"{prefix}{tag}")})
     ids = {name: f"rt_{uuid.uuid4().hex}" for name in runtimes}
     c = Core(base_url=f"http://127.0.0.1:{port}", env=env, settings=settings, runtime_ids=ids,
              log_dir=log_dir)

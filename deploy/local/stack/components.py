@@ -253,6 +253,18 @@ def local_api_key(opts: Options) -> str | None:
     return f.read_text().strip()
 
 
+def own_databases_env() -> dict[str, str]:
+    """The receipt tracker and the dispatcher get a database of their own beside storage's
+    (unless the environment names them): on FerretDB's SQLite backend a database is one file
+    with one writer, and their writes would take turns with storage's commits
+    (``shared.store.own_databases_env``, the same names; docs/storage.md, "A writer per
+    database")."""
+    base = os.environ.get("SESSION_CORE_MONGODB_DATABASE") or "session_core"
+    return {name: os.environ.get(name) or f"{base}_{service}" for service, name in (
+        ("receipts", "SESSION_CORE_MONGODB_RECEIPTS_DATABASE"),
+        ("dispatcher", "SESSION_CORE_MONGODB_DISPATCHER_DATABASE"))}
+
+
 def service_env(opts: Options) -> dict[str, str]:
     env = {
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap(opts),
@@ -261,6 +273,7 @@ def service_env(opts: Options) -> dict[str, str]:
         "SESSION_CORE_HTTP_HOST": os.environ.get("SESSION_CORE_HTTP_HOST", "127.0.0.1"),
         "SESSION_CORE_AUTH_DISABLED": "true" if auth_off() else "false",
         "PYTHONUNBUFFERED": "1",
+        **own_databases_env(),
     }
     key = local_api_key(opts) if opts.with_services else None
     if key is not None:
