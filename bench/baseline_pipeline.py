@@ -12,7 +12,9 @@ with the same libraries, in one process like ``bench.serve_product``.
   ``<prefix>replies`` with acks=all, then commits;
   a reply tail (no group, every partition, from the end — as admission's ``ReplyTail``) resolves
   the waiting request. Producers as the product's (``shared.kafka``: acks=all, idempotent,
-  linger 2 ms); one producer, one consumer, one tail — the product's counts.
+  batches of ``PRODUCER_BATCH_BYTES``): the HTTP side's lingers 2 ms as admission's, the store
+  side's ``HANDOVER_LINGER_MS`` as storage's (the relay's too); two producers, one consumer,
+  one tail — the product's counts.
 ``python -m bench.baseline_pipeline relay`` — the raw relay (the ceiling, information only):
   consume ``<prefix>in``, produce the value unchanged to ``<prefix>items``; no HTTP, no store.
 
@@ -39,7 +41,7 @@ from fastapi import FastAPI, Request, Response
 from pymongo import AsyncMongoClient
 
 from shared import eventloop
-from shared.kafka import PRODUCER_BATCH_BYTES, KeyPartitioner
+from shared.kafka import HANDOVER_LINGER_MS, PRODUCER_BATCH_BYTES, KeyPartitioner
 
 BOOTSTRAP = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
 PREFIX = os.environ.get("SESSION_CORE_TOPIC_PREFIX", "baseline.")
@@ -66,10 +68,12 @@ async def create_topics() -> None:
         await admin.close()
 
 
-def make_producer() -> AIOKafkaProducer:
-    # the product's producer settings (shared.kafka.make_producer), partitioner included
+def make_producer(linger_ms: int = 2) -> AIOKafkaProducer:
+    """The product's producer settings (``shared.kafka.make_producer``), partitioner included:
+    the HTTP side lingers as admission's producer (the default, 2 ms), the store side as
+    storage's (``HANDOVER_LINGER_MS``)."""
     return AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", enable_idempotence=True,
-                            linger_ms=2, max_batch_size=PRODUCER_BATCH_BYTES,
+                            linger_ms=linger_ms, max_batch_size=PRODUCER_BATCH_BYTES,
                             partitioner=KeyPartitioner())
 
 
@@ -173,8 +177,10 @@ async def relay(consumer: AIOKafkaConsumer, producer: AIOKafkaProducer) -> None:
 
 async def main(mode: str) -> None:
     await create_topics()
-    producer = make_producer()
+    producer = make_producer()  # the HTTP side's, as admission's
     await producer.start()
+    handover = make_producer(HANDOVER_LINGER_MS)  # the store side's, as storage's
+    await handover.start()
     consumer = make_consumer(f"{PREFIX}{mode}")
     await consumer.start()
     client: AsyncMongoClient[dict[str, Any]] | None = None
@@ -184,7 +190,7 @@ async def main(mode: str) -> None:
         client = AsyncMongoClient(os.environ["MONGODB_URI"])
         db = client[os.environ.get("SESSION_CORE_MONGODB_DATABASE", "baseline")]
         await db.command("ping")
-        tasks.append(asyncio.create_task(store_and_publish(consumer, producer, db)))
+        tasks.append(asyncio.create_task(store_and_publish(consumer, handover, db)))
         tasks.append(asyncio.create_task(reply_tail()))
         await READY_TAIL.wait()
         config = uvicorn.Config(build_app(producer), host="127.0.0.1",
@@ -195,7 +201,7 @@ async def main(mode: str) -> None:
         while not server.started:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
     else:
-        tasks.append(asyncio.create_task(relay(consumer, producer)))
+        tasks.append(asyncio.create_task(relay(consumer, handover)))
     print("READY", flush=True)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -210,6 +216,7 @@ async def main(mode: str) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
     await consumer.stop()
     await producer.stop()
+    await handover.stop()
     if client is not None:
         await client.close()
 

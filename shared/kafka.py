@@ -129,6 +129,12 @@ def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
 # stays below every topic's max.message.bytes (``max_record_bytes``: 1 MiB + twice the largest
 # body; tests/unit/test_kafka_producer_batches.py).
 PRODUCER_BATCH_BYTES = 1 << 20
+# The linger of a producer that hands a whole batch's records over at once and then awaits their
+# acks (storage's). aiokafka's sender runs only once the hand-over yields, so the batch's records
+# are queued by then; a linger only held that request back, 2 ms of every batch's cycle (and
+# records sent while a request is in flight still go together in the next). Measured with the
+# receipts and pipeline cases (docs/benchmarks.md, "Changes of 2026-12-04 (evening)").
+HANDOVER_LINGER_MS = 0
 
 
 def make_producer(settings: Settings, client_id: str, *, linger_ms: int = 2) -> AIOKafkaProducer:

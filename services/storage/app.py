@@ -22,6 +22,7 @@ from services.storage.repository import StorageRepository
 from shared import records
 from shared.coreservice import CoreService
 from shared.kafka import (
+    HANDOVER_LINGER_MS,
     ensure_topics,
     make_producer,
     max_record_bytes,
@@ -57,7 +58,7 @@ class StorageService(CoreService):
         # Items, stored inputs and answers go out on a plain producer: three records per input
         # on the hot path, where FastStream's publish wrapper cost several times aiokafka's
         # own ``send`` (docs/benchmarks.md, pipeline profile)
-        self.producer = make_producer(settings, GROUP)
+        self.producer = make_producer(settings, GROUP, linger_ms=HANDOVER_LINGER_MS)
         self.handovers = Handovers(
             self.repo, self.decided,
             f"{self.topics.group(GROUP)}/{settings.topic_partitions}", uuid4().hex)

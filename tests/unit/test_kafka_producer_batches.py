@@ -11,7 +11,14 @@ import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaTimeoutError
 
-from shared.kafka import PRODUCER_BATCH_BYTES, make_producer, max_record_bytes
+from services.admission.app import AdmissionService
+from services.storage.app import StorageService
+from shared.kafka import (
+    HANDOVER_LINGER_MS,
+    PRODUCER_BATCH_BYTES,
+    make_producer,
+    max_record_bytes,
+)
 from shared.settings import Settings
 
 SETTINGS = Settings(kafka_bootstrap_servers="127.0.0.1:1", mongodb_uri="mongodb://127.0.0.1:1/")
@@ -55,6 +62,26 @@ async def test_the_fair_baseline_batches_as_the_product_does(
         attr: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")  # read when it is imported
     baseline_pipeline = importlib.import_module("bench.baseline_pipeline")
-    product = make_producer(SETTINGS, "t")._message_accumulator
-    baseline = baseline_pipeline.make_producer()._message_accumulator
-    assert getattr(baseline, attr) == getattr(product, attr)
+    # the HTTP side as admission's producer, the store side as storage's
+    admission = AdmissionService(SETTINGS)
+    storage = StorageService(SETTINGS)
+    try:
+        for product, baseline in (
+                (admission.producer, baseline_pipeline.make_producer()),
+                (storage.producer, baseline_pipeline.make_producer(HANDOVER_LINGER_MS))):
+            assert getattr(baseline._message_accumulator, attr) == getattr(
+                product._message_accumulator, attr)
+    finally:
+        await admission.client.close()
+        await storage.client.close()
+
+
+async def test_storage_hands_a_batch_over_without_a_linger() -> None:
+    """Storage queues a batch's records before the sender runs, then awaits their acks: a
+    linger would only hold that request back (``shared.kafka.HANDOVER_LINGER_MS``)."""
+    storage = StorageService(SETTINGS)
+    try:
+        assert HANDOVER_LINGER_MS == 0
+        assert storage.producer._message_accumulator._linger_time == 0
+    finally:
+        await storage.client.close()
