@@ -111,8 +111,8 @@ class Settings(BaseSettings):
 
     def database_of(self, service: str) -> str:
         """The store database of ``service``'s own collections (``shared/ownership.py``)."""
-        own: str = getattr(self, OWN_DATABASE_FIELDS[service], "") \
-            if service in OWN_DATABASE_FIELDS else ""
+        field = OWN_DATABASE_FIELDS.get(service)
+        own = str(getattr(self, field)) if field else ""
         return own or self.mongodb_database  # storage's, which admission reads
 
 
