@@ -11,8 +11,6 @@ import uuid
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
@@ -94,29 +92,6 @@ def test_launcher_reports_the_local_stack_ready(stack: Stack) -> None:
     lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
     for name in ("kafka", "ferretdb"):
         assert "running" in lines[name] and " ready" in lines[name], proc.stdout
-
-
-async def test_the_local_brokers_offset_commits_are_written_at_once(stack: Stack,
-                                                                    settings: Settings) -> None:
-    """Storage commits its offsets after every batch and fetches the next batch only then:
-    Kafka 4's group coordinator holding each write ``group.coordinator.append.linger.ms`` (5 ms
-    by default) would be paid by every batch (docs/deploy.md, "Kafka"). The broker the local
-    stack starts runs with 0 — read back from the broker itself, so a misspelt property (Kafka
-    starts anyway, with its default) fails here."""
-    if not stack.controllable:
-        pytest.skip(f"{stack.kind} stack: its broker's settings are its operator's")
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
-    await admin.start()
-    try:
-        meta = await admin.describe_cluster()
-        broker = str(meta["brokers"][0]["node_id"])
-        described = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.BROKER, broker)])
-    finally:
-        await admin.close()
-    values = {entry[0]: entry[1] for response in described for resource in response.resources
-              for entry in resource[4]}
-    assert values["group.coordinator.append.linger.ms"] == "0"
 
 
 @pytest.mark.faults

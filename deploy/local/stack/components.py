@@ -62,9 +62,6 @@ transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
-# offset commits written at once: Kafka 4's group coordinator holds each write 5 ms by default
-# to batch it with others, and storage commits after every batch (docs/deploy.md, "Kafka")
-group.coordinator.append.linger.ms=0
 log.retention.hours=168
 log.segment.bytes=67108864
 """
