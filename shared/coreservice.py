@@ -39,13 +39,15 @@ class CoreService:
         Core service reads: from the earliest record when the group has no offset, records as
         large as the topics take, fetches held at most ``FETCH_MAX_WAIT_MS``, decoded by the
         handler (``raw_decoder``: a malformed one goes to the DLQ with its reason), offsets
-        committed once the handler returned (an exception rewinds: ``NACK_ON_ERROR``).
-        ``options``: the subscriber's own (batches, a listener)."""
+        committed once the handler returned (an exception rewinds: ``NACK_ON_ERROR``) unless
+        ``options`` say otherwise (storage commits behind its batches: ``AckPolicy.MANUAL``).
+        ``options``: the subscriber's own (batches, a listener, the ack policy)."""
+        options.setdefault("ack_policy", AckPolicy.NACK_ON_ERROR)
         return self.broker.subscriber(
             *topics, group_id=self.topics.group(group), auto_offset_reset="earliest",
             max_partition_fetch_bytes=max_record_bytes(self.settings),
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
-            ack_policy=AckPolicy.NACK_ON_ERROR, decoder=raw_decoder, **options)
+            decoder=raw_decoder, **options)
 
     async def ready(self) -> bool:
         """The store and the broker answer (a service that waits for more says so)."""

@@ -2,9 +2,10 @@
 
 Consumes ``session.admitted``, ``core.facts`` and ``runtime.observations`` in one consumer group
 with the range assignor: the three topics are keyed by ``session_id`` with the same partition
-count, so one storage replica owns all records of a Session (one writer per Session). Offsets are
-committed after the batch is durable in the store and its Items are published (AckPolicy.ACK
-after the handler returns; an exception rewinds the batch — NACK_ON_ERROR)."""
+count, so one storage replica owns all records of a Session (one writer per Session). A batch's
+offsets are committed once it is durable in the store and its Items are acknowledged — from a
+task of their own, while the next batch is written (``OffsetCommits``); an exception rewinds the
+batch to its first record of each partition."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from typing import Any
 from uuid import uuid4
 
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from faststream import AckPolicy
 from faststream.kafka.annotations import KafkaMessage
 
-from services.storage.batch import BatchWriter, Handovers, Rebalance
+from services.storage.batch import BatchWriter, Handovers, Rebalance, positions
 from services.storage.decided import DecidedState
 from services.storage.handler import RECORD_TYPES, StorageHandler
+from services.storage.offsets import OffsetCommits
 from services.storage.repository import StorageRepository
 from shared import records
 from shared.coreservice import CoreService
@@ -36,6 +39,7 @@ from shared.store import ensure_indexes
 
 log = get_logger(__name__)
 GROUP = "session-core-storage"
+STOP_COMMIT_S = 5.0  # a clean stop waits this long at most for its last offset commit
 
 
 class StorageService(CoreService):
@@ -66,6 +70,8 @@ class StorageService(CoreService):
                                    self.types, self._send, self.handovers)
         self.batch_lock = asyncio.Lock()  # held while a batch is decided and written
         self.consumer: Any = None  # the subscriber's AIOKafkaConsumer (seen with a batch)
+        self.commits = OffsetCommits(lambda: self.consumer)
+        self.stopping = False
         self.subscriber(
             self.topics.session_admitted,
             self.topics.core_facts,
@@ -76,14 +82,23 @@ class StorageService(CoreService):
             batch_timeout_ms=20,
             partition_assignment_strategy=(RangePartitionAssignor,),
             fetch_max_bytes=max_record_bytes(settings) * 2,
+            ack_policy=AckPolicy.MANUAL,  # on_batch commits (behind) and rewinds itself
             listener=Rebalance(self.batch_lock, self.decided, lambda: self.consumer,
-                               self.repo.session_writer, self.handovers),
+                               self.repo.session_writer, self.handovers, self.commits),
         )(self.on_batch)
 
     async def on_batch(self, body: Any, msg: KafkaMessage) -> None:
         async with self.batch_lock:
             self.consumer = msg.consumer  # the AIOKafkaConsumer that fetched the batch
-            await self.batches.take(records_of(msg.raw_message), self.consumer)
+            raws = records_of(msg.raw_message)
+            try:
+                await self.batches.take(raws, self.consumer)
+            except BaseException:
+                await msg.nack()  # each partition rewound to the batch's first record
+                raise
+            self.commits.behind(self.decided.written(positions(raws)))
+            if self.stopping:  # the last batch: committed before the consumer closes
+                await self.commits.flush(STOP_COMMIT_S)
 
     async def _send(self, topic: str, value: bytes, key: bytes) -> Any:
         return await send_counted(self.producer, topic, value, key)
@@ -98,6 +113,9 @@ class StorageService(CoreService):
         log.info("storage.started", group=GROUP)
 
     async def stop(self) -> None:
+        self.stopping = True
+        async with self.batch_lock:
+            await self.commits.flush(STOP_COMMIT_S)
         await self.broker.stop()  # the batch being written finishes (its sends acked)
         await self.producer.stop()
         await self.repo.session_writer.stop()  # what is behind, written (at most 5 s)

@@ -23,6 +23,7 @@ from services.storage.handler import (
     load_reply_items,
     source_key,
 )
+from services.storage.offsets import OffsetCommits
 from services.storage.repository import StaleDecision, StorageRepository
 from services.storage.sessionwriter import SessionWriter
 from shared import records, typedrecords
@@ -42,6 +43,7 @@ RETRY_ERRORS = (ConnectionFailure, AutoReconnect, ServerSelectionTimeoutError, O
 # (topic, value, key) → a future resolved when the broker acked the record
 Send = Callable[[str, bytes, bytes], Awaitable[Awaitable[Any]]]
 REVOKE_DRAIN_S = 10.0  # Session documents written before partitions are given up, at most
+REVOKE_COMMIT_S = 5.0  # the offset commit in flight awaited before partitions are given up
 
 
 @dataclass(frozen=True)
@@ -86,12 +88,13 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def __init__(self, lock: asyncio.Lock, decided: DecidedState,
                  consumer: Callable[[], Any], writer: SessionWriter,
-                 handovers: Handovers) -> None:
+                 handovers: Handovers, commits: OffsetCommits | None = None) -> None:
         self.lock = lock
         self.decided = decided
         self.consumer = consumer
         self.writer = writer
         self.handovers = handovers
+        self.commits = commits
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         async with self.lock:
@@ -106,8 +109,12 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             # the shards go over clean (or, after a failure, stay marked held: probed)
             await self.handovers.release({shard(tp) for tp in revoked})
             # Hand over exactly what was written: commit the written offsets of the revoked
-            # partitions (the framework's commit after the batch may come too late, mid-
-            # rebalance), so the new owner starts after them instead of re-deciding them.
+            # partitions (the commit behind the last batch may come too late, mid-rebalance),
+            # so the new owner starts after them instead of re-deciding them — after the
+            # commit in flight, so that its older offsets cannot land after these.
+            if self.commits is not None:
+                self.commits.drop(revoked)
+                await self.commits.flush(REVOKE_COMMIT_S)
             done = self.decided.revoked(revoked)
             consumer = self.consumer()
             if done and consumer is not None:

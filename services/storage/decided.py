@@ -142,6 +142,11 @@ class DecidedState:
         for tp, offset in positions:
             self.processed[tp] = max(self.processed.get(tp, 0), offset + 1)
 
+    def written(self, positions: Iterable[Position]) -> dict[Partition, int]:
+        """The next offset after the written records of these positions' partitions (those
+        still assigned: a revoked partition's are forgotten), to commit."""
+        return {tp: self.processed[tp] for tp, _ in positions if tp in self.processed}
+
     def forget(self) -> None:
         """Trust only the store until a batch is decided from it."""
         self.sessions.clear()

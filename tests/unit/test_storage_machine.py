@@ -27,6 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from services.storage.app import StorageService
 from services.storage.batch import Rebalance
+from services.storage.offsets import OffsetCommits
 from shared import records
 from shared.domain.validation import Limits, Stamp, validate_create, validate_event
 from shared.domain.validation.admitted import AdmittedCreate
@@ -58,6 +59,11 @@ class _NoClient:
         pass
 
 
+class _MachineCommits(OffsetCommits):
+    def behind(self, offsets: dict[Any, int]) -> None:
+        pass
+
+
 class Replica:
     """One storage process: the real service over the shared memory store, its consumer."""
 
@@ -68,6 +74,9 @@ class Replica:
             self.svc = StorageService(SETTINGS)
         self.svc.batches.send = broker.send
         self.svc.batches.dlq.send = broker.send
+        # the machine commits each batch's offsets itself, or loses the commit (``_consume``):
+        # the service's commit behind the batch (``OffsetCommits``) is the machine's to make
+        self.svc.commits = _MachineCommits(lambda: self.consumer)
         self.consumer = MemoryConsumer(broker)
         self.listener = Rebalance(self.svc.batch_lock, self.svc.decided, lambda: self.consumer,
                                   self.svc.repo.session_writer, self.svc.handovers)
@@ -193,8 +202,9 @@ class StorageMachine(RuleBasedStateMachine):
     async def _consume(self, p: int, topics: list[str], n: int, commit: bool) -> bool:
         """The owner of partition ``p`` fetches at most ``n`` records (``n`` ≤ the batch limit)
         and hands them to ``on_batch``. Afterwards the consumer commits its positions, as the
-        framework does after a batch, unless ``commit`` is False: the commit lost (the process
-        dies or the group rebalances before it) — the next batch's commit covers both."""
+        service does behind a batch (``OffsetCommits``), unless ``commit`` is False: the commit
+        lost or late (the process dies or the group rebalances before it) — the next batch's
+        commit covers both."""
         r = self.replicas[self.owner[p]]
         raws = tuple(rec for t in topics
                      for rec in self.broker.fetch(TopicPartition(t, p),
@@ -205,7 +215,7 @@ class StorageMachine(RuleBasedStateMachine):
             await r.svc.on_batch(None, Batch(raws, r.consumer))
         except Exception as exc:
             _note(f"batch failed: {type(exc).__name__}: {exc}"[:80])
-            return False  # NACK_ON_ERROR: the batch comes again from its first record
+            return False  # rewound (``on_batch`` nacks): it comes again from its first record
         for rec in raws:
             r.position[TopicPartition(rec.topic, p)] = rec.offset + 1
         if commit:

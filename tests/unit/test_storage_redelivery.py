@@ -53,8 +53,10 @@ async def test_every_record_of_a_failed_batch_is_verified_when_it_comes_again() 
     tp = TopicPartition(topic, 0)
     consumer = MemoryConsumer(MemoryBroker(), {tp})
     batch = tuple(Rec(topic, 0, n, fact(n)) for n in range(10, 16))
+    failed = Batch(batch, consumer)
     with pytest.raises(OSError):
-        await svc.on_batch(None, Batch(batch, consumer))  # type: ignore[arg-type]
+        await svc.on_batch(None, failed)  # type: ignore[arg-type]
+    assert failed.nacked  # rewound: its records come again (no framework rewinds for storage)
     handler.fail = False
     # redelivered in two parts; the first makes a real handler trusted again
     await svc.on_batch(None, Batch(batch[:2], consumer))  # type: ignore[arg-type]

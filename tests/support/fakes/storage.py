@@ -152,6 +152,12 @@ class Batch:
 
     raw_message: tuple[Rec, ...]
     consumer: Any
+    nacked: bool = False
+
+    async def nack(self) -> None:
+        """FastStream's rewind (each partition back to the batch's first record); the callers
+        here keep the consumer's positions themselves and see that it was asked for."""
+        self.nacked = True
 
 
 @dataclass
