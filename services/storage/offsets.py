@@ -33,7 +33,7 @@ Partition = Hashable  # aiokafka's TopicPartition
 
 class OffsetCommits:
     def __init__(self, consumer: Callable[[], Any]) -> None:
-        self.consumer = consumer  # the AIOKafkaConsumer (as the batches name it)
+        self.consumer = consumer  # the AIOKafkaConsumer (set before the first ``behind``)
         self.waiting: dict[Partition, int] = {}  # next offsets, not committed yet
         self.task: asyncio.Task[None] | None = None
 
@@ -50,8 +50,6 @@ class OffsetCommits:
         while self.waiting:
             consumer = self.consumer()
             offsets, self.waiting = self.waiting, {}
-            if consumer is None:
-                return
             owned = consumer.assignment()
             offsets = {tp: o for tp, o in offsets.items() if tp in owned}
             if not offsets:
