@@ -88,7 +88,7 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def __init__(self, lock: asyncio.Lock, decided: DecidedState,
                  consumer: Callable[[], Any], writer: SessionWriter,
-                 handovers: Handovers, commits: OffsetCommits | None = None) -> None:
+                 handovers: Handovers, commits: OffsetCommits) -> None:
         self.lock = lock
         self.decided = decided
         self.consumer = consumer
@@ -112,9 +112,8 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             # partitions (the commit behind the last batch may come too late, mid-rebalance),
             # so the new owner starts after them instead of re-deciding them — after the
             # commit in flight, so that its older offsets cannot land after these.
-            if self.commits is not None:
-                self.commits.drop(revoked)
-                await self.commits.flush(REVOKE_COMMIT_S)
+            self.commits.drop(revoked)
+            await self.commits.flush(REVOKE_COMMIT_S)
             done = self.decided.revoked(revoked)
             consumer = self.consumer()
             if done and consumer is not None:

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from services.storage.decided import Partition
 from shared.logging import get_logger
 
 log = get_logger(__name__)
-
-Partition = Hashable  # aiokafka's TopicPartition
 
 
 class OffsetCommits:

@@ -79,7 +79,8 @@ class Replica:
         self.svc.commits = _MachineCommits(lambda: self.consumer)
         self.consumer = MemoryConsumer(broker)
         self.listener = Rebalance(self.svc.batch_lock, self.svc.decided, lambda: self.consumer,
-                                  self.svc.repo.session_writer, self.svc.handovers)
+                                  self.svc.repo.session_writer, self.svc.handovers,
+                                  self.svc.commits)
         self.position: dict[TopicPartition, int] = {}
 
 
