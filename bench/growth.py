@@ -54,8 +54,9 @@ from bench.load import (
     RawHttp,
     Server,
     Target,
-    message_body,
+    items_arrived,
     open_loop,
+    post_ok,
     start_server,
 )
 from bench.pipeline import preflight
@@ -188,14 +189,7 @@ async def touch_all(target: Target, collector: Collector, sessions: list[str],
         try:
             for sid in todo:
                 n = next(target.counter)
-                try:
-                    async with asyncio.timeout(60):
-                        ok = 200 <= await http.post(f"/v1/sessions/{sid}/events",
-                                                    message_body(n)) < 300
-                except (OSError, EOFError, ValueError, IndexError, TimeoutError):
-                    http.close()
-                    ok = False
-                if ok:
+                if await post_ok(http, f"/v1/sessions/{sid}/events", n):
                     tokens.append(n)
                 else:
                     failed += 1
@@ -206,10 +200,7 @@ async def touch_all(target: Target, collector: Collector, sessions: list[str],
             http.close()
 
     await asyncio.gather(*(worker() for _ in range(clients)))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(n not in collector.arrived for n in tokens):  # noqa: ASYNC110
-        await asyncio.sleep(0.1)
-    return failed + sum(n not in collector.arrived for n in tokens)
+    return failed + await items_arrived(collector, tokens, 30)
 
 
 async def _first_touch(name: str, target: Target, collector: Collector, rate: float,
@@ -390,13 +381,28 @@ def p99_all(lat: Latency) -> float:
     return percentile(values, 99) if values else float("inf")
 
 
+@dataclass(frozen=True)
+class Kind:
+    """One growth figure: its phases (``kind``), its name's suffix, the small phase it is set
+    against (``base``) and whether the unmeasured first touches' failures count against it."""
+
+    kind: str
+    what: str
+    suffix: str
+    base: str
+    touches_count: bool = False
+
+
 KINDS = (
-    ("one", "one Session", ""),
-    ("across", "across Sessions (10 each), every Session touched once before the phase",
-     "_across"),
-    ("first", "across Sessions, the first request to each Session (bulk-loaded, never seen "
-     "by the product, as after a restart), against the small phase's steady across traffic",
-     "_first_touch"),
+    Kind("one", "one Session", "_one", "one"),
+    Kind("across", "across Sessions (10 each), every Session touched once before the phase",
+         "_across", "across", touches_count=True),
+    # set against the small phase's steady traffic (every Session warm), not its own 100
+    # first touches: a p99 of 100 samples, sent without a lead-in, is a loose and high base
+    # that would flatter every ratio over it
+    Kind("first", "across Sessions, the first request to each Session (bulk-loaded, never "
+         "seen by the product, as after a restart), against the small phase's steady across "
+         "traffic", "_first_touch", "across"),
 )
 
 
@@ -406,27 +412,23 @@ def run(run_: Run, infra: Infra, quick: bool = False, rate: float | None = None)
     touch_failed: dict[int, int] = {}
     lat = asyncio.run(_run(infra, quick, r, touch_failed))
     small, *larger = sizes_for(quick)
-    for kind, what, suffix in KINDS:
-        # a first touch is set against the small phase's steady traffic (every Session warm),
-        # not against the small phase's own 100 first touches: a p99 of 100 samples, sent
-        # without a lead-in, is a loose and high base that would flatter every ratio over it
-        s = lat[f"{small}_{'across' if kind == 'first' else kind}"]
+    for k in KINDS:
+        s = lat[f"{small}_{k.base}"]
         for size in larger:
-            b = lat[f"{size}_{kind}"]
+            b = lat[f"{size}_{k.kind}"]
             # the steady phase's Sessions were touched by the unmeasured loop: its failures
             # leave some of them cold, so they count against the figure
             touch = touch_failed.get(size, 0) + touch_failed.get(small, 0) \
-                if kind == "across" else 0
-            name = (f"3_growth_p99{suffix or '_one'}"
-                    + ("_1m" if size >= 1_000_000 else ""))
+                if k.touches_count else 0
+            name = f"3_growth_p99{k.suffix}" + ("_1m" if size >= 1_000_000 else "")
             run_.add(Result(
                 name, p99_all(b), p99_all(s), "<= 1.5" if size >= 1_000_000 else "<= 1.2", "ms",
-                f"p99 HTTP→Item, {what}: {size:,} Items vs {small:,}"
+                f"p99 HTTP→Item, {k.what}: {size:,} Items vs {small:,}"
                 f"{' (quick)' if quick else ''}; open loop {r:.1f}/s in every phase; failed "
                 f"requests (504) count at their failure time; large: ok={len(b.samples_ms)} "
                 f"failed={b.errors} lost={b.lost} p50(ok) {b.p50:.1f}; small: "
                 f"ok={len(s.samples_ms)} failed={s.errors} lost={s.lost} p50(ok) {s.p50:.1f}; "
-                + (f"unmeasured first touches failed: {touch}; " if kind == "across" else "")
+                + (f"unmeasured first touches failed: {touch}; " if k.touches_count else "")
                 + f"journal and Sessions grown alike; store bulk-loaded directly; cores stolen "
                 f"by the hypervisor, mean over the phase: large {_cores(b.steal_cores)}, "
                 f"small {_cores(s.steal_cores)}",

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -238,6 +238,27 @@ class RawHttp:
         self.reader = self.writer = None
 
 
+async def post_ok(http: RawHttp, path: str, n: int) -> bool:
+    """POST the benchmark message with token ``n``; whether it was answered 2xx (a broken
+    connection, a malformed answer or 60 s without one: not, and the connection is closed)."""
+    try:
+        async with asyncio.timeout(60):
+            return 200 <= await http.post(path, message_body(n)) < 300
+    except (OSError, EOFError, ValueError, IndexError, TimeoutError):
+        http.close()
+        return False
+
+
+async def items_arrived(collector: Collector, tokens: Iterable[int], timeout_s: float) -> int:
+    """Wait (at most ``timeout_s``) until the Items of ``tokens`` are on the topic; how many
+    are not."""
+    wanted = list(tokens)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(n not in collector.arrived for n in wanted):  # noqa: ASYNC110
+        await asyncio.sleep(0.1)
+    return sum(n not in collector.arrived for n in wanted)
+
+
 async def open_loop(target: Target, collector: Collector, *, rate: float, duration: float,
                     warmup: float = 2.0, pool: int = 256,
                     session_for: Callable[[int], str] | None = None) -> Latency:
@@ -258,12 +279,7 @@ async def open_loop(target: Target, collector: Collector, *, rate: float, durati
                 n, i, t = job
                 path = (f"/v1/sessions/{session_for(i)}/events" if session_for
                         else target.path(i))
-                try:
-                    async with asyncio.timeout(60):
-                        ok = 200 <= await http.post(path, message_body(n)) < 300
-                except (OSError, EOFError, ValueError, IndexError, TimeoutError):
-                    http.close()
-                    ok = False
+                ok = await post_ok(http, path, n)
                 if not ok:
                     errors += 1
                     if sends.pop(n, None) is not None:
@@ -287,10 +303,7 @@ async def open_loop(target: Target, collector: Collector, *, rate: float, durati
     for _ in workers:
         queue.put_nowait(None)
     await asyncio.gather(*workers, return_exceptions=True)
-    # wait (bounded) for the stragglers' Items
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(n not in collector.arrived for n in sends):  # noqa: ASYNC110
-        await asyncio.sleep(0.1)
+    await items_arrived(collector, sends, 20)  # the stragglers' Items
     series = [(t - start, (collector.arrived[n] - t) * 1000) for n, t in sends.items()
               if n in collector.arrived]
     lost = len(sends) - len(series)
