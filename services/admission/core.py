@@ -86,8 +86,10 @@ class Admission:
         self.limits = rules.Limits.from_settings(settings)
         # A Session's harness, placement and tenant never change and Sessions are never
         # deleted, so what admission read once stays true: one store read per Session, not per
-        # event.
-        self.profiles: OrderedDict[str, Profile] = OrderedDict()
+        # event. Held as plain tuples of strings, which the cyclic collector stops tracking
+        # (a ``Profile`` it tracks): its full pauses do not grow with the Sessions held
+        # (docs/benchmarks.md, "Collector pauses").
+        self.profiles: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
 
     # ---- writes --------------------------------------------------------------------
     async def create_session(self, body: Any, *, tenant: str) -> Answer:
@@ -159,13 +161,13 @@ class Admission:
         hit = self.profiles.get(session_id)
         if hit is not None:
             self.profiles.move_to_end(session_id)
-            return hit
+            return Profile(*hit)
         doc = await self.db.sessions.find_one({"_id": session_id},
                                               {"harness": 1, "placement": 1, "tenant": 1})
         if doc is None:
             return None
         profile = Profile(doc["harness"], doc["placement"], doc.get("tenant") or DEFAULT_TENANT)
-        self.profiles[session_id] = profile
+        self.profiles[session_id] = (profile.harness, profile.placement, profile.tenant)
         if len(self.profiles) > PROFILE_CACHE:
             self.profiles.popitem(last=False)
         return profile

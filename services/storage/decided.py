@@ -48,6 +48,7 @@ the rebalance listener, so the rules are read in one place and tested without a 
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Hashable, Iterable
 
 from cachetools import FIFOCache
@@ -73,7 +74,11 @@ class DecidedState:
         self.trusted = False
         # the least recently written goes first: a write moves a key to the end, a read does not
         self.recent: FIFOCache[str, None] = FIFOCache(cache_size)  # source keys decided lately
-        self.sessions: FIFOCache[str, SessionState] = FIFOCache(cache_size)
+        # Held pickled: a ``bytes`` is not tracked by the cyclic collector, a ``SessionState``
+        # (and its ``__dict__``) is. A full collection walks every tracked object and stops
+        # the event loop meanwhile, so 100 000 Sessions held as objects paused every request
+        # in flight for ~60-180 ms every few seconds (docs/benchmarks.md, "Collector pauses").
+        self.sessions: FIFOCache[str, bytes] = FIFOCache(cache_size)
         self.processed: dict[Partition, int] = {}  # next offset after written records
         self.fresh: set[Partition] = set()  # assigned; no record seen since
         self.assigned_until: dict[Partition, int] = {}  # an assignment's window (see above)
@@ -206,12 +211,17 @@ class DecidedState:
 
     def session(self, session_id: str) -> SessionState | None:
         """The Session's state as this replica last decided it, if that can be trusted."""
-        return self.sessions.get(session_id) if self.trusted else None
+        held = self.sessions.get(session_id) if self.trusted else None
+        if held is None:
+            return None
+        state: SessionState = pickle.loads(held)
+        return state
 
     def decided(self, keys: Iterable[str], states: dict[str, SessionState]) -> None:
         """A non-empty batch was decided from what the store and memory held, and written:
         memory holds what the store holds."""
         self.trusted = True
-        self.sessions.update(states)
+        self.sessions.update((sid, pickle.dumps(st, pickle.HIGHEST_PROTOCOL))
+                             for sid, st in states.items())
         for k in keys:
             self.recent[k] = None

@@ -8,6 +8,8 @@ import asyncio
 import gc
 import os
 import signal
+from collections import OrderedDict
+from types import SimpleNamespace
 
 import pytest
 
@@ -56,3 +58,41 @@ async def test_ready_is_called_once_started_and_settled() -> None:
         f"ready, frozen {gc.get_freeze_count() >= freeze_before}"))
     gc.unfreeze()
     assert steps == ["started", "ready, frozen True", "stopped"]
+
+
+def _untracked_after_a_collection(values: list[object]) -> bool:
+    gc.collect()  # tuples of untracked items are untracked by the collection that meets them
+    return not any(gc.is_tracked(v) for v in values)
+
+
+def test_storage_holds_its_sessions_out_of_the_collectors_reach() -> None:
+    """Storage's Session memory grows with the Sessions it owns (100 000 held): each one held
+    as an object would be walked by every full collection — ~60-180 ms of stopped event loop
+    every few seconds at 100 000 (docs/benchmarks.md, "Collector pauses")."""
+    from services.storage.decided import DecidedState
+    from shared.domain.sessions import SessionState
+
+    d = DecidedState(batch_max=10)
+    states = {f"session_{i}": SessionState(
+        session_id=f"session_{i}", harness="codex", placement="none", created_at="t",
+        version=3, last_sequence=i, binding={"runtime_id": "rt", "caps": {"images": True}},
+        metadata={"k": "v"}, open_calls={"call_1": "shell"}) for i in range(100)}
+    d.decided(["k"], states)
+    assert _untracked_after_a_collection(list(d.sessions.values()))
+    assert d.session("session_7") == states["session_7"]  # what was decided, whole
+
+
+async def test_admission_holds_its_profiles_out_of_the_collectors_reach() -> None:
+    from services.admission.core import Admission, Profile
+
+    class Sessions:  # the one store read admission makes of a Session it has not seen
+        async def find_one(self, flt: dict[str, str], _projection: object) -> dict[str, str]:
+            return {"_id": flt["_id"], "harness": "codex", "placement": "none", "tenant": "t1"}
+
+    adm = object.__new__(Admission)  # only its profile memory and its store are used here
+    adm.db = SimpleNamespace(sessions=Sessions())  # type: ignore[assignment]
+    adm.profiles = OrderedDict()
+    first = [await adm._session_profile(f"session_{i}") for i in range(100)]
+    assert _untracked_after_a_collection(list(adm.profiles.values()))
+    again = await adm._session_profile("session_3")
+    assert again == first[3] == Profile("codex", "none", "t1")
