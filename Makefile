@@ -22,7 +22,8 @@ RUNTIMES     ?= $(if $(SERVICES),--runtimes,)
 DEMO         ?= $(if $(SERVICES),--demo,)
 PYTEST_ARGS  ?=
 
-.PHONY: help venv install run demo-check up down status env test test-unit test-integration test-e2e \
+# lock, lock-check and fresh-check: docs/dependencies.md
+.PHONY: help venv lock lock-check fresh-check install run demo-check up down status env test test-unit test-integration test-e2e \
         faults test-chaos test-hostile lint deploy-tools deploy-check image image-smoke bench \
         bench-quick clean-state golden
 
@@ -33,8 +34,32 @@ help: ## show this help
 	@echo "Variables: STATE_DIR=$(STATE_DIR)"
 	@echo "           STACK_ARGS='$(STACK_ARGS)' SERVICES='$(SERVICES)' PYTEST_ARGS='$(PYTEST_ARGS)'"
 
-venv: ## create/reuse the venv (~/.cache/session-core/venv-<hash of pyproject.toml>, linked as .venv)
+venv: ## create/reuse the venv from requirements/dev.lock (~/.cache/session-core/venv-<hash of the lock>, linked as .venv)
 	@$(STACK) venv
+
+# The three locks (docs/dependencies.md): dev/test (the venv), the client distribution, the server
+# image. `make lock` re-resolves pyproject.toml keeping every pin that still fits;
+# `make lock UPGRADE=1` moves every pin to the newest allowed version.
+lock: venv ## re-resolve the locks from pyproject.toml (UPGRADE=1: newest allowed versions)
+	cp deploy/image/requirements.lock requirements/image.lock
+	UPGRADE=$(UPGRADE) bash requirements/lock.sh requirements
+	mv requirements/image.lock deploy/image/requirements.lock
+
+lock-check: venv ## fail when pyproject.toml and the locks disagree (re-resolves into a temp dir and diffs; CI)
+	@d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+	cp requirements/dev.lock requirements/client.lock "$$d"/; \
+	cp deploy/image/requirements.lock "$$d"/image.lock; \
+	bash requirements/lock.sh "$$d"; \
+	diff -u requirements/dev.lock "$$d"/dev.lock && \
+	diff -u requirements/client.lock "$$d"/client.lock && \
+	diff -u deploy/image/requirements.lock "$$d"/image.lock \
+	|| { echo "lock-check: pyproject.toml and the locks disagree: run 'make lock' and commit" >&2; exit 1; }; \
+	echo "lock-check: the three locks match pyproject.toml"
+
+fresh-check: ## a venv built from the lock alone in an empty temporary cache (no pip cache), then the unit tests in it (CI)
+	@d=$$(mktemp -d "$${TMPDIR:-/tmp}/session-core-fresh.XXXXXX"); trap 'rm -rf "$$d"' EXIT; \
+	SESSION_CORE_CACHE="$$d" PIP_NO_CACHE_DIR=1 $(STACK) venv --no-link; \
+	"$$d"/venv-*/bin/python -m pytest tests/unit -q -p no:cacheprovider $(PYTEST_ARGS)
 
 install: venv ## venv + Kafka jars (Maven Central) + FerretDB build (Go module proxy), all cached
 	@$(STACK) install

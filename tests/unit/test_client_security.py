@@ -79,7 +79,8 @@ def test_a_client_certificate_is_loaded_for_mutual_tls(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):  # the certificate settings are read
         client_security(_sasl(kafka_ssl_certfile="/nonexistent/client.pem"))
     cert, key = tmp_path / "client.pem", tmp_path / "client.key"
-    leaf = trustme.CA().issue_cert(common_name="session-core-test")
+    # a leaf needs at least one identity (a SAN): cryptography 51 refuses an empty list
+    leaf = trustme.CA().issue_cert("session-core-test.local", common_name="session-core-test")
     leaf.cert_chain_pems[0].write_to_path(cert)
     leaf.private_key_pem.write_to_path(key)
     kw = client_security(_sasl(kafka_ssl_certfile=str(cert), kafka_ssl_keyfile=str(key)))

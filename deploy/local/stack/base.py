@@ -132,8 +132,13 @@ def harness_bin(name: str) -> Path:
     return harness_home() / "node_modules" / ".bin" / name
 
 
+DEV_LOCK = REPO / "requirements" / "dev.lock"
+
+
 def venv_path() -> Path:
-    return cache_dir() / f"venv-{digest([REPO / 'pyproject.toml'])[:12]}"
+    """Keyed by the dev/test lock (what is installed) and pyproject.toml (the editable install's
+    entry points): a changed lock is a new venv, never an old one patched up."""
+    return cache_dir() / f"venv-{digest([DEV_LOCK, REPO / 'pyproject.toml'])[:12]}"
 
 
 # --- local ports and HTTP ---------------------------------------------------------------------

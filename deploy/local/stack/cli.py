@@ -61,7 +61,7 @@ def cmd_install(_: argparse.Namespace) -> int:
 
 
 def cmd_venv(args: argparse.Namespace) -> int:
-    install_venv(args.python)
+    install_venv(args.python, link=not args.no_link)
     return 0
 
 
@@ -224,9 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("install", cmd_install, "fetch Kafka jars and build FerretDB (cached, idempotent)",
             None)
-    command("venv", cmd_venv, "create/reuse the venv outside the repo and link .venv to it",
-            None).add_argument(
-        "--python", default=None, help="base interpreter (default: python3.11)")
+    p = command("venv", cmd_venv,
+                "create/reuse the venv (from requirements/dev.lock) outside the repo, link .venv",
+                None)
+    p.add_argument("--python", default=None, help="base interpreter (default: python3.11)")
+    p.add_argument("--no-link", action="store_true",
+                   help="leave .venv alone (make fresh-check builds one in a temporary cache)")
     command("up", cmd_up, "start in the background and wait until ready", starting)
     p = command("run", cmd_run, "start in the foreground; Ctrl-C stops everything", starting)
     p.add_argument("--demo", action="store_true",

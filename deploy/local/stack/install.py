@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .base import (
+    DEV_LOCK,
     FERRET_OVERLAY,
     FERRET_SRC,
     HARNESS_PKG,
@@ -205,31 +206,45 @@ def install_all() -> None:
     log(f"install: everything in place ({time.monotonic() - t0:.1f}s)")
 
 
-def install_venv(python: str | None = None) -> None:
-    """The project's venv outside the repo, keyed by pyproject.toml; ``.venv`` links to it."""
+def install_venv(python: str | None = None, *, link: bool = True) -> Path:
+    """The project's venv outside the repo, installed from ``requirements/dev.lock`` alone
+    (``--require-hashes --no-deps``: nothing unlocked gets in) plus the project itself, editable
+    and without build isolation (its build backend is locked too). Keyed by the lock
+    (``venv_path``); ``.venv`` links to it unless ``link`` is false (``make fresh-check``)."""
     venv = venv_path()
     py = venv / "bin" / "python"
     stamp = venv / ".session-core-installed"
-    link = REPO / ".venv"
     repo = str(REPO)
     if not (py.exists() and stamp.exists()):
         shutil.rmtree(venv, ignore_errors=True)
         base = python or shutil.which("python3.11") or sys.executable
         t0 = time.monotonic()
         run_logged([base, "-m", "venv", str(venv)], what=f"venv: creating {venv}")
-        run_logged([str(py), "-m", "pip", "install", "-q", "--upgrade", "pip"],
-                   what="venv: upgrading pip")
-        run_logged([str(py), "-m", "pip", "install", "-q", "-e", ".[dev]"], cwd=REPO,
-                   what="venv: pip install -e '.[dev]'")
+        run_logged([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    "--require-hashes", "--no-deps", "-r", str(DEV_LOCK)],
+                   what=f"venv: pip install from {DEV_LOCK.relative_to(REPO)}")
+        _install_project(py)
         stamp.write_text(repo + "\n")
         log(f"venv: ready in {time.monotonic() - t0:.1f}s")
     elif stamp.read_text().strip() != repo:
-        # same dependencies, another checkout (e.g. CI's clean clone): re-point the editable install
-        run_logged([str(py), "-m", "pip", "install", "-q", "--no-deps", "-e", "."], cwd=REPO,
-                   what=f"venv: re-pointing the editable install at {repo}")
+        # same lock, another checkout (e.g. CI's clean clone): re-point the editable install
+        _install_project(py)
         stamp.write_text(repo + "\n")
     else:
         log(f"venv: cached at {venv}")
+    if link:
+        _link_venv(venv)
+    return venv
+
+
+def _install_project(py: Path) -> None:
+    run_logged([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                "--no-build-isolation", "-e", "."], cwd=REPO,
+               what=f"venv: editable install of {REPO}")
+
+
+def _link_venv(venv: Path) -> None:
+    link = REPO / ".venv"
     if link.is_symlink() or not link.exists():
         if link.is_symlink() and Path(os.readlink(link)) == venv:
             return
