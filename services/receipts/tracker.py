@@ -37,9 +37,9 @@ from shared.domain.receipts import (
     NotAMatch,
     Publish,
     State,
+    decidable_calls,
     joined_key,
     match_observation,
-    may_decide,
     part_keys,
 )
 from shared.logging import bound, get_logger
@@ -48,7 +48,11 @@ from shared.storekeys import call_key
 
 log = get_logger(__name__)
 EARLY_SWEEP_S = 30.0  # how often stored early observations older than the window are dropped
-EARLY_KEPT = 4096  # observations no tracked call took, kept for a delivery that is read later
+# Observations no tracked call took, kept for a delivery that is read later: only those that
+# could decide a call not decided yet, at most EARLY_KEPT_PER_SESSION per Session (one
+# Session's traffic never pushes out another's receipt) and EARLY_KEPT in all (memory).
+EARLY_KEPT_PER_SESSION = 256
+EARLY_KEPT = 65_536
 
 
 def obs_ids(obs: Doc) -> list[str]:
@@ -84,9 +88,13 @@ class Tracker(Verdicts):
         self.unresolved: set[Key] = set()  # tracked calls whose native ids are not known yet
         self.deadlines: DeadlineQueue[Key] = DeadlineQueue()
         # Observations no tracked call took, per Session, for a delivery read after them (the
-        # two records travel on two topics). Kept one window, at most EARLY_KEPT in all.
+        # two records travel on two topics): only those that may decide a call (``_may_decide``),
+        # kept one window (and until the deliveries read cover them), at most
+        # EARLY_KEPT_PER_SESSION per Session. ``early_order`` holds (time, Session) in arrival
+        # order for the expiry; an entry whose observation went already is skipped.
         self.early: dict[str, deque[tuple[float, Doc]]] = {}
         self.early_order: deque[tuple[float, str]] = deque()
+        self.early_count = 0
         # early observations not yet stored: written before the batch's offsets commit, so a
         # tracker killed before the delivery comes still has them after its restart
         self.unsaved_early: list[Doc] = []
@@ -130,7 +138,7 @@ class Tracker(Verdicts):
         a delivery not yet read (their offsets are committed: Kafka will not send them again)."""
         for doc in await self.store.pending():
             self._track(expected_from(doc["expected"]), doc["deadline"],
-                        resolved=doc.get("resolved", True))
+                        doc.get("handed_at"), resolved=doc.get("resolved", True))
         horizon = self.early_horizon(self.clock())
         for d in sorted(await self.store.early(), key=lambda d: d["at"]):
             if d["at"] >= horizon:
@@ -165,11 +173,12 @@ class Tracker(Verdicts):
                         except Exception:  # its verdict is held for the timer to send again
                             log.warning("receipts.kept_offer_failed", exc_info=True)
 
-    def _track(self, expected: Expected, deadline: float, resolved: bool = True,
-               schedule: bool = True) -> CallRecord:
+    def _track(self, expected: Expected, deadline: float, handed_at: float | None = None,
+               resolved: bool = True, schedule: bool = True) -> CallRecord:
         key = (expected.session_id, expected.call_id)
         rec = CallRecord(expected=expected, window=self.window)
         rec.deadline = deadline
+        rec.handed_at = handed_at
         self.calls[key] = rec
         self.by_session[expected.session_id].add(expected.call_id)
         if schedule:
@@ -268,7 +277,8 @@ class Tracker(Verdicts):
             sid, cid = expected.session_id, expected.call_id
             deadline = stored.get(call_key(sid, cid), deadline)
             # not on the timer yet: only once offered what was kept for it (below)
-            self._track(expected, deadline, resolved=False, schedule=False)
+            self._track(expected, deadline, deadline - self.window, resolved=False,
+                        schedule=False)
             if len(opened) <= 10:
                 with bound(session_id=sid, call_id=cid):
                     log.info("receipts.pending", deadline_in_s=round(deadline - now, 3))
@@ -361,7 +371,7 @@ class Tracker(Verdicts):
                     continue
                 with bound(session_id=sid, call_id=cid):
                     taken = await self._offer(key, rec, obs, at) or taken
-        kept = not taken and may_decide(obs)
+        kept = not taken and self._may_decide(sid, obs)
         if kept:
             # its delivery may be read later (another topic): kept, other calls pending or not
             self._keep_early(sid, obs, at)
@@ -380,12 +390,24 @@ class Tracker(Verdicts):
             return True
         if refusal is not None:
             return False
+        if rec.printed_before_delivery(at):
+            # the ordering rule (CallRecord): not about this delivery, whatever it reads like
+            log.debug("receipts.printed_before_delivery", at=at, handed_at=rec.handed_at)
+            return False
         verdict = match_observation(rec.expected, obs)
         if isinstance(verdict, NotAMatch):
             log.debug("receipts.not_a_match", field=verdict.field, reason=verdict.reason)
             return False
         await self._step(key, rec.observe(verdict, at))
         return True
+
+    def _may_decide(self, sid: str, obs: Doc) -> bool:
+        """Whether an observation no tracked call took can still decide a call of its Session
+        — one not decided yet, whose delivery may be read later: a refusal, a receipt or a
+        release (``decidable_calls``). Chatter (agent messages, reasoning, replayed echoes,
+        Subagent records) and records of calls already decided never enter the buffer."""
+        done = self.done.get(sid, {})
+        return any(cid not in done for cid in decidable_calls(obs))
 
     def _keep_early(self, sid: str, obs: Doc, at: float, save: bool = True) -> None:
         if save:
@@ -396,17 +418,23 @@ class Tracker(Verdicts):
         if queue is None:
             queue = self.early[sid] = deque()
         queue.append((at, obs))
+        self.early_count += 1
+        if len(queue) > EARLY_KEPT_PER_SESSION:
+            queue.popleft()  # this Session's oldest; its ``early_order`` entry is skipped
+            self.early_count -= 1
         order = self.early_order
         order.append((at, sid))
         now = self.clock()
         if order and order[0][0] < now - self.window:
             self.want_deliveries_read.set()  # may it go? only once the deliveries are read on
         horizon = self.early_horizon(now)
-        while order and (len(order) > EARLY_KEPT or order[0][0] < horizon):
-            _, osid = order.popleft()
+        while order and (self.early_count > EARLY_KEPT or order[0][0] < horizon):
+            oat, osid = order.popleft()
             oq = self.early.get(osid)
-            if oq:
+            # the Session's oldest is this entry's observation, or older (gone already: skip)
+            if oq and oq[0][0] <= oat:
                 oq.popleft()
+                self.early_count -= 1
                 if not oq:
                     del self.early[osid]
 

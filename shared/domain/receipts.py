@@ -39,6 +39,7 @@ from shared.domain.receipt_types import (
 )
 
 __all__ = [
+    "CALL_IDS",
     "CONFIRMED",
     "MATCHERS",
     "OBSERVATION_SCHEMA",
@@ -57,12 +58,12 @@ __all__ = [
     "State",
     "Step",
     "Verdict",
+    "decidable_calls",
     "digest",
     "expect",
     "joined_key",
     "match_native",
     "match_observation",
-    "may_decide",
     "part_keys",
 ]
 
@@ -86,18 +87,21 @@ def match_observation(expected: Expected, observation: Mapping[str, Any]) -> Ver
     return match_native(expected, native)
 
 
-def may_decide(obs: Mapping[str, Any]) -> bool:
-    """Whether an observation can decide some call (a refusal, a tool result, a release):
-    only those are kept for a delivery read later, so a backlog of chatter cannot crowd out
-    a receipt."""
+def decidable_calls(obs: Mapping[str, Any]) -> tuple[str, ...]:
+    """The calls an observation could decide: a refusal's call, or the calls its native record
+    could confirm or release (each harness's ``receipt_call_ids``). Only an observation with
+    some is worth keeping for a delivery read later; chatter (agent messages, reasoning,
+    replayed echoes, Subagent records) has none."""
+    refusal = obs.get("refusal")
+    if isinstance(refusal, Mapping):
+        cid = refusal.get("call_id")
+        return (cid,) if isinstance(cid, str) else ()
     native = obs.get("native")
-    if isinstance(obs.get("refusal"), dict):
-        return True
-    if not isinstance(native, Mapping):
-        return False
-    if native.get("type") in ("user", "tool_release"):
-        return True
-    return native.get("method") in ("item/completed", "item/released")
+    harness = obs.get("harness")
+    if not isinstance(native, Mapping) or not isinstance(harness, str):
+        return ()
+    ids = CALL_IDS.get(harness)
+    return ids(native) if ids is not None else ()
 
 
 # harness → its receipt matcher (in its harness module); a harness without one has no
@@ -105,6 +109,13 @@ def may_decide(obs: Mapping[str, Any]) -> bool:
 MATCHERS: Mapping[str, Callable[[Expected, Mapping[str, Any]], Verdict]] = {
     claude.HARNESS: claude.match_receipt,
     codex.HARNESS: codex.match_receipt,
+}
+
+
+# harness → the calls one of its records could decide
+CALL_IDS: Mapping[str, Callable[[Mapping[str, Any]], tuple[str, ...]]] = {
+    claude.HARNESS: claude.receipt_call_ids,
+    codex.HARNESS: codex.receipt_call_ids,
 }
 
 
@@ -157,12 +168,17 @@ Step = Publish | Log | None
 
 @dataclass(slots=True)
 class CallRecord:
-    """The tracker's per-call record. ``deadline`` is wall-clock epoch seconds (durable across
-    restarts), set when the delivery is handed to the Runtime."""
+    """The tracker's per-call record. ``handed_at`` and ``deadline`` are wall-clock epoch
+    seconds (durable across restarts), set when the delivery is handed to the Runtime.
+
+    The ordering rule: an observation printed before the result was handed over is not about
+    this delivery — not its receipt, not its release — whatever it reads like (a harness
+    cannot record an answer it has not been given)."""
 
     expected: Expected
     state: State = State.PENDING
     deadline: float | None = None
+    handed_at: float | None = None
     reason: str | None = None
     window: float = RECEIPT_WINDOW_S
 
@@ -181,11 +197,17 @@ class CallRecord:
         redelivery never extends the window)."""
         if self.state is not State.PENDING or self.deadline is not None:
             return None
+        self.handed_at = now
         self.deadline = now + self.window
         return self.deadline
 
+    def printed_before_delivery(self, at: float) -> bool:
+        """The ordering rule: an observation printed at ``at`` predates the hand-over."""
+        return self.handed_at is not None and at < self.handed_at
+
     def observe(self, verdict: Verdict, now: float) -> Step:
-        if isinstance(verdict, NotAMatch):
+        """``now`` is when the observation was printed (its Kafka timestamp)."""
+        if isinstance(verdict, NotAMatch) or self.printed_before_delivery(now):
             return None
         if self.state is not State.PENDING:
             if isinstance(verdict, Released):

@@ -6,9 +6,10 @@ depends on the receipt, not on the order the tracker reads the two records in: a
 inside the window means ``applied``, a refusal means ``failed`` — whether or not another call of
 the same Session (A) is pending at that moment.
 
-The tracker is driven through its two record handlers in the order under test (receipt ~50 ms
-before B's delivery is consumed) over the real Kafka and store; the verdicts are read from
-``core.facts`` by an independent consumer."""
+The tracker is driven through its two record handlers in the order under test (the receipt,
+printed 10 ms after B was handed over, is read ~50 ms before B's delivery record is consumed)
+over the real Kafka and store; the verdicts are read from ``core.facts`` by an independent
+consumer."""
 
 from __future__ import annotations
 
@@ -85,11 +86,13 @@ async def test_observation_before_delivery(settings: Settings, a_pending: bool, 
         if a_pending:
             await svc.tracker.open_call(delivery(sid, a), time.time())
             assert (sid, a) in svc.tracker.calls
+        handed = time.time()  # B's delivery handed over: its record's timestamp
+        await asyncio.sleep(0.01)
         obs = receipt(sid, b) if early == "receipt" else refusal(sid, b)
         await svc.tracker.observe(obs, time.time(), observed_ts=time.time())
         await asyncio.sleep(0.05)
-        # B's delivery consumed 50 ms later
-        await svc.tracker.open_call(delivery(sid, b), time.time())
+        # B's delivery record consumed 50 ms after the observation printed after it
+        await svc.tracker.open_call(delivery(sid, b), handed)
 
         seen: dict[str, Json] = {}
         # until both verdicts are read (A's comes after its 2 s window), on a loaded broker

@@ -122,9 +122,11 @@ def test_a_release_of_another_turn_does_not_release_the_call() -> None:
     assert isinstance(verdict, receipts.NotAMatch) and verdict.field == "turnId"
 
 
-def test_an_empty_failed_result_is_confirmed_by_the_identical_record() -> None:
-    """A failed result with no output and no error is delivered as an empty list; Codex
-    records exactly that (the same record an interrupt prints): the exact-content rule
-    confirms it (docs/runtime-boundary.md)."""
+def test_a_bare_failed_result_is_never_confirmed_by_the_release_record() -> None:
+    """Seed: "A timeout or native release without confirmation leaves application uncertain."
+    A result of just ``{"success": false}`` is delivered as an empty list; what Codex prints
+    when it applies that answer is byte for byte the record it prints when it releases the
+    unanswered call (golden ``unanswered.jsonl``: status failed, success false, contentItems
+    []). A record that may be a release is not a confirmation: it releases."""
     assert receipts.match_native(_expected("unanswered", False, []),
-                                 completed("unanswered")) == receipts.CONFIRMED
+                                 completed("unanswered")) == receipts.RELEASED

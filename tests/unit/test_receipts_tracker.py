@@ -7,7 +7,8 @@ clock ticks, and checks after every step:
 * one verdict per call (a republished claim is the same fact), never one for a call not
   delivered, never anything but an ``application`` fact (Core never replays a result);
 * ``applied`` iff an exact live receipt was printed within the window of the first delivery
-  (before any refusal); ``failed`` iff the Runtime refused first; ``uncertain`` otherwise;
+  (after it was handed over, before any refusal); ``failed`` iff the Runtime refused first;
+  ``uncertain`` otherwise;
 * at the end, every delivered call has its verdict."""
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from tests.support.fakes.receipts import (
     Facts,
     MemoryReceiptStore,
     announced,
+    codex_announced,
+    codex_completed,
     delivery,
     receipt,
     refusal,
@@ -104,6 +107,57 @@ def test_a_receipt_read_after_the_deadline_counts_when_the_deadline_waited_for_i
 
     run(scenario())
     assert [f["state"] for f in facts.verdicts()["s/a"]] == ["applied"]
+
+
+def test_a_receipt_printed_before_its_delivery_was_handed_over_does_not_confirm_it() -> None:
+    """Seed: the pending call clears when the adapter confirms native application of the
+    delivered result. A record printed before the result was handed to the Runtime cannot be
+    the harness applying it, even when it reads exactly like the receipt (it is kept, the
+    delivery is read later, and it must not be offered as its receipt)."""
+    facts, clock = Facts(), Clock()
+    t = tracker(MemoryReceiptStore(), facts, clock)
+    at = clock()
+
+    async def scenario() -> None:
+        await t.observe_batch([(announced("s", "a"), at - 1), (receipt("s", "a"), at)])
+        await t.open_call(delivery("s", "a"), at + 0.5)  # handed over after the record
+        clock.now = at + 0.5 + WINDOW + 1
+        t.read_up_to = clock()
+        await t.fire_due(t.decidable(clock()))
+        await t.drain()
+
+    run(scenario())
+    assert [f["state"] for f in facts.verdicts()["s/a"]] == ["uncertain"]
+
+
+@pytest.mark.parametrize("release_first", [True, False], ids=["release-first", "result-first"])
+def test_a_codex_release_never_confirms_a_bare_failed_result(release_first: bool) -> None:
+    """Issue 57 item 1: ``{"success": false}`` is delivered as ``[]``; Codex's release of the
+    unanswered call (an interrupt) is ``item/completed`` failed / false / ``[]``. Printed 2 s
+    before the result was delivered it must not confirm it; printed after, it cannot be told
+    from the harness applying the answer, and a possible release is no confirmation: the
+    verdict is ``uncertain`` either way, never ``applied``."""
+    facts, clock = Facts(), Clock()
+    t = tracker(MemoryReceiptStore(), facts, clock)
+    at = clock()
+    release = codex_completed("s", "a", [], success=False)
+    bare = {**delivery("s", "a", success=False), "content": []}
+
+    async def scenario() -> None:
+        await t.observe_batch([(codex_announced("s", "a"), at - 1)])
+        if release_first:
+            await t.observe_batch([(release, at)])
+            await t.open_call(bare, at + 2)
+        else:
+            await t.open_call(bare, at)
+            await t.observe_batch([(release, at + 2)])
+        clock.now = at + 2 + WINDOW + 1
+        t.read_up_to = clock()
+        await t.fire_due(t.decidable(clock()))
+        await t.drain()
+
+    run(scenario())
+    assert [f["state"] for f in facts.verdicts()["s/a"]] == ["uncertain"]
 
 
 def test_read_up_to_needs_an_assignment_and_every_partition_handled() -> None:
@@ -275,6 +329,21 @@ class TrackerMachine(RuleBasedStateMachine):
             self.restart(kill=True)
         self.open(key)
 
+    @precondition(lambda self: any(k not in self.handed for k in self.announced))
+    @rule(data=st.data(), read_first=st.booleans())
+    def record_printed_before_delivery(self, data: st.DataObject, read_first: bool) -> None:
+        """A record that reads exactly like the receipt is printed before the result is handed
+        over (read before or after the delivery): it is not the harness applying it."""
+        key = data.draw(st.sampled_from(sorted(k for k in self.announced
+                                               if k not in self.handed)))
+        self.print_obs(receipt(*key))
+        self.printed.setdefault(key, []).append((self.clock(), "exact"))
+        if read_first:
+            self.read(len(self.queue))
+        self.clock.now += 0.01
+        self.handed[key] = self.clock()
+        self.open(key)
+
     @staticmethod
     async def killed(coro: Any) -> None:
         with contextlib.suppress(Killed):
@@ -318,7 +387,7 @@ class TrackerMachine(RuleBasedStateMachine):
     def expected(self, key: Key) -> str:
         deadline = self.handed[key] + WINDOW
         for ts, kind in sorted(self.printed.get(key, [])):
-            if ts <= deadline:
+            if self.handed[key] <= ts <= deadline:  # printed after the hand-over, in time
                 return "applied" if kind == "exact" else "failed"
         return "uncertain"
 
@@ -384,6 +453,65 @@ def test_a_receipt_kept_for_its_delivery_is_not_crowded_out_by_other_observation
     run(scenario())
     assert [f["state"] for f in facts.verdicts()["s/a"]] == ["applied"]
 
+
+
+def _codex_agent_message(sid: str, n: int) -> Doc:
+    return {"schema": "runtime.observation/1", "session_id": sid, "harness": "codex",
+            "native": {"method": "item/completed", "params": {
+                "threadId": "th-1", "turnId": "tu-1",
+                "item": {"type": "agentMessage", "id": f"msg_{n}", "text": "thinking"}}}}
+
+
+def _claude_echo(sid: str, n: int) -> Doc:
+    return {"schema": "runtime.observation/1", "session_id": sid, "harness": "claude_code",
+            "native": {"type": "user", "uuid": f"echo-{n}", "session_id": "native-1",
+                       "parent_tool_use_id": None, "isReplay": True,
+                       "message": {"role": "user", "content": [{"type": "text",
+                                                                "text": "steer"}]}}}
+
+
+def _claude_replayed_result(sid: str, n: int) -> Doc:
+    return receipt(sid, f"old-{n}", isReplay=True)
+
+
+def _other_sessions_receipts(sid: str, n: int) -> Doc:
+    return codex_completed(f"other-{n % 50}", f"c{n}", [{"type": "inputText", "text": "x"}])
+
+
+CHATTER = {"codex agent messages": _codex_agent_message, "claude isReplay echoes": _claude_echo,
+           "claude replayed tool results": _claude_replayed_result,
+           "other Sessions' receipts": _other_sessions_receipts}
+
+
+@pytest.mark.parametrize("harness", ["codex", "claude_code"])
+@pytest.mark.parametrize("n", [100, 4100])
+@pytest.mark.parametrize("kind", sorted(CHATTER))
+def test_a_receipt_that_overtook_its_delivery_survives_any_amount_of_chatter(
+        harness: str, n: int, kind: str) -> None:
+    """Issue 57 item 2. Seed: the pending call clears when the adapter confirms native
+    application within 10 s. A receipt read before its delivery record (two topics) is kept for
+    it; what is read in between — completions of other items, replayed echoes, other
+    Sessions' receipts — cannot decide this Session's call and must not push it out: 100 or
+    4 100 of them, the verdict is ``applied``."""
+    facts, clock = Facts(), Clock()
+    t = tracker(MemoryReceiptStore(), facts, clock)
+    handed = clock()
+    if harness == "codex":
+        announce = codex_announced("s", "a")
+        rcpt = codex_completed("s", "a", [{"type": "inputText", "text": "ok"}])
+    else:
+        announce, rcpt = announced("s", "a"), receipt("s", "a")
+    make = CHATTER[kind]
+    chatter = [(make("s", i), handed + 0.02 + 0.000_001 * i) for i in range(n)]
+
+    async def scenario() -> None:
+        await t.observe_batch([(announce, handed - 1), (rcpt, handed + 0.01)])
+        await t.observe_batch(chatter)
+        await t.open_call(delivery("s", "a"), handed)
+        await t.drain()
+
+    run(scenario())
+    assert [f["state"] for f in facts.verdicts()["s/a"]] == ["applied"]
 
 
 @pytest.mark.parametrize("killed", ["open_pending", "before_claim"])

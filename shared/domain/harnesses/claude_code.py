@@ -403,6 +403,25 @@ class ClaudeTurn:
 # --------------------------------------------------------------------------- receipts
 
 
+def receipt_call_ids(native: Mapping[str, Any]) -> tuple[str, ...]:
+    """The calls a record could decide (confirm or release): the ``tool_result`` blocks of a
+    live root ``user`` record (``is_live_root``), or a ``tool_release``. Replayed echoes of our
+    own input, synthetic and Subagent records, and every other type decide none."""
+    kind = native.get("type")
+    if kind == "tool_release":
+        cid = native.get("tool_use_id")
+        return (cid,) if isinstance(cid, str) else ()
+    if kind != "user" or not is_live_root(native):
+        return ()
+    message = native.get("message")
+    blocks = message.get("content") if isinstance(message, Mapping) else None
+    if not isinstance(blocks, list):
+        return ()
+    return tuple(b["tool_use_id"] for b in blocks
+                 if isinstance(b, Mapping) and b.get("type") == "tool_result"
+                 and isinstance(b.get("tool_use_id"), str))
+
+
 def match_receipt(expected: Expected, native: Mapping[str, Any]) -> Verdict:
     """The receipt matcher (``shared.domain.receipts.match_native`` dispatches here).
 

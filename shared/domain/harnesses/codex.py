@@ -157,6 +157,33 @@ def classify_all(native: Mapping[str, Any]) -> list[Fact]:
 # --------------------------------------------------------------------------- receipts
 
 
+def receipt_call_ids(native: Mapping[str, Any]) -> tuple[str, ...]:
+    """The calls a record could decide (confirm or release): a dynamic-tool call's
+    ``item/completed`` or an ``item/released``. Every other record — the completion of an agent
+    message, of reasoning, of a command — decides none."""
+    params = native.get("params")
+    if not isinstance(params, Mapping):
+        return ()
+    method = native.get("method")
+    if method == "item/released":
+        cid = params.get("callId")
+        return (cid,) if isinstance(cid, str) else ()
+    if method != "item/completed":
+        return ()
+    item = params.get("item")
+    if not isinstance(item, Mapping) or item.get("type") != "dynamicToolCall":
+        return ()
+    cid = item.get("id")
+    return (cid,) if isinstance(cid, str) else ()
+
+
+def is_release(item: Mapping[str, Any]) -> bool:
+    """A ``dynamicToolCall`` item as the real app-server prints it when the Turn ends with the
+    call unanswered (golden ``unanswered.jsonl``): failed, ``success: false``, no content."""
+    return (item.get("status") == "failed" and item.get("success") is False
+            and item.get("contentItems") == [])
+
+
 def match_receipt(expected: Expected, native: Mapping[str, Any]) -> Verdict:
     """The receipt matcher (``shared.domain.receipts.match_native`` dispatches here).
 
@@ -168,9 +195,10 @@ def match_receipt(expected: Expected, native: Mapping[str, Any]) -> Verdict:
     releases a call with the same record: when the Turn ends (interrupted) with the call
     unanswered, the real app-server prints that call's ``item/completed`` with ``status:
     "failed"``, ``success: false`` and ``contentItems: []`` (there is no ``item/released`` in
-    0.169): for any result other than a failure with no content, that record is a release. The
-    Runtime also reports ``item/released`` (marked ``synthesized``) for calls of a harness
-    process that died.
+    0.169): that record is a release (``is_release``) whatever was delivered — also for a bare
+    failed result (delivered as ``[]``), whose application Codex records with the very same
+    record: a record that may be a release never confirms. The Runtime also reports
+    ``item/released`` (marked ``synthesized``) for calls of a harness process that died.
     """
     method = native.get("method")
     params = native.get("params")
@@ -195,10 +223,7 @@ def match_receipt(expected: Expected, native: Mapping[str, Any]) -> Verdict:
     if item.get("tool") != expected.name:
         return differs("item.tool", expected.name, item.get("tool"))
     got = item.get("contentItems")
-    if (item.get("status") == "failed" and item.get("success") is False and got == []
-            and not (expected.success is False and not expected.content)):
-        # What the real app-server prints when the Turn ends (interrupt) with the call
-        # unanswered: the call's item/completed, failed, with no content. Not this result.
+    if is_release(item):
         return RELEASED
     status = expected_status(expected.success)
     if item.get("status") != status:

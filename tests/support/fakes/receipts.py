@@ -157,3 +157,24 @@ def refusal(sid: str, cid: str) -> Doc:
             "native": None, "refusal": {"delivery_id": f"dlv-{cid}", "kind": "function_result",
                                         "reason": "no pending call", "terminal": True,
                                         "call_id": cid}}
+
+
+def codex_announced(sid: str, cid: str, thread: str = "th-1", turn: str = "tu-1") -> Doc:
+    """Codex's ``item/started`` of a dynamic-tool call (what announces the call)."""
+    return {"schema": "runtime.observation/1", "session_id": sid, "harness": "codex",
+            "native": {"method": "item/started", "params": {
+                "threadId": thread, "turnId": turn, "item": {
+                    "type": "dynamicToolCall", "id": cid, "tool": "f", "arguments": {},
+                    "status": "inProgress", "contentItems": None, "success": None}}}}
+
+
+def codex_completed(sid: str, cid: str, items: list[Doc], *, success: bool = True,
+                    thread: str = "th-1", turn: str = "tu-1") -> Doc:
+    """Codex's ``item/completed`` of a dynamic-tool call. With ``success=False`` and no items it
+    is also what Codex prints when it releases the call unanswered (golden unanswered.jsonl)."""
+    return {"schema": "runtime.observation/1", "session_id": sid, "harness": "codex",
+            "native": {"method": "item/completed", "params": {
+                "threadId": thread, "turnId": turn, "item": {
+                    "type": "dynamicToolCall", "id": cid, "tool": "f", "arguments": {},
+                    "status": "completed" if success else "failed", "contentItems": items,
+                    "success": success}}}}
