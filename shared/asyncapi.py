@@ -64,6 +64,10 @@ def document() -> dict[str, Any]:
                     description="The public Kafka surface of Session Core (CONTRACT §2).",
                     schema_version="3.0.0")
     doc: dict[str, Any] = json.loads(spec.to_specification().to_json())
+    named: dict[str, Any] = {}
+    schemas = contracts.name_nested_unions(doc["components"]["schemas"], named,
+                                           "#/components/schemas/{model}")
+    doc["components"]["schemas"] = dict(sorted({**schemas, **named}.items()))
     return doc
 
 

@@ -105,6 +105,36 @@ class MessageItem(_ItemBase, _Envelope):
     turn_id: str
 
 
+class OutputText(BaseModel):
+    model_config = _EXACT
+    type: Literal["output_text"]
+    text: str = Field(description="exactly as the harness printed it: never trimmed, never "
+                                  "joined with another message")
+
+
+class AgentMessageItem(_ItemBase):
+    """What the harness's root agent said in a Turn (one native message: a Codex
+    ``agentMessage``, one text block of a Claude Code root ``assistant`` record)."""
+
+    type: Literal["message"]
+    role: Literal["agent"]
+    turn_id: str
+    content: Annotated[list[OutputText], Field(min_length=1, max_length=1)]
+    phase: Literal["commentary", "final_answer"] = Field(
+        description="final_answer: the Turn's answer; commentary: said on the way")
+    phase_source: Literal["provider", "derived"] = Field(
+        description="provider: the harness reported the phase; derived: Core inferred it (the "
+                    "Turn's last agent message with no function call after it is its "
+                    "final_answer)")
+
+
+class Usage(BaseModel):
+    model_config = _EXACT
+    input_tokens: Annotated[int, Field(ge=0)]
+    output_tokens: Annotated[int, Field(ge=0)]
+    cached_input_tokens: Annotated[int, Field(ge=0)]
+
+
 class FunctionCallItem(_ItemBase):
     type: Literal["function_call"]
     call_id: str
@@ -135,9 +165,14 @@ class TurnItem(_ItemBase):
     turn_id: str
     state: Literal["started", "completed", "failed"]
     reason: str | None
+    usage: Usage | None = Field(
+        default=None, description="on a Turn's end: the tokens the harness reported for the "
+        "Turn (summed over its model responses), null when it reported none; absent on "
+        "``started``")
 
 
-Item = Annotated[MessageItem | FunctionCallItem | FunctionCallOutputItem
+AnyMessageItem = Annotated[MessageItem | AgentMessageItem, Field(discriminator="role")]
+Item = Annotated[AnyMessageItem | FunctionCallItem | FunctionCallOutputItem
                  | FunctionCallApplicationItem | TurnItem, Field(discriminator="type")]
 
 
@@ -335,10 +370,36 @@ SCHEMAS: dict[str, Any] = {
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "docs" / "schemas"
 
 
+def name_nested_unions(value: Any, defs: dict[str, Any], ref_template: str) -> Any:
+    """``value`` with each union nested in a discriminated union (the message Items, by
+    ``role`` under ``type: message``) made a named schema in ``defs``: pydantic writes it inline
+    as a discriminator ``mapping`` value, where JSON Schema / OpenAPI / AsyncAPI want a
+    reference. Returns the rewritten value; ``defs`` gains ``AnyMessageItem``."""
+    if isinstance(value, list):
+        return [name_nested_unions(v, defs, ref_template) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: name_nested_unions(v, defs, ref_template) for k, v in value.items()}
+    disc = out.get("discriminator")
+    mapping = disc.get("mapping") or {} if isinstance(disc, dict) else {}
+    for tag, target in list(mapping.items()):
+        if isinstance(target, dict):
+            name = f"Any{tag.title().replace('_', '')}Item"
+            defs[name] = target
+            ref = ref_template.format(model=name)
+            mapping[tag] = ref
+            out["oneOf"] = [{"$ref": ref} if v == target else v for v in out.get("oneOf", [])]
+    return out
+
+
 def json_schema(name: str) -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of one topic's records, as a consumer reads them."""
     schema: dict[str, Any] = TypeAdapter(SCHEMAS[name]).json_schema(by_alias=True,
                                                                      mode="serialization")
+    named: dict[str, Any] = {}
+    schema = name_nested_unions(schema, named, "#/$defs/{model}")
+    if named:
+        schema["$defs"] = dict(sorted({**schema.get("$defs", {}), **named}.items()))
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = f"https://session-core.dev/schemas/{name}.json"
     schema.setdefault("title", name)

@@ -206,11 +206,13 @@ def component_schemas() -> dict[str, Json]:
     union = TypeAdapter(contracts.Item).json_schema(ref_template=REF, mode="serialization")
     union.pop("$defs", None)
     defs = {name: _named(schema, union) for name, schema in defs.items()}
-    for name in ("MessageItem", "FunctionCallItem", "FunctionCallOutputItem",
+    for name in ("MessageItem", "AgentMessageItem", "FunctionCallItem", "FunctionCallOutputItem",
                  "FunctionCallApplicationItem", "TurnItem"):
         for field in _TOPIC_ONLY:
             defs[name]["properties"].pop(field, None)
-    defs["Item"] = {**union, "description": "A public Item (CONTRACT §2), by `type`."}
+    union = contracts.name_nested_unions(union, defs, REF)
+    defs["Item"] = {**union, "description": "A public Item (CONTRACT §2), by `type` (and a "
+                    "message by `role`)."}
     return dict(sorted(defs.items()))
 
 

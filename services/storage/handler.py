@@ -13,6 +13,7 @@ from services.storage.decided import DecidedState
 from services.storage.repository import StorageRepository
 from shared import itemstore, records, typedrecords
 from shared.domain import errors, idempotency
+from shared.domain.agent_output import AgentSaid, Said, UsageReported, said_all
 from shared.domain.observations import CallOpened, TurnEnded, classify_all
 from shared.domain.sessions import (
     Decision,
@@ -93,11 +94,39 @@ def record_to_inputs(rec: Json) -> list[Json]:
 
 
 def _observed_facts(obs: typedrecords.Observation, rec: Json) -> list[Json]:
+    """The facts one observation shows, in the order the harness printed them: what the agent
+    said and the calls it made (a Claude Code record's blocks in their order), the usage it
+    reported, then the Turn's end."""
     out: list[Json] = []
     sid = obs.session_id
     native = rec.get("native")
     obs_id = rec.get("observation_id") or (native or {}).get("uuid")
-    for c in classify_all(obs.harness or "", native):
+    root = rec.get("root_thread_id")
+    said = said_all(obs.harness or "", native, fallback_id=obs_id,
+                    root_thread_id=root if isinstance(root, str) else None)
+    ordered: list[Said | CallOpened | TurnEnded] = [
+        *said, *classify_all(obs.harness or "", native)]
+    ordered.sort(key=lambda f: _printed_at(native, f))
+    for c in ordered:
+        if isinstance(c, AgentSaid):
+            out.append({
+                "schema": records.FACT,
+                "fact_id": f"obs:{sid}:agent:{c.key}",
+                "session_id": sid,
+                "kind": "agent_message",
+                "turn_id": rec.get("turn_id"),
+                "text": c.text,
+                "phase": c.phase,
+            })
+        if isinstance(c, UsageReported):
+            out.append({
+                "schema": records.FACT,
+                "fact_id": f"obs:{sid}:usage:{c.key}",
+                "session_id": sid,
+                "kind": "usage",
+                "turn_id": rec.get("turn_id"),
+                "usage": c.usage,
+            })
         if isinstance(c, CallOpened):
             out.append({
                 "schema": records.FACT,
@@ -123,6 +152,26 @@ def _observed_facts(obs: typedrecords.Observation, rec: Json) -> list[Json]:
                 "reason": _end_reason(c.state, rec.get("end_reason")),
             })
     return out
+
+
+def _printed_at(native: Any, fact: Said | CallOpened | TurnEnded) -> int:
+    """Where in its record the harness printed ``fact``: a Claude Code ``assistant`` record's
+    block index (text and ``tool_use`` blocks may share a record); usage before a Turn's end,
+    which comes last."""
+    if isinstance(fact, TurnEnded):
+        return 1 << 30
+    if isinstance(fact, UsageReported):
+        return (1 << 30) - 1
+    msg = native.get("message") if isinstance(native, dict) else None
+    blocks = msg.get("content") if isinstance(msg, dict) else None
+    if not isinstance(blocks, list):
+        return 0
+    if isinstance(fact, AgentSaid):
+        return int(fact.key.rsplit(":", 1)[1])
+    for i, b in enumerate(blocks):
+        if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("id") == fact.call_id:
+            return i
+    return 0
 
 
 def _end_reason(state: str, end_reason: Any) -> str | None:

@@ -13,6 +13,7 @@ import hashlib
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from shared.domain.agent_output import PROVIDER_PHASES, add_usage
 from shared.domain.tenancy import DEFAULT_TENANT
 from shared.domain.wire import next_delivery_id
 from shared.storekeys import (
@@ -43,6 +44,10 @@ class SessionState:
     metadata: Json | None = None
     open_calls: dict[str, str] = field(default_factory=dict)  # call_id → name
     tenant: str = DEFAULT_TENANT  # the tenant of the key that created it; never changes
+    # the running Turn's last agent message whose phase the harness did not give, held until
+    # what follows it decides the phase ({"turn_id", "text"}; ``_flush_said``)
+    said: Json | None = None
+    turn_usage: Json | None = None  # the running Turn's usage reported so far (summed)
 
     def evolve(self, **changes: Any) -> SessionState:
         """``dataclasses.replace(self, **changes)`` without its per-field introspection (5–8 µs
@@ -68,6 +73,8 @@ class SessionState:
             "metadata": self.metadata,
             "open_calls": dict(self.open_calls),
             "tenant": self.tenant,
+            "said": self.said,
+            "turn_usage": self.turn_usage,
         }
 
     @classmethod
@@ -86,6 +93,8 @@ class SessionState:
             metadata=doc.get("metadata"),
             open_calls=dict(doc.get("open_calls") or {}),
             tenant=doc.get("tenant") or DEFAULT_TENANT,
+            said=doc.get("said"),
+            turn_usage=doc.get("turn_usage"),
         )
 
 
@@ -152,6 +161,31 @@ class _Builder:
         self.state = self.state.evolve(last_sequence=seq)
         self.items.append(item)
         return item
+
+
+def _agent_item(b: _Builder, turn_id: str, text: str, phase: str, source: str) -> Json:
+    """An agent message Item: the text exactly as the harness printed it, one part."""
+    return b.add("message", role="agent", turn_id=turn_id,
+                 content=[{"type": "output_text", "text": text}], phase=phase,
+                 phase_source=source)
+
+
+def _flush_said(b: _Builder, phase: str) -> None:
+    """The held agent message (``SessionState.said``), published with the phase what followed
+    it decided: ``commentary`` when a function call or another message of its Turn follows,
+    ``final_answer`` when its Turn ends first."""
+    said = b.state.said
+    if said is not None:
+        b.state = b.state.evolve(said=None)
+        _agent_item(b, said["turn_id"], said["text"], phase, "derived")
+
+
+def _end_turn(b: _Builder, turn_id: str | None, state: str, reason: str | None) -> None:
+    """A Turn's end: its held message is its final answer, then the ``turn`` Item with the
+    usage the harness reported for the Turn (``null`` when it reported none)."""
+    _flush_said(b, "final_answer")
+    b.add("turn", turn_id=turn_id, state=state, reason=reason, usage=b.state.turn_usage)
+    b.state = b.state.evolve(turn_running=False, turn_usage=None)
 
 
 def _message_items(b: _Builder, messages: list[Json], event_id: str, turn_id: str,
@@ -271,9 +305,12 @@ def decide_message(state: SessionState, record: Json, now: str) -> Decision:
         turn_id = b.ids.next("turn")
         kind = "start"
     msgs = _message_items(b, record["messages"], record["event_id"], turn_id, _passthrough(record))
+    changes: Json = {}
     if delivery == "started":
         b.add("turn", turn_id=turn_id, state="started", reason=None)
-    new = b.state.evolve(version=state.version + 1, turn_id=turn_id, turn_running=True)
+        changes["turn_usage"] = None
+    new = b.state.evolve(version=state.version + 1, turn_id=turn_id, turn_running=True,
+                         **changes)
     d = Decision(source_key=key, session_id=state.session_id, state=new, items=b.items)
     body = {"event_id": record["event_id"], "delivery": delivery, "items": b.items}
     d.reply = {"request_id": record["request_id"], "status": 202, "body": body}
@@ -303,8 +340,8 @@ def decide_steer_refused(state: SessionState, fact: Json, messages: list[Json], 
     ended = fact.get("turn_id")
     turn_id, running = state.turn_id, state.turn_running
     if running and turn_id == ended:
-        b.add("turn", turn_id=ended, state="completed",
-              reason="the runtime had ended the Turn before a steered message reached it")
+        _end_turn(b, ended, "completed",
+                  "the runtime had ended the Turn before a steered message reached it")
         running = False
     if running and turn_id:
         kind = "steer"
@@ -384,6 +421,7 @@ def decide_fact(state: SessionState, fact: Json, now: str) -> Decision:
         if call_id in state.open_calls:
             d.log.append("function_call.repeat")
             return d
+        _flush_said(b, "commentary")  # a message before the call is not the Turn's answer
         b.add(
             "function_call",
             call_id=call_id,
@@ -414,10 +452,31 @@ def decide_fact(state: SessionState, fact: Json, now: str) -> Decision:
             if not state.turn_running or tid != state.turn_id:
                 d.log.append("turn.end_for_inactive_turn")
                 return d
-            b.add("turn", turn_id=tid, state=fact["state"], reason=fact.get("reason"))
-            new = b.state.evolve(turn_running=False)
+            _end_turn(b, tid, fact["state"], fact.get("reason"))
+            new = b.state
         else:
             return d
+    elif kind == "agent_message":
+        tid = fact.get("turn_id") or state.turn_id
+        if tid is None:
+            d.log.append("agent_message.no_turn")
+            return d
+        running = state.turn_running and tid == state.turn_id
+        if running:
+            _flush_said(b, "commentary")  # a later message of its Turn follows it
+        if fact.get("phase") in PROVIDER_PHASES:
+            _agent_item(b, tid, fact["text"], fact["phase"], "provider")
+        elif running:
+            b.state = b.state.evolve(said={"turn_id": tid, "text": fact["text"]})
+        else:
+            # printed after Core ended its Turn: nothing can follow it there
+            _agent_item(b, tid, fact["text"], "final_answer", "derived")
+        new = b.state
+    elif kind == "usage":
+        if not state.turn_running or (fact.get("turn_id") or state.turn_id) != state.turn_id:
+            d.log.append("usage.for_inactive_turn")
+            return d
+        new = state.evolve(turn_usage=add_usage(state.turn_usage, fact["usage"]))
     elif kind == "application":
         call_id = fact["call_id"]
         b.add(

@@ -140,5 +140,7 @@ def test_a_replayed_tool_use_gives_storage_no_function_call_fact(key: str, value
                 "session_id": sid, "harness": "claude_code", "native": native}
 
     live = record_to_inputs(observation(assistant()))
-    assert [(f["kind"], f["call_id"]) for f in live] == [("function_call", "toolu_1")]
+    # the live record: its text is an agent message, its tool_use the call
+    assert [(f["kind"], f.get("call_id")) for f in live] == [("agent_message", None),
+                                                             ("function_call", "toolu_1")]
     assert record_to_inputs(observation(with_flag(assistant(), key, value))) == []

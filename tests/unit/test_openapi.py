@@ -134,7 +134,14 @@ def test_answers_are_the_contract_models(served: dict[str, Any]) -> None:
     assert schemas["Item"]["discriminator"]["propertyName"] == "type"
     assert schemas["ItemPage"]["properties"]["items"]["items"] == {
         "$ref": "#/components/schemas/Item"}
-    for name in schemas["Item"]["discriminator"]["mapping"].values():
+    names = list(schemas["Item"]["discriminator"]["mapping"].values())
+    message = schemas["AnyMessageItem"]  # the message Items, by role
+    assert message["discriminator"]["propertyName"] == "role"
+    names += list(message["discriminator"]["mapping"].values())
+    names.remove("#/components/schemas/AnyMessageItem")
+    assert {"#/components/schemas/MessageItem", "#/components/schemas/AgentMessageItem"} <= set(
+        names)
+    for name in names:
         item = schemas[name.removeprefix("#/components/schemas/")]
         assert item["additionalProperties"] is False
         assert not {"schema", "tenant"} & set(item["properties"]), name
