@@ -18,8 +18,11 @@ JSON-RPC over the process's stdin/stdout, one JSON object a line (no ``jsonrpc``
   ``{contentItems: [inputText…, inputImage…], success}`` in the delivered order (the output
   parts, then the error text as a final text part — the dispatcher already built that list);
 * what the binary prints about the thread is forwarded as observations (``native`` = the line):
-  ``turn/started``, ``item/started``, ``item/completed``, ``item/tool/call``, ``turn/completed``,
-  ``error``; streaming deltas, token usage, rate limits and status pings are not forwarded;
+  ``turn/started``, ``item/started``, ``item/completed`` (an ``agentMessage`` is what the agent
+  said), ``item/tool/call``, ``thread/tokenUsage/updated`` (a Turn's usage), ``turn/completed``,
+  ``error``; streaming deltas, rate limits and status pings are not forwarded. Each envelope
+  names the Session's thread (``root_thread_id``): a record of another thread is a subagent's,
+  never an agent message of the Session (``shared.domain.agent_output``);
 * the process dying, hanging (no output for ``turn_timeout_s`` while the model works) or
   printing too many non-JSON lines fails its Turn with a reason: the Runtime emits a
   ``turn/completed`` with ``status: "failed"`` marked ``"synthesized": true`` (the binary never
@@ -65,7 +68,7 @@ log = get_logger(__name__)
 
 HARNESS = adapter.HARNESS
 FORWARDED = frozenset({"turn/started", "item/started", "item/completed", "item/tool/call",
-                       "turn/completed", "error"})
+                       "thread/tokenUsage/updated", "turn/completed", "error"})
 MAX_BAD_LINES = 20  # consecutive non-JSON lines before the process is declared broken
 RPC_TIMEOUT_S = 60.0
 
@@ -166,8 +169,10 @@ class CodexLive:
     # ------------------------------------------------------------------ output
 
     def _out(self, proc: _Proc, native: Json | None, turn_id: str | None) -> None:
-        self._emit([Emit(envelope(self.options.runtime_id, HARNESS, proc.core_session_id,
-                                  turn_id, native))])
+        rec = envelope(self.options.runtime_id, HARNESS, proc.core_session_id, turn_id, native)
+        if proc.thread_id:  # the Session's own thread: records of any other are a subagent's
+            rec["root_thread_id"] = proc.thread_id
+        self._emit([Emit(rec)])
 
     def _refuse(self, delivery: Mapping[str, Any], reason: str, call_id: str | None = None,
                 code: str | None = None) -> None:
