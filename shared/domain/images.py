@@ -14,7 +14,12 @@ An image is admitted when, in this order (cheap checks first, the full decode la
 4. the bytes start with the declared format's signature (a PNG declared as JPEG is named as such);
    a PNG's chunk structure is complete: every chunk's CRC matches and ``IEND`` is the last thing
    in the file (Pillow's ``load()`` does not notice a missing ``IEND``, a bad ``IDAT`` CRC or
-   trailing bytes);
+   trailing bytes), and its chunks follow the grammar libpng enforces (no unknown critical
+   chunk; one ``PLTE`` at most, before ``IDAT``, required for colour type 3). A JPEG's first
+   frame is walked marker by marker and its scans must code the whole image
+   (``jpeg_scan_script_problem``: every component in a scan; progressive: every coefficient
+   0–63 of every component, refined down to ``Al = 0``) — libjpeg decodes a progressive JPEG
+   cut at a scan boundary and closed with EOI without a warning;
 5. Pillow opens it as the declared format (``formats=[…]``, so no other decoder is tried) and the
    header's ``width × height`` is within ``max_image_pixels`` and Pillow's
    ``Image.MAX_IMAGE_PIXELS`` → else 413; this runs before any pixel is decoded. Pillow's own
@@ -44,6 +49,7 @@ from __future__ import annotations
 
 import binascii
 import io
+import re
 import zlib
 from dataclasses import dataclass
 from struct import error as struct_error
@@ -148,9 +154,15 @@ class _PngLayout:
     idat: list[memoryview]  # the IDAT chunks' data, in order
 
 
+_PNG_CRITICAL = frozenset({b"IHDR", b"PLTE", b"IDAT", b"IEND"})
+
+
 def _walk_png(data: bytes) -> _PngLayout | str:
     """The chunk stream: signature, every CRC, IHDR first, IDAT chunks consecutive, IEND last
-    with nothing after it. The layout, or why ``data`` is not a complete PNG chunk stream."""
+    with nothing after it, and the chunk grammar libpng enforces: no unknown critical chunk
+    (first letter upper case), at most one ``PLTE``, before the first ``IDAT``, of 3 × 1..256
+    bytes, and one present for an indexed-colour image (colour type 3). The layout, or why
+    ``data`` is not a complete PNG chunk stream."""
     if not data.startswith(_PNG_SIGNATURE):
         return "not a PNG signature"
     view = memoryview(data)
@@ -159,6 +171,7 @@ def _walk_png(data: bytes) -> _PngLayout | str:
     ihdr: bytes | None = None
     idat: list[memoryview] = []
     idat_done = False
+    plte = False
     while True:
         if pos + 12 > end:
             return "truncated PNG (no IEND chunk)"
@@ -175,13 +188,25 @@ def _walk_png(data: bytes) -> _PngLayout | str:
         body = view[pos + 8 : data_end]
         if ihdr is None and ctype != b"IHDR":
             return "the first PNG chunk is not IHDR"
+        if not ctype[0] & 0x20 and ctype not in _PNG_CRITICAL:
+            return f"an unknown critical PNG chunk {ctype!r} (a decoder cannot skip it)"
         if ctype == b"IHDR":
             if ihdr is not None:
                 return "a second PNG IHDR chunk"
             ihdr = bytes(body)
+        elif ctype == b"PLTE":
+            if plte:
+                return "a second PNG PLTE chunk"
+            if idat:
+                return "PNG PLTE after IDAT"
+            if not 3 <= length <= 768 or length % 3:
+                return "PNG PLTE length is not 3 × 1..256 bytes"
+            plte = True
         elif ctype == b"IDAT":
             if idat_done:
                 return "PNG IDAT chunks are not consecutive"
+            if not idat and not plte and ihdr is not None and ihdr[9:10] == b"\x03":
+                return "indexed-colour PNG without a PLTE chunk before IDAT"
             idat.append(body)
         elif idat:
             idat_done = True
@@ -273,6 +298,145 @@ def check_png_image_data(layout: _PngLayout) -> str | None:
     return None
 
 
+# SOF markers whose frames are DCT coefficient scans: sequential (baseline, extended, arithmetic)
+# and progressive (Huffman, arithmetic). The rest (lossless, hierarchical) go to the decoder.
+_SOF_SEQUENTIAL = frozenset({0xC0, 0xC1, 0xC9})
+_SOF_PROGRESSIVE = frozenset({0xC2, 0xCA})
+_SOF_OTHER = frozenset({0xC3, 0xC5, 0xC6, 0xC7, 0xCB, 0xCD, 0xCE, 0xCF})
+# the next marker after entropy-coded data: FF not followed by a stuffed 00 or a restart marker
+_JPEG_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7]")
+
+
+@dataclass(frozen=True, slots=True)
+class JpegScan:
+    """One SOS header: its component ids, spectral band ``ss..se``, successive approximation
+    bit positions ``ah`` (0: first pass) and ``al``."""
+
+    components: tuple[int, ...]
+    ss: int
+    se: int
+    ah: int
+    al: int
+
+
+def _jpeg_first_frame(data: bytes) -> tuple[bool | None, tuple[int, ...], list[JpegScan]] | str:
+    """Walk the markers of the first frame up to its EOI, skipping entropy-coded data: whether
+    the frame is progressive (``None``: neither sequential nor progressive DCT), its component
+    ids and its scans — or why the marker structure is broken. Bytes after EOI are not read."""
+    end = len(data)
+    pos = 2  # after SOI
+    progressive: bool | None = None
+    components: tuple[int, ...] | None = None
+    scans: list[JpegScan] = []
+    while True:
+        if pos + 2 > end:
+            return "the JPEG ends before its EOI marker"
+        if data[pos] != 0xFF:
+            return "bytes where a JPEG marker belongs"
+        while pos + 1 < end and data[pos + 1] == 0xFF:  # fill bytes before a marker
+            pos += 1
+        if pos + 2 > end:
+            return "the JPEG ends before its EOI marker"
+        marker = data[pos + 1]
+        if marker == 0xD9:  # EOI
+            if components is None:
+                return "a JPEG without a frame header"
+            return progressive, components, scans
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # RSTn, TEM: no length
+            pos += 2
+            continue
+        if pos + 4 > end:
+            return "a JPEG marker segment is cut"
+        length = int.from_bytes(data[pos + 2 : pos + 4], "big")
+        seg_end = pos + 2 + length
+        if length < 2 or seg_end > end:
+            return "a JPEG marker segment is cut"
+        seg = data[pos + 4 : seg_end]
+        if marker in _SOF_SEQUENTIAL or marker in _SOF_PROGRESSIVE or marker in _SOF_OTHER:
+            if components is not None:
+                return "a second JPEG frame header before EOI"
+            if len(seg) < 6 or len(seg) != 6 + 3 * seg[5]:
+                return "a malformed JPEG frame header"
+            components = tuple(seg[6 + 3 * i] for i in range(seg[5]))
+            progressive = (True if marker in _SOF_PROGRESSIVE
+                           else False if marker in _SOF_SEQUENTIAL else None)
+        elif marker == 0xDA:  # SOS, then entropy-coded data up to the next marker
+            if len(seg) < 1 or len(seg) != 4 + 2 * seg[0]:
+                return "a malformed JPEG scan header"
+            n = seg[0]
+            scans.append(JpegScan(tuple(seg[1 + 2 * i] for i in range(n)), seg[1 + 2 * n],
+                                  seg[2 + 2 * n], seg[3 + 2 * n] >> 4, seg[3 + 2 * n] & 0x0F))
+            found = _JPEG_MARKER.search(data, seg_end)
+            if found is None:
+                return "the JPEG ends in scan data (no EOI marker)"
+            pos = found.start()
+            continue
+        pos = seg_end
+
+
+def jpeg_scan_script_problem(progressive: bool, components: tuple[int, ...],
+                             scans: list[JpegScan]) -> str | None:
+    """Why the scans of a frame do not code the whole image, or ``None`` when they do.
+
+    Sequential: every component is in some scan. Progressive (ITU T.81 G.1.1.1): a DC scan
+    (``ss = se = 0``) may interleave components, an AC scan (``1 ≤ ss ≤ se ≤ 63``) holds one;
+    a coefficient's first pass (``ah = 0``) comes once, each refinement lowers its precision by
+    one bit (``ah`` = the current ``al``, ``al = ah - 1``); at the end every coefficient 0–63 of
+    every component has been coded down to ``al = 0``."""
+    if not scans:
+        return "no scan"
+    known = set(components)
+    for scan in scans:
+        for c in scan.components:
+            if c not in known:
+                return f"a scan of component {c}, which the frame does not have"
+    if not progressive:
+        seen = {c for scan in scans for c in scan.components}
+        for c in components:
+            if c not in seen:
+                return f"component {c} is in no scan"
+        return None
+    # per component, per coefficient: the precision coded so far (-1: not yet)
+    al_of = {c: [-1] * 64 for c in components}
+    for scan in scans:
+        if scan.ss == 0 and scan.se != 0:
+            return "a progressive scan mixes the DC and AC coefficients"
+        if scan.ss > 0 and len(scan.components) != 1:
+            return "a progressive AC scan must hold one component"
+        if scan.se < scan.ss or scan.se > 63:
+            return f"a progressive scan band {scan.ss}..{scan.se} is not within 0..63"
+        for c in scan.components:
+            coeffs = al_of[c]
+            for k in range(scan.ss, scan.se + 1):
+                if scan.ah == 0:
+                    if coeffs[k] != -1:
+                        return f"coefficient {k} of component {c} is coded twice"
+                elif coeffs[k] != scan.ah or scan.al != scan.ah - 1:
+                    return (f"a scan does not refine coefficient {k} of component {c} by one "
+                            "bit from where it stands")
+                coeffs[k] = scan.al
+    for c, coeffs in al_of.items():
+        for k, al in enumerate(coeffs):
+            if al == -1:
+                return f"coefficient {k} of component {c} is in no scan"
+            if al:
+                return f"coefficient {k} of component {c} stops at Al={al}, not 0"
+    return None
+
+
+def check_jpeg_scans(data: bytes) -> str | None:
+    """Why the first frame's scans do not code the whole image (a file cut at a scan boundary
+    and closed with EOI: libjpeg decodes it without a warning, the rest zeros), or ``None``."""
+    walked = _jpeg_first_frame(data)
+    if isinstance(walked, str):
+        return walked
+    progressive, components, scans = walked
+    if progressive is None:
+        return None  # lossless or hierarchical: the decoder judges
+    problem = jpeg_scan_script_problem(progressive, components, scans)
+    return None if problem is None else f"its scans do not code the whole image: {problem}"
+
+
 def _jpeg_decode_problem(data: bytes) -> str | None:
     """Decode every scan with libjpeg-turbo, treating any libjpeg warning as an error (short
     scan data closed by a marker is a warning to libjpeg and zeros to Pillow)."""
@@ -313,6 +477,10 @@ def check_image_bytes(
         if isinstance(walked, str):
             return invalid(f"image is not a complete PNG: {walked}", param)
         layout = walked
+    else:
+        scans = check_jpeg_scans(data)
+        if scans is not None:
+            return invalid(f"image is not a complete JPEG: {scans}", param)
     decoder, reported = _PILLOW_FORMATS[fmt]
     guard = _pixel_guard(max_pixels)
     try:
