@@ -68,16 +68,29 @@ def stop_reason(blocks: Sequence[Mapping[str, Any]]) -> str:
     return "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
 
 
-def message(blocks: list[Json], model: str) -> Json:
+def anthropic_usage(usage: dict[str, int] | None) -> Json:
+    """``script.token_usage`` as the Messages API counts it: ``input_tokens`` excludes what was
+    read from the cache (``cache_read_input_tokens``)."""
+    if usage is None:
+        return {"input_tokens": 1, "output_tokens": 1}
+    return {"input_tokens": usage["input_tokens"] - usage["cached_input_tokens"],
+            "cache_read_input_tokens": usage["cached_input_tokens"],
+            "cache_creation_input_tokens": 0, "output_tokens": usage["output_tokens"]}
+
+
+def message(blocks: list[Json], model: str, usage: dict[str, int] | None = None) -> Json:
     """The whole assistant message (the non-streamed answer)."""
     return {"id": f"msg_{next(_ids):024d}", "type": "message", "role": "assistant",
             "model": model, "content": blocks, "stop_reason": stop_reason(blocks),
-            "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}}
+            "stop_sequence": None, "usage": anthropic_usage(usage)}
 
 
-def sse_events(blocks: list[Json], model: str) -> list[tuple[str, Json]]:
-    """The SSE events of one streamed assistant message, in order."""
-    start = message([], model)
+def sse_events(blocks: list[Json], model: str, usage: dict[str, int] | None = None
+               ) -> list[tuple[str, Json]]:
+    """The SSE events of one streamed assistant message, in order: the input counts in
+    ``message_start``, the output count in ``message_delta`` (as the Messages API sends them)."""
+    start = message([], model, usage)
+    start["usage"] = {**start["usage"], "output_tokens": 1}
     start["stop_reason"] = None
     events: list[tuple[str, Json]] = [("message_start", {"type": "message_start",
                                                           "message": start})]
@@ -101,7 +114,8 @@ def sse_events(blocks: list[Json], model: str) -> list[tuple[str, Json]]:
     events.append(("message_delta", {"type": "message_delta",
                                      "delta": {"stop_reason": stop_reason(blocks),
                                                "stop_sequence": None},
-                                     "usage": {"output_tokens": 1}}))
+                                     "usage": {"output_tokens": anthropic_usage(usage)[
+                                         "output_tokens"]}}))
     events.append(("message_stop", {"type": "message_stop"}))
     return events
 
@@ -117,7 +131,7 @@ def _error(status: int, text: str) -> Response:
 
 async def handle(scripts: Scripts, path: str, raw: str, body: dict[str, Any]) -> Response:
     streamed = bool(body.get("stream"))
-    reply = scripts.take("messages", path, raw, body, side=not streamed)
+    reply, usage = scripts.take_with_usage("messages", path, raw, body, side=not streamed)
     model = str(body.get("model") or MODEL)
     tools = body.get("tools") if isinstance(body.get("tools"), list) else None
     for step in reply:
@@ -130,10 +144,10 @@ async def handle(scripts: Scripts, path: str, raw: str, body: dict[str, Any]) ->
     if not blocks:
         blocks = [{"type": "text", "text": ""}]
     if not streamed:
-        return JSONResponse(message(blocks, model))
+        return JSONResponse(message(blocks, model, usage))
 
     async def stream() -> AsyncIterator[bytes]:
-        for event, data in sse_events(blocks, model):
+        for event, data in sse_events(blocks, model, usage):
             yield encode_sse(event, data)
 
     return StreamingResponse(stream(), media_type="text/event-stream",

@@ -37,15 +37,21 @@ def sse(event: str, data: Json) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-def _usage(body: Json) -> Json:
-    # A rough token count (Codex only shows it); never zero so a client never divides by zero.
-    n = max(1, len(json.dumps(body.get("input", ""))) // 4)
-    return {"input_tokens": n, "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": 1, "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": n + 1}
+def _usage(usage: dict[str, int] | None, body: Json) -> Json:
+    """The Responses API ``usage`` of ``script.token_usage`` (Codex reports it per response in
+    ``thread/tokenUsage/updated``)."""
+    if usage is None:
+        n = max(1, len(json.dumps(body.get("input", ""))) // 4)
+        usage = {"input_tokens": n, "cached_input_tokens": 0, "output_tokens": 1}
+    return {"input_tokens": usage["input_tokens"],
+            "input_tokens_details": {"cached_tokens": usage["cached_input_tokens"]},
+            "output_tokens": usage["output_tokens"],
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": usage["input_tokens"] + usage["output_tokens"]}
 
 
-def events(reply: Reply, body: Json, new_id: Any = None) -> list[tuple[str, Json] | float]:
+def events(reply: Reply, body: Json, new_id: Any = None,
+           usage: dict[str, int] | None = None) -> list[tuple[str, Json] | float]:
     """The SSE events of one reply, in order; a float is a pause (a ``wait`` step)."""
     gen = new_id or (lambda: uuid.uuid4().hex)
     rid = f"resp_{gen()}"
@@ -88,7 +94,8 @@ def events(reply: Reply, body: Json, new_id: Any = None) -> list[tuple[str, Json
         out.append(("response.output_item.done",
                     {"type": "response.output_item.done", "output_index": index, "item": item}))
         done.append(item)
-    completed = {**response, "status": "completed", "output": done, "usage": _usage(body)}
+    completed = {**response, "status": "completed", "output": done,
+                 "usage": _usage(usage, body)}
     out.append(("response.completed", {"type": "response.completed", "response": completed}))
     return out
 
@@ -108,7 +115,8 @@ def is_side_request(body: Json) -> bool:
 
 
 async def handle(scripts: Scripts, path: str, raw: str, body: Json) -> Response:
-    reply = scripts.take("responses", path, raw, body, side=is_side_request(body))
+    reply, usage = scripts.take_with_usage("responses", path, raw, body,
+                                           side=is_side_request(body))
     fail = failure(reply)
     if fail is not None:
         waits = [float(s["wait"]) for s in reply if "wait" in s]
@@ -117,7 +125,7 @@ async def handle(scripts: Scripts, path: str, raw: str, body: Json) -> Response:
         return JSONResponse({"error": {"message": fail.get("message", "scripted failure"),
                                        "type": "server_error", "code": None}},
                             status_code=int(fail["status"]))
-    planned = events(reply, body)
+    planned = events(reply, body, usage=usage)
 
     async def stream() -> AsyncIterator[bytes]:
         for ev in planned:

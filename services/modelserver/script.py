@@ -14,7 +14,9 @@ A reply is a list of steps, answered in order inside one model response:
 * ``{"fail": {"status": 500, "message": "…"}}`` — answer an HTTP error instead.
 
 When a script runs out of replies, later requests get ``DEFAULT_REPLY``.
-Every request is recorded (``RequestLog``) so tests assert what the model really received.
+Every request is recorded (``RecordedRequest``) so tests assert what the model really received,
+with the token usage the model reported for it (``token_usage``: deterministic, never zero, a
+part of the input counted as cached) so tests compare a Turn's usage with what was reported.
 """
 
 from __future__ import annotations
@@ -69,6 +71,16 @@ class Script:
         return reply
 
 
+def token_usage(raw_body: str, reply: Reply) -> dict[str, int]:
+    """The usage the scripted model reports for one answer: ``input_tokens`` about a quarter of
+    the request's characters, a quarter of those ``cached_input_tokens``, ``output_tokens`` a
+    quarter of the reply's characters — each at least 1."""
+    n = max(4, len(raw_body) // 4)
+    out = sum(len(str(v)) for step in reply for v in step.values())
+    return {"input_tokens": n, "cached_input_tokens": n // 4,
+            "output_tokens": max(1, out // 4)}
+
+
 @dataclass
 class RecordedRequest:
     api: str  # "responses" | "messages"
@@ -77,10 +89,12 @@ class RecordedRequest:
     script_key: str | None
     at: float = field(default_factory=time.time)
     side: bool = False  # a harness's own side request (title, quota...): answered, no script
+    usage: dict[str, int] = field(default_factory=dict)  # what the answer reported
 
     def as_json(self) -> dict[str, Any]:
         return {"api": self.api, "path": self.path, "body": self.body,
-                "script_key": self.script_key, "at": self.at, "side": self.side}
+                "script_key": self.script_key, "at": self.at, "side": self.side,
+                "usage": self.usage}
 
 
 class Scripts:
@@ -107,12 +121,19 @@ class Scripts:
     def take(self, api: str, path: str, raw_body: str, body: dict[str, Any],
              side: bool = False) -> Reply:
         """Record the request and return the reply to play."""
+        return self.take_with_usage(api, path, raw_body, body, side)[0]
+
+    def take_with_usage(self, api: str, path: str, raw_body: str, body: dict[str, Any],
+                        side: bool = False) -> tuple[Reply, dict[str, int]]:
+        """``take``, and the usage to report for the answer (recorded with the request)."""
         script = None if side else self.match(raw_body)
         with self._lock:
-            self.requests.append(RecordedRequest(api, path, body, script.key if script else None,
-                                                 side=side))
             reply = script.next_reply() if script else None
-        return reply if reply is not None else DEFAULT_REPLY
+            reply = reply if reply is not None else DEFAULT_REPLY
+            usage = token_usage(raw_body, reply)
+            self.requests.append(RecordedRequest(api, path, body, script.key if script else None,
+                                                 side=side, usage=usage))
+        return reply, usage
 
     def recorded(self, key: str | None = None) -> list[RecordedRequest]:
         with self._lock:
