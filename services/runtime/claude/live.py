@@ -309,9 +309,11 @@ class ClaudeLive:
         self._finish(s, turn)
 
     def _released_calls(self, s: Session, native: Json) -> list[str]:
-        """Root calls that a live root ``tool_result`` answers although Core never did."""
-        if native.get("isReplay") is True or native.get("isSynthetic") is True or native.get(
-                "parent_tool_use_id") is not None:
+        """Root calls that a live root ``tool_result`` answers although Core never did. Live
+        root by Core's own classifier (``claude.is_live_root``: a flag other than absent or
+        exactly ``false`` is not live), so the Runtime never releases a call on a record Core
+        does not count."""
+        if not claude.is_live_root(native):
             return []
         msg = native.get("message")
         out = []

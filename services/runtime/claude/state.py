@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shared.domain.harnesses import claude_code as claude
 from shared.domain.harnesses.claude_code import ClaudeTurn
 
 Json = dict[str, Any]
@@ -45,7 +46,7 @@ class Session:
     turn: Turn | None = None
     last_turn_id: str | None = None
     ended_turns: set[str] = field(default_factory=set)
-    root_calls: set[str] = field(default_factory=set)  # root mcp__core__ tool_use ids seen
+    root_calls: set[str] = field(default_factory=set)  # live root public tool_use ids seen
     sub_calls: set[str] = field(default_factory=set)  # subagent tool_use ids seen
     waiters: dict[str, asyncio.Future[Json]] = field(default_factory=dict)  # bridge calls
     answers: dict[str, Json] = field(default_factory=dict)  # results before the bridge asked
@@ -67,14 +68,14 @@ class Session:
                 turn.unconsumed.discard(uid)
                 turn.bound.consumed(uid)
         if kind == "assistant":
-            msg = native.get("message")
-            for block in (msg.get("content") if isinstance(msg, dict) else None) or []:
-                if isinstance(block, dict) and block.get("type") == "tool_use":
-                    bid = block.get("id")
-                    if native.get("parent_tool_use_id") is None:
-                        self.root_calls.add(str(bid))
-                    else:
-                        self.sub_calls.add(str(bid))
+            # The root calls are the public calls Core opens, by Core's own classifier: a
+            # replayed or synthetic copy of a ``tool_use`` is none (``claude.tool_uses``).
+            self.root_calls.update(c.call_id for c in claude.tool_uses(native))
+            if native.get("parent_tool_use_id") is not None:
+                msg = native.get("message")
+                for block in (msg.get("content") if isinstance(msg, dict) else None) or []:
+                    if isinstance(block, dict) and block.get("type") == "tool_use":
+                        self.sub_calls.add(str(block.get("id")))
         if kind == "command_lifecycle" and turn is not None:
             cu = str(native.get("command_uuid"))
             if cu in turn.written:
