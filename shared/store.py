@@ -27,6 +27,15 @@ log = get_logger(__name__)
 # ServerSelectionTimeoutError and WaitQueueTimeoutError. Nothing else means "unreachable".
 STORE_UNREACHABLE: tuple[type[Exception], ...] = (ConnectionFailure,)
 
+# Every write the services make is acknowledged only once a majority of the replica set holds
+# it in its journal (MongoDB: w "majority", j true): a 201 "stored", a published Item or a
+# verdict never rests on one member's memory, so neither a primary's crash nor a fail-over loses
+# it (docs/deploy.md, "The store's write concern"). Given as client options, which take
+# precedence over the URI's, so a MONGODB_URI cannot relax it. FerretDB accepts and ignores it;
+# the local stack's own durability is SQLite's synchronous=FULL (docs/local-stack.md).
+WRITE_CONCERN: dict[str, Any] = {"w": "majority", "journal": True}
+
+
 def client_options(settings: Settings, server_selection_ms: int = 5_000) -> dict[str, Any]:
     """The client's keyword arguments. ``server_selection_ms`` bounds how long an operation
     waits for a reachable server before it raises; services on the request path pass
@@ -41,6 +50,7 @@ def client_options(settings: Settings, server_selection_ms: int = 5_000) -> dict
         "appname": "session-core",
         # store round trips and their latency (session_core_store_commands_total, …)
         "event_listeners": [STORE_LISTENER],
+        **WRITE_CONCERN,
     }
     if settings.mongodb_tls_ca_file or settings.mongodb_tls_certificate_key_file:
         opts["tls"] = True

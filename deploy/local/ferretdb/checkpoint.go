@@ -18,9 +18,9 @@ package main
 // PASSIVE checkpoint from a connection of its own, every interval, on each database whose WAL
 // changed since its last one. A PASSIVE checkpoint waits for no reader and no writer: commits go
 // on appending to the WAL while it copies, and SQLite restarts the WAL from its beginning at the
-// first commit after a complete checkpoint. Nothing about durability changes: with
-// synchronous=NORMAL a commit was never fsynced (only checkpoints were), and the checkpoint is
-// SQLite's own, so a crash at any point leaves the database as consistent as before.
+// first commit after a complete checkpoint. Nothing about durability changes: the checkpoint is
+// SQLite's own, on a connection at the store's synchronous level (durability.go), so a crash at
+// any point leaves the database as consistent as before.
 //
 // What it costs: SQLite starts the WAL over only when a write begins after a complete
 // checkpoint, and under a steady stream of writes one always commits while a background
@@ -98,7 +98,7 @@ const quickCopy = 100 * time.Millisecond
 // writer of the moment or for readers (SQLITE_BUSY: it is tried again next interval).
 func (c *checkpointer) checkpoint(ctx context.Context, path string, truncate bool) error {
 	// mode=rw: never create a file FerretDB has just dropped
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=rw&_pragma=busy_timeout(50)")
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=rw&_pragma=busy_timeout(50)&"+syncPragma())
 	if err != nil {
 		return err
 	}

@@ -92,7 +92,8 @@ func (x *idIndexer) indexFile(ctx context.Context, path string) error {
 	// mode=rw: never create a file FerretDB has just dropped
 	// no automatic checkpoint in its commit: checkpoints are checkpoint.go's
 	db, err := sql.Open("sqlite",
-		"file:"+path+"?mode=rw&_pragma=busy_timeout(10000)&_pragma=wal_autocheckpoint(0)")
+		"file:"+path+"?mode=rw&_pragma=busy_timeout(10000)&_pragma=wal_autocheckpoint(0)&"+
+			syncPragma())
 	if err != nil {
 		return err
 	}

@@ -42,17 +42,13 @@ func main() {
 	certFile := flag.String("tls-cert-file", "", "server certificate (PEM) for -listen-tls")
 	keyFile := flag.String("tls-key-file", "", "its private key (PEM)")
 	caFile := flag.String("tls-ca-file", "", "CA (PEM) whose client certificates are required")
-	// synchronous=OFF, the local stack's durability: a commit is in the WAL file (the OS page
-	// cache) when FerretDB answers, which survives a crash (kill -9) of this process or of any
-	// client; an operating-system crash or power loss can lose the last commits or, unlike
-	// NORMAL, damage the database file (local data only: Kafka's default flush policy leaves
-	// flushing to the OS too; production runs MongoDB). NORMAL fsyncs at every checkpoint,
-	// which SQLite runs inside the commit that fills the WAL past 1 000 pages: on these VMs'
-	// shared disk an fsync takes 0.1-1 s a few times a minute, and the insert FerretDB is
-	// answering waits for it (measured: docs/local-stack.md). FULL fsyncs every statement, and
-	// FerretDB v1 runs every statement of a bulk write as its own transaction: ~1 ms each.
-	syncMode := flag.String("sqlite-synchronous", "off",
-		"SQLite synchronous pragma for every connection: off, normal, full or extra")
+	// synchronous=FULL by default: every commit's WAL is fsynced before FerretDB answers, so an
+	// acknowledged write survives an operating-system crash or power loss and the file cannot be
+	// corrupted by one (durability.go quotes SQLite's documentation). "normal" (never corrupted,
+	// but the commits since the last checkpoint can be lost) and "off" (can lose commits and
+	// corrupt the file) are opt-ins for speed; their cost is measured in docs/local-stack.md.
+	flag.StringVar(&syncMode, "sqlite-synchronous", syncMode,
+		"SQLite synchronous pragma for every connection: full (default), extra, normal or off")
 	backend := flag.String("backend", "sqlite", "FerretDB handler: sqlite or postgresql")
 	pgURL := flag.String("postgresql-url", "",
 		"PostgreSQL connection URL for -backend postgresql (postgres://user@host:port/db)")
@@ -98,11 +94,11 @@ func main() {
 			logger.Error("create sqlite dir", "err", err)
 			os.Exit(1)
 		}
-		switch *syncMode { // SQLite takes an unknown value silently as another level
+		switch syncMode { // SQLite takes an unknown value silently as another level
 		case "off", "normal", "full", "extra":
 		default:
 			logger.Error("-sqlite-synchronous: expected off, normal, full or extra",
-				"got", *syncMode)
+				"got", syncMode)
 			os.Exit(2)
 		}
 		cfg.Handler = "sqlite"
@@ -110,7 +106,7 @@ func main() {
 		// keeps one, to undo that statement alone) in memory instead of temporary files. They
 		// only ever serve a rollback inside a live transaction, so nothing of durability
 		// changes; in the receipts bench the store's disk writes fell from ~556 to ~115 MB.
-		cfg.SQLiteURL = "file:" + abs + "/?_pragma=synchronous(" + *syncMode + ")" +
+		cfg.SQLiteURL = "file:" + abs + "/?" + syncPragma() +
 			"&_pragma=temp_store(memory)"
 		if *ckptEvery > 0 {
 			cfg.SQLiteURL += "&_pragma=wal_autocheckpoint(0)"
@@ -158,7 +154,7 @@ func main() {
 	}
 
 	logger.Info("ferretdb (embedded) listening", "backend", *backend, "addr", *listen,
-		"tls", *listenTLS, "store", where)
+		"tls", *listenTLS, "store", where, "sqlite_synchronous", syncMode)
 	if err = f.Run(ctx); err != nil {
 		logger.Error("run", "err", err)
 		os.Exit(1)

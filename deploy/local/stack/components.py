@@ -219,7 +219,7 @@ def ferretdb_component(opts: Options) -> Component:
         data.mkdir(parents=True, exist_ok=True)
         cmd += ["-sqlite-dir", str(data)]
         sync = os.environ.get("SESSION_CORE_SQLITE_SYNCHRONOUS")
-        if sync:  # off (the wrapper's default) | normal | full | extra (docs/local-stack.md)
+        if sync:  # full (the wrapper's default) | extra | normal | off (docs/local-stack.md)
             cmd += ["-sqlite-synchronous", sync]
         poll = os.environ.get("SESSION_CORE_SQLITE_BUSY_POLL")
         if poll:  # the wrapper's busy handler's first pause, e.g. 100us; 0 = SQLite's own

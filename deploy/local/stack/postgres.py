@@ -23,10 +23,12 @@ from .processes import State
 BACKENDS = ("sqlite", "postgresql")
 DATABASE = "ferretdb"
 ROLE = "ferretdb"
-# As the SQLite backend (synchronous=OFF): a commit returns before its WAL is flushed; a crash
-# of PostgreSQL or of any client loses nothing written (the WAL is in the OS), an
-# operating-system crash can lose the last ~0.6 s (3 x wal_writer_delay). docs/local-stack.md
+# Durable by default, as the SQLite backend (synchronous=FULL): a commit's WAL is flushed before
+# PostgreSQL answers. "off" (opt-in, for speed) answers before the flush: an operating-system
+# crash can lose the last ~0.6 s (3 x wal_writer_delay) of acknowledged commits.
+# docs/local-stack.md
 SYNC_ENV = "SESSION_CORE_PG_SYNCHRONOUS_COMMIT"
+SYNC_DEFAULT = "on"
 
 
 def store_backend(value: str | None = None) -> str:
@@ -39,15 +41,17 @@ def store_backend(value: str | None = None) -> str:
 
 
 def pg_bin(name: str) -> Path:
-    """A PostgreSQL server program: $SESSION_CORE_PG_BIN, else the newest
-    /usr/lib/postgresql/<v>/bin, else PATH."""
+    """A PostgreSQL server program: from $SESSION_CORE_PG_BIN when it is set (there only),
+    else the newest /usr/lib/postgresql/<v>/bin, else PATH."""
     env = os.environ.get("SESSION_CORE_PG_BIN")
-    dirs = [Path(env)] if env else []
+    if env:
+        if (Path(env) / name).exists():
+            return Path(env) / name
+        raise StackError(f"PostgreSQL's '{name}' not found in SESSION_CORE_PG_BIN={env}")
     versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"),
                       key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
                       reverse=True)
-    dirs += versions
-    for d in dirs:
+    for d in versions:
         if (d / name).exists():
             return d / name
     found = shutil.which(name)
@@ -132,7 +136,7 @@ def prepare(st: State) -> tuple[list[str], int]:
     port = stored if isinstance(stored, int) and port_free(stored) else free_port()
     st.data["postgres_port"] = port
     st.save()
-    sync = os.environ.get(SYNC_ENV, "off")
+    sync = os.environ.get(SYNC_ENV) or SYNC_DEFAULT
     cmd = [*prefix, str(pg_bin("postgres")), "-D", str(data), "-p", str(port),
            "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
            "-c", f"synchronous_commit={sync}", "-c", "log_min_messages=warning",
