@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.skips import unavailable
 from tests.support.stack import Stack
 from tests.support.system import Beat, System, SystemFactory, TestRuntime, until
 
@@ -27,7 +28,7 @@ Json = dict[str, Any]
 @pytest.fixture
 async def system(make_system: SystemFactory, stack: Stack) -> System:
     if not stack.controllable:
-        pytest.skip(f"cannot stop the broker of a {stack.kind} stack")
+        unavailable(f"cannot stop the broker of a {stack.kind} stack")
     return await make_system(binding_wait_timeout_s=60.0,
                              runtime_heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S)
 

@@ -19,6 +19,7 @@ from shared.settings import Settings
 from shared.store import database, ensure_indexes, make_client, ping
 from tests.support.certs import Certs, make_certs
 from tests.support.localstack import running
+from tests.support.skips import unavailable
 
 pytestmark = pytest.mark.faults
 
@@ -33,7 +34,7 @@ def tls_uri(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[
     try:
         binary = install_ferretdb()  # cached: built by `make install`
     except StackError as exc:
-        pytest.skip(str(exc))
+        unavailable(str(exc))
     root = tmp_path_factory.mktemp("tls-ferretdb")
     port = free_port()
     cmd = [str(binary), "-listen", "", "-listen-tls", f"127.0.0.1:{port}",

@@ -20,9 +20,10 @@ from services.runtime.harness import Emit
 from services.runtime.live import LiveOptions
 from shared.domain.observations import CallOpened, TurnEnded, classify_all
 from shared.domain.receipts import Confirmed, expect, match_observation
+from tests.support.skips import unavailable
 
-pytestmark = pytest.mark.skipif(not Path(claude_process.default_binary()).exists(),
-                                reason="claude is not installed")
+if not Path(claude_process.default_binary()).exists():
+    unavailable("claude is not installed (python3 -m deploy.local.stack install)", module=True)
 
 Json = dict[str, Any]
 

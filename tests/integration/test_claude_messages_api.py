@@ -7,14 +7,12 @@ import subprocess
 import uuid
 from pathlib import Path
 
-import pytest
-
 from services.modelserver.server import running
 from services.runtime.claude import process as claude_process
+from tests.support.skips import unavailable
 
-pytestmark = pytest.mark.skipif(not Path(claude_process.default_binary()).exists(),
-                                reason="claude is not installed "
-                                       "(python3 -m deploy.local.stack install)")
+if not Path(claude_process.default_binary()).exists():
+    unavailable("claude is not installed (python3 -m deploy.local.stack install)", module=True)
 
 
 def test_real_claude_completes_a_turn_against_the_scripted_messages_api(tmp_path: Path) -> None:

@@ -13,10 +13,12 @@ from services.runtime.conformance import KitOptions, render, run_kit
 from shared.kafka import ensure_topics
 from shared.settings import Settings
 from shared.topics import topics_for
+from tests.support.skips import unavailable
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(not Path(claude_process.default_binary()).exists(),
-                                 reason="claude is not installed")]
+pytestmark = pytest.mark.integration
+
+if not Path(claude_process.default_binary()).exists():
+    unavailable("claude is not installed (python3 -m deploy.local.stack install)", module=True)
 
 
 # Claude Code 2.1.328 prints a failed result as one string: its text blocks joined by "\n" and

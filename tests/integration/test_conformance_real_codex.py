@@ -12,13 +12,14 @@ from shared.kafka import ensure_topics
 from shared.settings import Settings
 from shared.topics import topics_for
 from tests.support.conformance import by_status
+from tests.support.skips import unavailable
 
 pytestmark = pytest.mark.integration
 
 try:
     default_binary("codex")
 except FileNotFoundError:  # pragma: no cover
-    pytest.skip("codex not installed", allow_module_level=True)
+    unavailable("codex is not installed (python3 -m deploy.local.stack install)", module=True)
 
 CODEX_CASES = ("message_images", "function_result_images", "text_exactness",
                "release_handling", "no_replay_synthetic_subagent", "receipt_within_10s")

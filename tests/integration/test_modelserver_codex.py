@@ -12,15 +12,12 @@ import pytest
 from services.modelserver.server import ModelServer
 from services.runtime.codex.rpc import BareCodex
 from services.runtime.live import DEFAULT_FUNCTIONS, default_binary
+from tests.support.skips import unavailable
 
 try:
     default_binary("codex")
-    HAVE_CODEX = True
 except FileNotFoundError:
-    HAVE_CODEX = False
-
-pytestmark = pytest.mark.skipif(not HAVE_CODEX, reason="codex not installed "
-                                "(python3 -m deploy.local.stack install)")
+    unavailable("codex is not installed (python3 -m deploy.local.stack install)", module=True)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
 from shared.settings import Settings
+from tests.support.skips import unavailable
 from tests.support.stack import REPO, STACK_CLI, Stack
 
 pytestmark = pytest.mark.integration
@@ -83,7 +84,7 @@ def test_settings_are_isolated_per_test(settings: Settings, stack: Stack) -> Non
 
 def test_launcher_reports_the_local_stack_ready(stack: Stack) -> None:
     if not stack.controllable:
-        pytest.skip(f"{stack.kind} stack: not started by deploy.local.stack")
+        unavailable(f"{stack.kind} stack: not started by deploy.local.stack")
     proc = subprocess.run(
         [*STACK_CLI, "status", "--state-dir", str(stack.state_dir),
          "--kafka-port", str(stack.kafka_port), "--mongo-port", str(stack.mongo_port)],

@@ -22,6 +22,7 @@ import pytest
 from deploy.local.stack import install
 from deploy.local.stack.base import FERRET_OVERLAY, StackError, free_port
 from tests.support.localstack import Store
+from tests.support.skips import unavailable
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +52,7 @@ def test_a_patch_for_another_upstream_file_stops_the_build(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     go = shutil.which("go")  # as the install finds it (install.need_tool)
     if go is None:
-        pytest.skip("no Go toolchain")
+        unavailable("no Go toolchain")
     overlay = tmp_path / "_overlay"
     shutil.copytree(FERRET_OVERLAY, overlay)
     pins = overlay / "UPSTREAM.sha256"

@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from deploy.local.stack.base import FERRET_SRC
+from tests.support.skips import unavailable
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.integration
 def test_the_wrappers_go_tests_pass() -> None:
     go = shutil.which("go")
     if go is None:  # the install needs Go only to build; a cached binary runs without it
-        pytest.skip("no Go on PATH")
+        unavailable("no Go on PATH")
     env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
     out = subprocess.run([go, "test", "-trimpath", "-count=1", "-v", "."], cwd=FERRET_SRC,
                          env=env, capture_output=True, text=True, timeout=600, check=False)

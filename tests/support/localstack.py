@@ -28,6 +28,7 @@ from deploy.local.stack.base import kafka_cluster_id, listening
 from shared.kafka import assigned_consumer, decode, ensure_topics, make_broker, publish
 from shared.settings import Settings
 from shared.topics import topics_for
+from tests.support.skips import unavailable
 
 
 @contextlib.contextmanager
@@ -84,11 +85,11 @@ def private_kafka(root: Path, listener: str, security: str,
     are missing."""
     libs = kafka_home() / "libs"
     if not any(libs.glob("kafka_2.13-*.jar")):
-        pytest.skip("the Kafka jars are not installed (python3 -m deploy.local.stack install)")
+        unavailable("the Kafka jars are not installed (python3 -m deploy.local.stack install)")
     try:
         java = java_bin()
     except StackError as exc:
-        pytest.skip(str(exc))
+        unavailable(str(exc))
     port, cport = free_ports(2)
     props = root / "server.properties"
     props.write_text(SINGLE_NODE.format(listener=listener, port=port, cport=cport,
@@ -153,5 +154,5 @@ def store(tmp_path: Path) -> Iterator[Store]:
     try:
         binary = install_ferretdb()
     except StackError as exc:
-        pytest.skip(str(exc))
+        unavailable(str(exc))
     yield Store(binary, tmp_path)

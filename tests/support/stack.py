@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from deploy.local.stack import Stack as LocalStack
+from tests.support.skips import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 # the launcher's command line (run from REPO)
@@ -45,13 +44,13 @@ class Stack:
         """Stop ``kafka`` or ``ferretdb`` (SIGTERM, then SIGKILL; ``kill``: SIGKILL at once, a
         crash) and wait until it is gone."""
         if self.local is None:
-            pytest.skip(f"cannot stop {component} of a {self.kind} stack")
+            unavailable(f"cannot stop {component} of a {self.kind} stack")
         self.local.stop(component, kill=kill)
 
     def start(self, component: str) -> None:
         """Start ``kafka`` or ``ferretdb`` again and wait until it is ready."""
         if self.local is None:
-            pytest.skip(f"cannot start {component} of a {self.kind} stack")
+            unavailable(f"cannot start {component} of a {self.kind} stack")
         self.local.start(component)
 
     def up(self) -> None:

@@ -14,13 +14,13 @@ import pytest
 from services.modelserver.server import ModelServer
 from services.runtime.claude import process as claude_process
 from tests.support.processes import Core, launched
+from tests.support.skips import unavailable
 from tests.support.system import ItemCollector
 
 API_KEY = "e2e-real-claude"
 
 if not Path(claude_process.default_binary()).exists():  # pragma: no cover
-    pytest.skip("claude not installed (python3 -m deploy.local.stack install)",
-                allow_module_level=True)
+    unavailable("claude not installed (python3 -m deploy.local.stack install)", module=True)
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ import pytest
 from services.modelserver.server import ModelServer
 from services.runtime.live import default_binary
 from tests.support.processes import Core, launched
+from tests.support.skips import unavailable
 from tests.support.system import ItemCollector
 
 API_KEY = "e2e-real-codex"
@@ -20,8 +21,7 @@ API_KEY = "e2e-real-codex"
 try:
     default_binary("codex")
 except FileNotFoundError:  # pragma: no cover - the install step puts it in the cache
-    pytest.skip("codex not installed (python3 -m deploy.local.stack install)",
-                allow_module_level=True)
+    unavailable("codex not installed (python3 -m deploy.local.stack install)", module=True)
 
 
 @pytest.fixture(scope="session")
