@@ -8,7 +8,7 @@ import argparse
 import sys
 import time
 
-from bench.common import RESULTS_CSV, Run, infrastructure, progress
+from bench.common import RESULTS_CSV, Run, infrastructure, progress, run_failures
 
 CASES = ("admission", "pipeline", "growth", "receipts", "harness")
 NEEDS_STACK = ("pipeline", "growth", "receipts", "harness")
@@ -84,13 +84,13 @@ def main(argv: list[str] | None = None) -> int:
             print()
             print(run.table())
         progress(f"done in {time.monotonic() - t0:.0f}s")
-    # A figure that could not be measured (a case failed) fails the run — CI's smoke
-    # (``--quick``) relies on it; a missed target does not (figures here are noisy).
-    missing = [r.case for r in run.results if r.value is None]
-    if missing:
-        progress(f"FAILED: no figure for {', '.join(missing)}")
-        return 1
-    return 0
+    # A figure that could not be measured — none, NaN, infinite, or a case with no row — fails
+    # the run; CI's smoke (``--quick``) relies on it. A missed target does not (figures here are
+    # noisy).
+    failures = run_failures(cases, run.results)
+    for f in failures:
+        progress(f"FAILED: {f}")
+    return 1 if failures else 0
 
 
 def run_from_snapshot(ref: str, argv: list[str]) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import math
 import os
 import shutil
 import statistics
@@ -102,6 +103,8 @@ class Result:
     def verdict(self) -> str:
         if self.value is None:
             return "MISSING"
+        if unusable(self):
+            return "UNUSABLE"
         if self.ratio is None or not self.target or self.target == "info":
             return "info"
         if self.failed:
@@ -112,6 +115,37 @@ class Result:
         bound = float(num)
         ok = self.ratio >= bound if op == ">=" else self.ratio <= bound
         return "met" if ok else "MISSED"
+
+
+def unusable(r: Result) -> str:
+    """Why a row is not a figure the run can stand on ("" when it is): no value, a value,
+    baseline or ratio that is NaN or infinite (a percentile of no samples, a p99 when nothing came
+    back), or a target without a ratio (a baseline of zero or none)."""
+    if r.value is None:
+        return "no figure"
+    for name, v in (("value", r.value), ("baseline", r.baseline), ("ratio", r.ratio)):
+        if v is not None and not math.isfinite(v):
+            return f"{name} is {v}"
+    if r.target and r.target != "info" and r.ratio is None:
+        return f"no ratio for target {r.target!r} (baseline {r.baseline})"
+    return ""
+
+
+# the rows each case must yield (by name prefix); a case that yields none of one is empty
+CASE_ROWS: dict[str, tuple[str, ...]] = {
+    "admission": ("1",), "pipeline": ("2_",), "growth": ("3_",), "receipts": ("4_",),
+    "harness": ("5_codex", "5_claude")}
+
+
+def run_failures(cases: Sequence[str], results: Sequence[Result]) -> list[str]:
+    """What fails a run (``python -m bench``, CI's ``make bench-quick``): every unusable row and
+    every case that yielded no row. A missed target does not (the figures here are noisy)."""
+    out = [f"{r.case}: {why}" for r in results if (why := unusable(r))]
+    for case in cases:
+        for prefix in CASE_ROWS.get(case, ()):
+            if not any(r.case.startswith(prefix) for r in results):
+                out.append(f"{case}: no row {prefix}*")
+    return out
 
 
 @dataclass
