@@ -34,6 +34,7 @@ import httpx
 from aiokafka import TopicPartition
 from PIL import Image
 
+from shared.domain.agent_output import AgentSaid, said_all
 from shared.domain.observations import CallOpened, classify_all
 from shared.domain.receipts import (
     REASON_LATE,
@@ -423,6 +424,9 @@ class Verdict:
     turns: int = 0
     turns_ended: int = 0
     turn_problems: list[str] = field(default_factory=list)  # never ended, ended twice, failed
+    agent_messages: int = 0  # agent messages the harnesses printed (runtime.observations)
+    # printed but not an Item exactly once (missing, twice, altered)
+    agent_problems: list[str] = field(default_factory=list)
     unsettled: list[str] = field(default_factory=list)  # still open after SETTLE_S
     handovers: int = 0  # deliveries ``…_r<n>``: refused steers handed over again
 
@@ -430,7 +434,7 @@ class Verdict:
     def problems(self) -> list[str]:
         return (self.lost + self.duplicated + self.gaps + self.undelivered
                 + self.delivery_problems + self.verdict_problems + self.turn_problems
-                + self.unsettled)
+                + self.agent_problems + self.unsettled)
 
 
 def _occurrences(items: list[Json], inp: Input) -> list[int]:
@@ -660,7 +664,37 @@ def check(load: Load, store: dict[str, list[Json]], topic: dict[str, list[Json]]
         _check_verdicts_and_turns(v, run, items)
         if deliveries is not None:  # after the verdicts: it reads ``v.late``
             _check_receipts(v, run, items, *mine)
+        if observations is not None:
+            _check_agent_messages(v, run, items, mine[1])
     return v
+
+
+def printed_agent_messages(observations: list[Json]) -> dict[str, str]:
+    """Every agent message the harness printed (by the same reading storage applies,
+    ``shared.domain.agent_output``): its native identity → its text."""
+    out: dict[str, str] = {}
+    for o in observations:
+        root = o.get("root_thread_id")
+        for said in said_all(str(o.get("harness") or ""), o.get("native"),
+                             root_thread_id=root if isinstance(root, str) else None,
+                             fallback_id=o.get("observation_id")):
+            if isinstance(said, AgentSaid):
+                out.setdefault(said.key, said.text)
+    return out
+
+
+def _check_agent_messages(v: Verdict, run: SessionRun, items: list[Json],
+                          observations: list[Json]) -> None:
+    """Every agent message the harness printed is an agent Item exactly once, its text exactly
+    as printed (the Sessions have settled: every Turn ended, so none is still held)."""
+    printed = Counter(printed_agent_messages(observations).values())
+    stored = Counter("".join(p.get("text", "") for p in it.get("content", []))
+                     for it in items if it.get("type") == "message" and it.get("role") == "agent")
+    v.agent_messages += sum(printed.values())
+    for text in sorted(printed.keys() | stored.keys()):
+        if printed[text] != stored[text]:
+            v.agent_problems.append(f"s{run.index}: agent message {text!r:.60} printed "
+                                    f"{printed[text]}×, {stored[text]} Item(s)")
 
 
 def _check_receipts(v: Verdict, run: SessionRun, items: list[Json], deliveries: list[Json],

@@ -40,6 +40,8 @@ def world() -> tuple[Load, dict[str, list[Json]], list[Json], list[Json]]:
              output=copy.deepcopy(output), error=None),
         item(5, "function_call_application", call_id="c1", state="applied", reason="ok"),
         item(6, "turn", turn_id="turn_1", state="completed", reason=None),
+        item(7, "message", role="agent", turn_id="turn_1", phase="commentary",
+             phase_source="derived", content=[{"type": "output_text", "text": " calling\n"}]),
     ]
     deliveries = [
         {"schema": "runtime.delivery/1", "delivery_id": "dlv_a", "session_id": SID,
@@ -54,7 +56,8 @@ def world() -> tuple[Load, dict[str, list[Json]], list[Json], list[Json]]:
         {"schema": "runtime.observation/1", "session_id": SID, "harness": "claude_code",
          "native": {**native, "type": "assistant", "uuid": "a-1", "message": {
              "role": "assistant",
-             "content": [{"type": "tool_use", "id": "c1", "name": "f0", "input": {}}]}}},
+             "content": [{"type": "text", "text": " calling\n"},
+                         {"type": "tool_use", "id": "c1", "name": "f0", "input": {}}]}}},
         {"schema": "runtime.observation/1", "session_id": SID, "harness": "claude_code",
          "native": {**native, "type": "user", "uuid": "u-1", "message": {
              "role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1",
@@ -134,6 +137,15 @@ CASES: list[tuple[str, Callable[[list[Json], list[Json], list[Json], list[Json]]
      lambda s, t, d, o: t.pop(), "disagree"),
     ("the call applied without its native receipt",
      lambda s, t, d, o: o.pop(), "call c1 applied, but no native receipt"),
+    ("an agent message the harness printed is no Item",
+     lambda s, t, d, o: [_drop_renumber(x, lambda i: i.get("role") == "agent") for x in (s, t)],
+     "agent message ' calling\\n' printed 1×, 0 Item(s)"),
+    ("an agent message is two Items",
+     lambda s, t, d, o: [x.append({**x[6], "id": "item_8", "sequence": 8}) for x in (s, t)],
+     "printed 1×, 2 Item(s)"),
+    ("an agent message stored trimmed",
+     lambda s, t, d, o: s[6].update(content=[{"type": "output_text", "text": "calling"}]),
+     "agent message 'calling' printed 0×, 1 Item(s)"),
     ("the call applied on a receipt of another result",
      lambda s, t, d, o: o[1]["native"]["message"]["content"][0]["content"][0].update(
          text="other"), "call c1 applied, but no native receipt"),
