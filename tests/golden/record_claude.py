@@ -76,6 +76,11 @@ def cases() -> list[Case]:
              [{"type": "text", "text": "GOLD-tool_result_error: weather in Atlantis?"}],
              answer={"content": [{"type": "text", "text": "partial: none"},
                                  {"type": "text", "text": "no such city"}], "isError": True}),
+        # the same text as one block: the record cannot tell it from the two blocks above
+        Case("tool_result_error_one_block", [[call], [{"text": "The lookup failed."}]],
+             [{"type": "text", "text": "GOLD-tool_result_error_one_block: weather in Atlantis?"}],
+             answer={"content": [{"type": "text", "text": "partial: none\nno such city"}],
+                     "isError": True}),
         Case("image_message", [[{"text": "A red square."}]],
              [{"type": "text", "text": "GOLD-image_message: what is this?"},
               {"type": "image", "source": {"type": "base64", "media_type": "image/png",

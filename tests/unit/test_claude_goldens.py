@@ -118,3 +118,33 @@ def test_subagent_tool_result_never_confirms() -> None:
     assert isinstance(verdict, NotAMatch) and verdict.field == "parent_tool_use_id"
     # Everything but the parent link matches: the rule alone keeps it from confirming.
     assert isinstance(match_native(exp, {**result, "parent_tool_use_id": None}), Confirmed)
+
+
+def _printed_tool_result(case: str) -> dict[str, Any]:
+    """The run's live root tool_result record without what differs per run (ids, times)."""
+    [rec] = [r for r in records(case) if r["type"] == "user" and "isReplay" not in r
+             and any(b.get("type") == "tool_result" for b in r["message"]["content"])]
+    rec = json.loads(json.dumps(rec))
+    for k in ("uuid", "timestamp", "session_id"):
+        rec.pop(k)
+    for b in rec["message"]["content"]:
+        b.pop("tool_use_id")
+    for m in rec["tool_result_meta"]:
+        m.pop("id")
+    return rec
+
+
+def test_a_failed_results_block_count_is_not_in_what_the_binary_prints() -> None:
+    """Issue 57 item 5. Seed 000 asks a Claude Code receipt for the exact block count and order.
+    The runs ``tool_result_error`` (the bridge answered two text blocks "partial: none", "no
+    such city", isError) and ``tool_result_error_one_block`` (one block "partial: none\\nno such
+    city") print the same record, ids and times aside: Claude Code 2.1.328 joins a failed
+    result's blocks into one string before it records it. No matcher can tell the two apart
+    from the record, so each delivery is confirmed by either record (docs/receipts.md, "A
+    failed result's block count")."""
+    two = _printed_tool_result("tool_result_error")
+    assert two == _printed_tool_result("tool_result_error_one_block")
+    assert two["message"]["content"][0]["content"] == "partial: none\nno such city"
+    for case in ("tool_result_error", "tool_result_error_one_block"):
+        assert len(confirmations(case, False, [t("partial: none"), t("no such city")])) == 1
+        assert len(confirmations(case, False, [t("partial: none\nno such city")])) == 1

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from services.runtime.claude.bridge import mcp_content
 from services.runtime.claude.state import Session
 from shared.domain.harnesses import claude_code as claude
 from shared.domain.observations import CallOpened, classify_all
@@ -80,3 +81,15 @@ def test_a_subagent_tool_use_is_no_root_call(tmp_path: Path) -> None:
     s = Session("session_a", tmp_path)
     s.note({**call_record(), "parent_tool_use_id": "toolu_parent"})
     assert CALL not in s.root_calls and CALL in s.sub_calls
+
+
+def test_the_runtime_answers_a_failed_result_with_one_block_per_delivered_part() -> None:
+    """What the record cannot show (a failed result's block count, tests/unit/
+    test_claude_goldens.py), the Runtime keeps: its MCP answer is the delivered parts, one text
+    block each, in order — two parts stay two blocks, one part with a newline stays one."""
+    two = [{"type": "input_text", "text": "partial: none"},
+           {"type": "input_text", "text": "no such city"}]
+    one = [{"type": "input_text", "text": "partial: none\nno such city"}]
+    assert mcp_content(two, None) == [{"type": "text", "text": "partial: none"},
+                                      {"type": "text", "text": "no such city"}]
+    assert mcp_content(one, None) == [{"type": "text", "text": "partial: none\nno such city"}]
