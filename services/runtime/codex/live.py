@@ -13,7 +13,9 @@ JSON-RPC over the process's stdin/stdout, one JSON object a line (no ``jsonrpc``
   line between public messages, images as ``{type: "image", url}`` data URIs unchanged) →
   ``turn/start``; a Turn still running is interrupted first (``turn/interrupt``);
 * ``steer`` of the running Turn → ``turn/steer`` with ``expectedTurnId``; a steer Codex refuses
-  because the Turn has ended is refused with code ``turn_ended`` (Core hands it over again);
+  because the Turn has ended (``adapter.steer_error_ends_turn``) is refused with code
+  ``turn_ended`` (Core hands it over again); any other steer error is refused as that error and
+  the native Turn is interrupted (Core fails its Turn on the refusal: both end it);
 * ``item/tool/call`` (a server request) is held by call id; a ``function_result`` answers it with
   ``{contentItems: [inputText…, inputImage…], success}`` in the delivered order (the output
   parts, then the error text as a final text part — the dispatcher already built that list);
@@ -419,8 +421,16 @@ class CodexLive:
                     "threadId": proc.thread_id, "expectedTurnId": running.native_turn_id,
                     "input": items})
             except _RpcError as exc:
-                self._refuse(delivery, f"the native turn of {turn_id} has ended: {exc}",
-                             code=REFUSAL_TURN_ENDED)
+                if adapter.steer_error_ends_turn(exc.error, running.native_turn_id):
+                    self._refuse(delivery, f"the native turn of {turn_id} has ended: {exc}",
+                                 code=REFUSAL_TURN_ENDED)
+                    return
+                # Any other error leaves the native Turn running while Core fails its Turn
+                # on this refusal: the Runtime ends the native Turn too, so the two agree.
+                self._refuse(delivery, f"codex refused turn/steer: {exc}")
+                with contextlib.suppress(_RpcError, _HarnessDown):
+                    await self._request(proc, "turn/interrupt", {
+                        "threadId": proc.thread_id, "turnId": running.native_turn_id})
             return
         if proc is not None and turn_id in proc.ended:
             self._refuse(delivery, f"the native turn of {turn_id} has ended",
@@ -488,6 +498,7 @@ class _HarnessDown(Exception):
 
 class _RpcError(Exception):
     def __init__(self, method: str, error: Any) -> None:
+        self.error = error  # the JSON-RPC error as codex answered it
         message = error.get("message") if isinstance(error, dict) else error
         super().__init__(f"{method}: {message}")
 

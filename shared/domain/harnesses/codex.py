@@ -96,6 +96,19 @@ def expected_status(success: bool) -> str:
     return "completed" if success else "failed"
 
 
+def steer_error_ends_turn(error: object, expected_turn_id: str) -> bool:
+    """Whether a ``turn/steer`` error says the Turn the steer was for has ended. The real
+    app-server (0.169) answers every steer error with code -32600; only two of its messages mean
+    that: "no active turn to steer", and "expected active turn id `<ours>` but found `<another>`"
+    (another Turn runs now). Any other error — empty or malformed input, an unknown thread, a
+    compact turn that cannot be steered, "Server overloaded" (-32001) — leaves it running."""
+    message = error.get("message") if isinstance(error, Mapping) else None
+    if not isinstance(message, str):
+        return False
+    return (message == "no active turn to steer"
+            or message.startswith(f"expected active turn id `{expected_turn_id}` but found"))
+
+
 @dataclass(frozen=True, slots=True)
 class CodexCall:
     thread_id: str
