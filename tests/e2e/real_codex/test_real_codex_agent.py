@@ -29,3 +29,21 @@ async def test_commentary_call_and_final_answer_are_items(
     stored = await answer_and_wait(rapi, ritems, sid, call["call_id"])
     end = check_turn(stored, call["call_id"])
     assert end["usage"] == summed_usage(model, k), (end["usage"], summed_usage(model, k))
+
+
+async def test_a_2_mb_answer_is_one_whole_item(
+        rapi: httpx.AsyncClient, ritems: ItemCollector, model: ModelServer) -> None:
+    """The model answers 2 MB of text: the real Codex prints it as one agentMessage, and Core
+    stores and publishes it whole — on the topic, over ``GET …/items`` and in ``?wait``."""
+    k = f"E2E-big-{uuid.uuid4().hex[:10]}"
+    big = ("  Paris: sunny, 21°C. 𝄞\n\n" * 90_000)[: 2 * 1024 * 1024]
+    model.scripts.register(k, [[{"text": big}]])
+    r = await rapi.post("/v1/sessions", params={"wait": "true", "timeout_ms": "180000"},
+                        json={"harness": "codex", "placement": "none",
+                              "input": f"{k} tell me everything"})
+    assert r.status_code == 200, r.text[:500]
+    [answer] = [i for i in r.json()["items"] if i.get("role") == "agent"]
+    assert answer["content"] == [{"type": "output_text", "text": big}]
+    assert answer["phase"] == "final_answer"
+    published = await wait_item(ritems, r.json()["id"], 30, id=answer["id"])
+    assert published["content"][0]["text"] == big
