@@ -346,22 +346,19 @@ class ClaudeLive:
         if not isinstance(messages, list) or not messages:
             self._refuse(d, "a message delivery needs messages")
             return
-        has_image = any(p.get("type") == "input_image" for m in messages
-                        for p in m.get("content", ()))
-        if has_image and not self.options.images:
-            self._refuse(d, "unsupported_content: this runtime does not report message image "
-                            "support (a text-only model)")
-            return
-        for i, m in enumerate(messages):
-            parts = m.get("content", ())
-            if parts and all(p.get("type") == "input_text" and is_whitespace_only(p["text"])
-                             for p in parts):
-                self._refuse(d, f"invalid_input: messages[{i}] is whitespace-only, which "
-                                "Claude Code cannot take")
-                return
         turn = s.turn
         steering = (d.get("kind") == "steer" and turn is not None
                     and turn.core_turn_id == turn_id)
+        problem = self._unrunnable(messages)
+        if problem is not None:
+            self._refuse(d, problem)
+            if steering:
+                # Core fails its Turn on this refusal: the native Turn ends too, so that its
+                # later calls and its end do not land on a Turn Core shows as failed.
+                assert turn is not None
+                turn.end_reason = problem
+                await self._end_native_turn(s, turn)
+            return
         if not steering and turn_id in s.ended_turns:
             self._refuse(d, f"the native turn of {turn_id} has ended", code=REFUSAL_TURN_ENDED)
             return
@@ -394,9 +391,10 @@ class ClaudeLive:
                 self.options.turn_timeout_s, lambda: self._spawn_task(self._hung(s, opened)))
             encoded = turn.bound.open(str(d.get("delivery_id")), messages)
         if isinstance(encoded, AdapterError):
-            self._refuse(d, f"{encoded.code}: {encoded.message}")
-            if not steering:
-                await self._end_native_turn(s, turn)
+            why = f"{encoded.code}: {encoded.message}"
+            self._refuse(d, why)
+            turn.end_reason = why  # Core fails its Turn on the refusal: the native one ends too
+            await self._end_native_turn(s, turn)
             return
         for native in encoded:
             native = {**native, "message": {**native["message"],
@@ -410,6 +408,21 @@ class ClaudeLive:
             except (ConnectionError, AssertionError) as e:
                 await self._fail(s, f"the harness process is gone ({e!r})")
                 return
+
+    def _unrunnable(self, messages: list[Json]) -> str | None:
+        """Why this model cannot take the batch: an image on a text-only model (rejected,
+        never dropped), or a whitespace-only message (Claude Code cannot run it)."""
+        if not self.options.images and any(p.get("type") == "input_image" for m in messages
+                                           for p in m.get("content", ())):
+            return ("unsupported_content: this runtime does not report message image support "
+                    "(a text-only model)")
+        for i, m in enumerate(messages):
+            parts = m.get("content", ())
+            if parts and all(p.get("type") == "input_text" and is_whitespace_only(p["text"])
+                             for p in parts):
+                return f"invalid_input: messages[{i}] is whitespace-only, which Claude Code " \
+                       "cannot take"
+        return None
 
     async def _hung(self, s: Session, turn: Turn) -> None:
         if s.turn is turn and not self._stopped:
