@@ -30,7 +30,7 @@ STORE_UNREACHABLE: tuple[type[Exception], ...] = (ConnectionFailure,)
 # Every write the services make is acknowledged only once a majority of the replica set holds
 # it in its journal (MongoDB: w "majority", j true): a 201 "stored", a published Item or a
 # verdict never rests on one member's memory, so neither a primary's crash nor a fail-over loses
-# it (docs/deploy.md, "The store's write concern"). Given as client options, which take
+# it (docs/storage.md, "The store's write concern"). Given as client options, which take
 # precedence over the URI's, so a MONGODB_URI cannot relax it. FerretDB accepts and ignores it;
 # the local stack's own durability is SQLite's synchronous=FULL (docs/local-stack.md).
 WRITE_CONCERN: dict[str, Any] = {"w": "majority", "journal": True}
