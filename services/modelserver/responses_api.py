@@ -8,7 +8,8 @@ One scripted reply becomes one streamed response:
   ``response.output_text.delta`` (the whole text), ``response.output_item.done`` with the item
   ``{type: "message", role: "assistant", content: [{type: "output_text", text}]}``;
 * per ``tool_call`` step: ``response.output_item.added`` / ``response.output_item.done`` with
-  ``{type: "function_call", call_id, name, arguments: <JSON string>}``;
+  ``{type: "function_call", call_id, name, arguments: <JSON string>}`` (plus ``namespace`` when
+  the step names one: Codex's sub-agent tools sit in the ``multi_agent_v1`` namespace);
 * ``response.completed`` with ``usage`` (Codex reads the token counts and ends the model turn
   there; without it Codex treats the stream as cut off and retries).
 
@@ -86,6 +87,8 @@ def events(reply: Reply, body: Json, new_id: Any = None,
                     "name": value["name"],
                     "arguments": args if isinstance(args, str) else json.dumps(args),
                     "status": "completed"}
+            if isinstance(value.get("namespace"), str):  # a tool of a namespace (sub-agents)
+                item["namespace"] = value["namespace"]
             out.append(("response.output_item.added",
                         {"type": "response.output_item.added", "output_index": index,
                          "item": {**item, "status": "in_progress"}}))

@@ -8,7 +8,8 @@ re-sends its history on every request, so the key keeps matching for the whole S
 A reply is a list of steps, answered in order inside one model response:
 
 * ``{"text": "…"}`` — assistant text;
-* ``{"tool_call": {"name": "…", "arguments": {…}, "call_id": "optional"}}`` — call a tool
+* ``{"tool_call": {"name": "…", "arguments": {…}, "call_id": "optional", "namespace":
+  "optional"}}`` — call a tool
   (the name is the public function name; each API module maps it to the harness's tool name);
 * ``{"wait": seconds}`` — sleep before answering (a slow model);
 * ``{"fail": {"status": 500, "message": "…"}}`` — answer an HTTP error instead.

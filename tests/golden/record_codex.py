@@ -99,12 +99,32 @@ async def case_unanswered(c: BareCodex, ms: ModelServer) -> None:
     await c.wait_for("turn/completed", threadId=c.thread_id)
 
 
+@case
+async def case_subagent(c: BareCodex, ms: ModelServer) -> None:
+    """Sub-agents on (``SUBAGENTS``; the Runtime's config has them off): the root agent spawns a
+    helper whose model calls the Session's function. What the binary prints of both threads."""
+    ms.scripts.register("GOLD-subagent-root", [
+        [{"tool_call": {"name": "spawn_agent", "namespace": "multi_agent_v1",
+                        "arguments": {"message": "GOLD-subagent-kid weather in Paris",
+                                      "task_name": "weather_helper"}}}],
+        [{"tool_call": {"name": "wait_agent", "namespace": "multi_agent_v1",
+                        "arguments": {"timeout_ms": 20000}}}],
+        [{"text": "the helper answered"}]])
+    ms.scripts.register("GOLD-subagent-kid", [[_call()], [{"text": "helper: no weather"}]])
+    await c.turn([{"type": "text", "text": "GOLD-subagent-root ask a helper"}])
+    await c.wait_for("turn/completed", threadId=c.thread_id)
+
+
+SUBAGENTS = {"subagent"}  # cases recorded with sub-agents on
+
+
 async def record(names: list[str], binary: str, version: str) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     ms = ModelServer().start()
     try:
         for name in names:
-            async with BareCodex(ms.url + "/v1", list(DEFAULT_FUNCTIONS), binary) as c:
+            async with BareCodex(ms.url + "/v1", list(DEFAULT_FUNCTIONS), binary,
+                                 subagents=name in SUBAGENTS) as c:
                 start = len(c.printed)
                 await CASES[name](c, ms)
                 lines = c.printed[start:]

@@ -10,11 +10,16 @@ from services.runtime.simulation import ALTERED_SUFFIX
 Json = dict[str, Any]
 
 
-def config_toml(base_url: str, model: str, env_key: str) -> str:
+def config_toml(base_url: str, model: str, env_key: str, *, subagents: bool = False) -> str:
     """The private ``CODEX_HOME/config.toml``: one provider, the Responses API, and Codex's own
     tools off (shell / exec, web search, sub-agents, goals, apps, plugins): the model then sees
     the Session's public functions plus ``view_image`` and ``request_user_input``, which 0.169
-    does not let a config turn off (docs/harnesses.md)."""
+    does not let a config turn off (docs/harnesses.md). Sub-agents are off twice: the
+    ``multi_agent`` feature (0.169 calls it deprecated, "it still controls the V1 fallback") and
+    ``[agents] enabled = false``, which 0.169 says "disables subagent tools even when the model
+    selects a subagent version". ``subagents=True`` only for recording what a sub-agent prints
+    (tests/golden/record_codex.py)."""
+    agents = "" if subagents else "[agents]\nenabled = false\n"
     return (
         f'model = "{model}"\n'
         'model_provider = "core"\n'
@@ -24,10 +29,11 @@ def config_toml(base_url: str, model: str, env_key: str) -> str:
         "[features]\n"
         "shell_tool = false\n"
         "unified_exec = false\n"
-        "multi_agent = false\n"
+        f"multi_agent = {'true' if subagents else 'false'}\n"
         "goals = false\n"
         "apps = false\n"
         "plugins = false\n"
+        f"{agents}"
         "[model_providers.core]\n"
         'name = "core"\n'
         f'base_url = "{base_url}"\n'

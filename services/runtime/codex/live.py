@@ -23,8 +23,9 @@ JSON-RPC over the process's stdin/stdout, one JSON object a line (no ``jsonrpc``
   ``turn/started``, ``item/started``, ``item/completed`` (an ``agentMessage`` is what the agent
   said), ``item/tool/call``, ``thread/tokenUsage/updated`` (a Turn's usage), ``turn/completed``,
   ``error``; streaming deltas, rate limits and status pings are not forwarded. Each envelope
-  names the Session's thread (``root_thread_id``): a record of another thread is a subagent's,
-  never an agent message of the Session (``shared.domain.agent_output``);
+  names the Session's thread (``root_thread_id``). A record of another thread (a sub-agent's;
+  the config turns sub-agents off) is not forwarded at all: its Turn is not the Session's and
+  its calls are not public (tests/unit/test_codex_subthreads.py, on a real record);
 * the process dying, hanging (no output for ``turn_timeout_s`` while the model works) or
   printing too many non-JSON lines fails its Turn with a reason: the Runtime emits a
   ``turn/completed`` with ``status: "failed"`` marked ``"synthesized": true`` (the binary never
@@ -295,6 +296,15 @@ class CodexLive:
             return
         params = message.get("params") if isinstance(message.get("params"), dict) else {}
         assert isinstance(params, dict)
+        thread = params.get("threadId")
+        if proc.thread_id and isinstance(thread, str) and thread != proc.thread_id:
+            # Another thread of this process (a sub-agent's): not the Session's. Never
+            # forwarded — its turn/started is not the Turn's, its turn/completed does not end
+            # it, its calls are not public (0.169 gives a sub-agent no dynamic tools anyway).
+            if "id" in message:
+                self._write(proc, {"id": message["id"], "error": {
+                    "code": -32601, "message": f"{method}: only the Session's own thread"}})
+            return
         if "id" in message and method != "item/tool/call":
             # approvals and the like: never expected with approvalPolicy "never"
             log.warning("codex.request_declined", method=method)

@@ -24,7 +24,8 @@ Json = dict[str, Any]
 
 class BareCodex:
     def __init__(self, model_base_url: str, functions: list[Json], binary: str | None = None,
-                 model: str = "scripted") -> None:
+                 model: str = "scripted", subagents: bool = False) -> None:
+        self.subagents = subagents  # config_toml(subagents=…): only to record a sub-agent
         self.base_url = model_base_url
         self.functions = functions
         self.binary = binary or default_binary("codex")
@@ -39,7 +40,8 @@ class BareCodex:
         self.home = Path(tempfile.mkdtemp(prefix="bare-codex-"))
         (self.home / "work").mkdir()
         (self.home / "config.toml").write_text(config_toml(self.base_url, self.model,
-                                                           "BARE_CODEX_KEY"))
+                                                           "BARE_CODEX_KEY",
+                                                           subagents=self.subagents))
         env = {k: v for k, v in os.environ.items() if not k.startswith("CODEX_")}
         env.update({"CODEX_HOME": str(self.home), "HOME": str(self.home),
                     "BARE_CODEX_KEY": "local", "HTTPS_PROXY": "http://127.0.0.1:9",
