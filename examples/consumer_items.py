@@ -2,6 +2,9 @@
 (delivery is at least once: a record can come twice after a rebalance or a producer retry), and
 checks the per-Session order (``sequence`` 1, 2, 3… with no gap).
 
+Needs aiokafka only (no Session Core package):
+
+    pip install 'aiokafka>=0.12'
     KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 python examples/consumer_items.py SESSION_ID [N]
 
 Prints each new Item of the Session and stops after N Items (default: run until Ctrl-C).

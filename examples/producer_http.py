@@ -1,6 +1,9 @@
 """A producer over HTTP with the client library: an image message to a Claude Code Session, then
 a Codex Session whose agent calls a function, answered with a function result.
 
+Needs the client distribution only (httpx; the picture is made with the standard library):
+
+    pip install ./packaging/client        # session-core-client, from a checkout of this repo
     SESSION_CORE_API=http://127.0.0.1:8080 python examples/producer_http.py
 
 Against the reference Runtime (`make run`), the text ``call get_weather {...}`` makes the agent
@@ -9,20 +12,27 @@ call ``get_weather``; a real harness calls it when its model decides to.
 
 from __future__ import annotations
 
-import io
 import os
+import struct
 import sys
 import time
-
-from PIL import Image
+import zlib
 
 from session_core_client import Client, image_part, message, text_part
 
 
-def picture() -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", (32, 24), (30, 120, 200)).save(buf, format="PNG")
-    return buf.getvalue()
+def picture(width: int = 32, height: int = 24, rgb: tuple[int, int, int] = (30, 120, 200)
+            ) -> bytes:
+    """A one-colour PNG: signature, IHDR (8-bit RGB), one zlib-compressed IDAT, IEND."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data)))
+
+    rows = (b"\x00" + bytes(rgb) * width) * height  # filter type 0 before each row
+    return (b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
 def main() -> int:

@@ -1,6 +1,9 @@
 """A producer over Kafka: publish to ``session.input`` and await the answer on
 ``session.input.results`` by request id (the same status and body as the HTTP API).
 
+Needs the client distribution with its Kafka extra (aiokafka):
+
+    pip install './packaging/client[kafka]'   # session-core-client[kafka], from a checkout
     KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 python examples/producer_kafka.py
 """
 

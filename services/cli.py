@@ -1,4 +1,8 @@
-"""``session-core <command>``: one entry point for every process of the project."""
+"""``session-core <command>``: one entry point for every process of the project (the server
+distribution). The user CLI is ``session-core-cli`` (``session_core_client.cli``, docs/cli.md).
+
+``--help`` of every command and ``hash-key`` need only the standard library; the rest needs the
+server extras (``pip install 'session-core[server]'``) and says so when they are missing."""
 
 from __future__ import annotations
 
@@ -6,14 +10,12 @@ import argparse
 import sys
 from typing import Any
 
-from shared import eventloop
-from shared.logging import configure_logging
-from shared.settings import get_settings
-
 SERVICES = ("admission", "storage", "dispatcher", "receipts")
 
 
 def _service(name: str) -> Any:
+    from shared.settings import get_settings
+
     settings = get_settings()
     if name == "admission":
         from services.admission.app import AdmissionService
@@ -35,6 +37,7 @@ def _service(name: str) -> Any:
 async def _run_service(name: str) -> None:
     from shared.health import serve_health
     from shared.service import run_until_stopped
+    from shared.settings import get_settings
 
     settings = get_settings()
     svc = _service(name)
@@ -62,6 +65,7 @@ async def _topics(argv: list[str]) -> int:
     what Kafka cannot change in place (partition counts, replication factors); ``check``
     changes nothing and fails on any difference. docs/deploy.md, "Topics"."""
     from shared.kafka import TopicsDrift, ensure_topics
+    from shared.settings import get_settings
     from shared.topics import topics_for
 
     p = argparse.ArgumentParser(prog="session-core topics", description=_topics.__doc__)
@@ -129,13 +133,12 @@ COMMANDS: dict[str, str] = {
     "receipts": "run the receipt tracker",
     "topics": "make the topics as declared ('create', the default) or only compare ('check')",
     "runtime": "run a Runtime (the reference Runtime or a real harness)",
-    "cli": "the user CLI over the public HTTP API",
     "conformance": "the Runtime qualification kit",
     "demo": "play the demo against a running stack",
     "hash-key": "make an API key entry",
 }
 # commands whose own module parses the rest of the command line (``--help`` included)
-OWN_PARSER = ("topics", "runtime", "cli", "conformance", "hash-key")
+OWN_PARSER = ("topics", "runtime", "conformance", "hash-key")
 
 
 def _version() -> str:
@@ -162,8 +165,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.command not in OWN_PARSER:
         # the command takes no arguments: --help answers here, anything else is a usage error
         sub.choices[args.command].parse_args(rest)
-    if args.command == "hash-key":
+    if args.command == "hash-key":  # the standard library only: works on any install
         sys.exit(hash_key(rest))
+    try:
+        from shared import eventloop
+        from shared.logging import configure_logging
+        from shared.settings import get_settings
+    except ModuleNotFoundError as exc:
+        sys.exit(f"session-core {args.command}: {exc.name} is not installed; the services need "
+                 "the server extras: pip install 'session-core[server]'")
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format, service=args.command)
     if args.command in SERVICES:
@@ -174,10 +184,6 @@ def main(argv: list[str] | None = None) -> None:
         from services.runtime.main import main as runtime_main
 
         runtime_main(rest)
-    elif args.command == "cli":
-        from services.client.main import main as cli_main
-
-        cli_main(rest)
     elif args.command == "demo":
         from services.client.demo import main as demo_main
 

@@ -9,22 +9,22 @@ from typing import Any
 import httpx
 
 from session_core_client import core
-from session_core_client.core import ApiError, Call, ItemFollow, Json, RetryPolicy, Tries
+from session_core_client.core import ApiError, Attempts, Call, ItemFollow, Json, RetryPolicy, Tries
 
 
 class AsyncClient(core.Api[Coroutine[Any, Any, Json]]):
     """``async with AsyncClient(base_url, api_key=…) as c: await c.create_session(…)``."""
 
-    def __init__(self, base_url: str, api_key: str | None = None, *, timeout_s: float = 30.0,
-                 retry: RetryPolicy | None = None,
+    def __init__(self, base_url: str, api_key: str | None = None, *,
+                 timeout_s: float = core.DEFAULT_TIMEOUT_S, retry: RetryPolicy | None = None,
                  transport: httpx.AsyncBaseTransport | None = None,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.retry = retry or RetryPolicy()
+        self.timeout_s = timeout_s
         self._sleep = sleep
         self._http = httpx.AsyncClient(base_url=base_url.rstrip("/"),
                                        headers=core.headers_for(api_key),
-                                       timeout=httpx.Timeout(timeout_s, read=None),
-                                       transport=transport)
+                                       timeout=core.timeout(timeout_s), transport=transport)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -39,26 +39,35 @@ class AsyncClient(core.Api[Coroutine[Any, Any, Json]]):
     def http(self) -> httpx.AsyncClient:
         return self._http
 
-    async def call(self, method: str, path: str, *, body: Json | None = None,
-                   params: Json | None = None) -> tuple[int, Any]:
-        """As ``Client.call``."""
-        tries = Tries(self.retry, f"{self._http.base_url} {method} {path}")
+    async def request(self, call: Call) -> httpx.Response:
+        """As ``Client.request``."""
+        attempts = Attempts(call, self.timeout_s)
+        tries = Tries(self.retry, f"{self._http.base_url} {call.method} {call.path}",
+                      attempts.deadline)
         while True:
+            params, timeout = attempts.next()
             try:
-                resp = await self._http.request(method, path, json=body, params=params)
+                resp = await self._http.request(call.method, call.path, json=call.body,
+                                                params=params, timeout=timeout)
             except httpx.TransportError as exc:
                 await self._sleep(tries.after_error(exc))
                 continue
             if (delay := tries.after_answer(resp)) is None:
-                return resp.status_code, core.decode(resp)
+                return resp
             await self._sleep(delay)
 
+    async def call(self, method: str, path: str, *, body: Json | None = None,
+                   params: Json | None = None, timeout_s: float | None = None
+                   ) -> tuple[int, Any]:
+        """As ``Client.call``."""
+        resp = await self.request(Call(method, path, body, params, timeout_s))
+        return resp.status_code, core.decode(resp)
+
     async def send(self, call: Call) -> Json:
-        status, data = await self.call(call.method, call.path, body=call.body,
-                                       params=call.params)
-        if status >= 400:
-            raise ApiError.from_body(status, data)
-        result: Json = data
+        resp = await self.request(call)
+        if resp.status_code >= 400:
+            raise ApiError.from_response(resp)
+        result: Json = core.decode(resp)
         return result
 
     async def items(self, session_id: str, *, after: int = 0, limit: int = 100
@@ -71,27 +80,39 @@ class AsyncClient(core.Api[Coroutine[Any, Any, Json]]):
             cursor = core.next_after(page)
 
     async def stream_items(self, session_id: str, *, after: int = 0, reconnect: bool = True,
-                           idle_timeout_s: float | None = None) -> AsyncIterator[Json]:
-        """As ``Client.stream_items``: resumes from the last sequence seen after a drop."""
-        follow = ItemFollow(session_id, after, idle_timeout_s)
+                           idle_timeout_s: float | None = None, timeout_s: float | None = None
+                           ) -> AsyncIterator[Json]:
+        """As ``Client.stream_items``: resumes from the last sequence seen after a drop; ends
+        after ``idle_timeout_s`` without a new Item (keep-alives do not count) or ``timeout_s``
+        in all."""
+        follow = ItemFollow(session_id, after, idle_timeout_s, timeout_s)
         tries = Tries(self.retry, f"stream of {session_id}")
-        while True:
+        while not follow.expired():
             try:
                 async with self._http.stream("GET", follow.path, **follow.request()) as resp:
                     if resp.status_code >= 400:
                         await resp.aread()
                         if (delay := tries.after_answer(resp)) is None:
                             raise ApiError.from_response(resp)
-                        await self._sleep(delay)
+                        await self._sleep(follow.bounded(delay))
                         continue
                     tries.answered()
-                    async for line in resp.aiter_lines():
+                    lines = resp.aiter_lines()
+                    while True:
+                        try:
+                            async with asyncio.timeout(follow.left()):
+                                line = await anext(lines)
+                        except TimeoutError:  # the follow's time is up, keep-alives or not
+                            return
+                        except StopAsyncIteration:
+                            break
                         if (item := follow.line(line)) is not None:
                             yield item
-            except httpx.ReadTimeout:
-                return
+                            follow.handed_over()
             except httpx.TransportError as exc:
-                await self._sleep(tries.after_error(exc, retry=reconnect))
+                if follow.expired():
+                    return
+                await self._sleep(follow.bounded(tries.after_error(exc, retry=reconnect)))
                 continue
             if not reconnect:
                 return

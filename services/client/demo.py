@@ -1,10 +1,11 @@
 """``session-core demo``: the short scripted tour ``make run`` plays once everything is ready.
 
-It drives the running system with the user CLI only (each command is printed before it runs,
-so the tour doubles as a CLI tutorial): an image message to Claude Code, a function call
-answered and confirmed on Codex (on ``make run``: the real ``codex app-server`` against the
-scripted model server, confirmed by the real receipt), and a whitespace-only message rejected
-for Claude Code but admitted for Codex. Items are printed as they arrive."""
+It drives the running system with the user CLI ``session-core-cli`` only (each command is
+printed before it runs, so the tour doubles as a CLI tutorial): an image message to Claude
+Code, a function call answered and confirmed on Codex (on ``make run``: the real ``codex
+app-server`` against the scripted model server, confirmed by the real receipt), and a
+whitespace-only message rejected for Claude Code but admitted for Codex. Items are printed as
+they arrive."""
 
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ BOLD, DIM, RESET = ("\033[1m", "\033[2m", "\033[0m") if sys.stdout.isatty() else
 
 
 def _cli(*args: str, check: bool = True, show: bool = True) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "services.cli", "cli", *args]
+    cmd = [sys.executable, "-m", "session_core_client.cli", *args]
     if show:
-        print(f"{DIM}$ session-core cli {' '.join(_quote(a) for a in args)}{RESET}", flush=True)
+        print(f"{DIM}$ session-core-cli {' '.join(_quote(a) for a in args)}{RESET}", flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
                        env=os.environ.copy(), check=False)
     if show and p.stdout and "--json" not in args:
@@ -161,9 +162,9 @@ def main(argv: list[str] | None = None) -> None:
     if failed:
         raise SystemExit("demo: FAILED — " + "; ".join(failed))
     print(f"\n{BOLD}Demo done. The system keeps running — try the CLI yourself:{RESET}")
-    print(f"  .venv/bin/session-core cli create --harness claude_code --text hi --image {picture}")
-    print(f"  .venv/bin/session-core cli tail {sid} --follow")
-    print("  .venv/bin/session-core cli --help")
+    print(f"  .venv/bin/session-core-cli create --harness claude_code --text hi --image {picture}")
+    print(f"  .venv/bin/session-core-cli tail {sid} --follow")
+    print("  .venv/bin/session-core-cli --help")
     print("Press Ctrl-C to stop everything.", flush=True)
 
 

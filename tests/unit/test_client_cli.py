@@ -1,5 +1,5 @@
-"""The user CLI (services/client): command-line arguments → HTTP requests, image files → data
-URIs by magic bytes, SSE parsing, readable Item lines, exit codes."""
+"""The user CLI (session_core_client/cli): command-line arguments → HTTP requests, image files
+→ data URIs by magic bytes, SSE parsing, readable Item lines, exit codes."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from services.client import main as cli
-from services.client import render
-from services.client.bodies import UsageError, data_uri, sniff_media_type, tool_result_body
+from session_core_client.cli import main as cli
+from session_core_client.cli import render
+from session_core_client.cli.bodies import UsageError, data_uri, sniff_media_type, tool_result_body
 
 PNG_BYTES = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8
 JPEG_BYTES = b"\xff\xd8\xff\xe0" + b"\x00" * 8

@@ -1,12 +1,13 @@
-"""``session-core cli``: drive Session Core as a user (docs/cli.md).
+"""``session-core-cli``: drive Session Core as a user (docs/cli.md).
 
 A thin layer over the client library ``session_core_client``: speaks only the public HTTP API
 (``--api``, ``--api-key``; env ``SESSION_CORE_API`` / ``SESSION_CORE_API_KEY``), ``tail`` included
 (it follows ``GET …/items?stream=true``, so no Kafka credentials are needed). Idempotency ids are
-minted when not given, and 429 / 503 / connection errors are retried (honouring Retry-After), so a
-retried command never double-posts. Every command prints readable lines; ``--json`` prints the
-raw answer instead, and errors as JSON too. Exit codes: 0 success, 1 an error answer (4xx/5xx)
-or a wait that ran out, 2 a usage error or an unreachable API, 130 interrupted.
+minted when not given, and 429 / 503 / 504 answers and connection errors are retried (honouring
+Retry-After), so a retried command never double-posts. Every command prints readable lines;
+``--json`` prints the raw answer instead, and errors as JSON too. Exit codes: 0 success, 1 an
+error answer (4xx/5xx), a wait that ran out or a ``tail --until-turn-end`` that timed out first,
+2 a usage error or an unreachable API, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ from typing import Any
 import httpx
 
 import session_core_client
-from services.client import render
-from services.client.bodies import (
+from session_core_client import ApiError, Client, TransportError
+from session_core_client.cli import render
+from session_core_client.cli.bodies import (
     UsageError,
     create_body,
     message_event_body,
     tool_result_body,
 )
-from session_core_client import ApiError, Client, TransportError
 from session_core_client.core import SseParser
 
 Json = dict[str, Any]
@@ -102,10 +103,10 @@ def _common(p: argparse.ArgumentParser, suppress: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="session-core cli", description=__doc__,
+    parser = argparse.ArgumentParser(prog="session-core-cli", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version",
-                        version=f"session-core cli {session_core_client.__version__}")
+                        version=f"session-core-cli {session_core_client.__version__}")
     _common(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -166,9 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--after", type=int, default=0, help="skip Items up to this sequence")
     p.add_argument("--until-turn-end", action="store_true",
                    help="with --follow: stop at the first Turn Item (after --after) that completes "
-                   "or fails")
-    p.add_argument("--timeout", type=float, default=None,
-                   help="with --follow: stop after this many seconds")
+                   "or fails (exit 1 if a timeout ends the tail first)")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="with --follow: stop after S seconds in all")
+    p.add_argument("--idle-timeout", type=float, default=None, metavar="S",
+                   help="with --follow: stop after S seconds without a new Item (the server's "
+                   "keep-alives do not count)")
 
     p = cmd("call", "show a function call, its stored submission and application state")
     p.add_argument("session")
@@ -407,20 +411,21 @@ def cmd_tail(api: Api, args: argparse.Namespace) -> int:
         return item.get("type") == "turn" and item.get("state") in TERMINAL_TURN_STATES
 
     found = 0
+    ended = False
     try:
         if not args.follow:
             for item in api.client.items(args.session, after=args.after):
                 show(item)
                 found += 1
         else:
-            deadline = None if args.timeout is None else time.monotonic() + args.timeout
             stream = api.client.stream_items(args.session, after=args.after,
-                                             idle_timeout_s=args.timeout)
+                                             idle_timeout_s=args.idle_timeout,
+                                             timeout_s=args.timeout)
             for item in stream:
                 show(item)
                 found += 1
-                if (args.until_turn_end and turn_ended(item)) or (
-                        deadline is not None and time.monotonic() > deadline):
+                if args.until_turn_end and turn_ended(item):
+                    ended = True
                     break
     except ApiError as exc:
         raise Exit(1, render.error_line(exc.status, {"error": exc.as_json()["error"]}),
@@ -429,6 +434,9 @@ def cmd_tail(api: Api, args: argparse.Namespace) -> int:
         raise Exit(2, str(exc)) from None
     if not found and not args.follow and not args.json:
         print(f"no Items of {args.session} after {args.after}", file=sys.stderr)
+    if args.follow and args.until_turn_end and not ended:
+        print("the tail ended before a Turn did (--timeout / --idle-timeout)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -453,7 +461,7 @@ def run(argv: Sequence[str]) -> int:
         if args.json:
             _print_json({"error": {"type": "usage", "message": str(exc), "param": None}})
         else:
-            print(f"session-core cli {args.command}: {exc}", file=sys.stderr)
+            print(f"session-core-cli {args.command}: {exc}", file=sys.stderr)
         return 2
     except Exit as exc:
         if args.json:
