@@ -78,6 +78,10 @@ async def test_sse_streaming_creation(core: Core, api: httpx.AsyncClient) -> Non
     assert ("item", "message") in kinds and ("item", "turn") in kinds
     seqs = [d["sequence"] for ev, d in seen if ev == "item"]
     assert seqs == sorted(seqs) and len(seqs) == len(set(seqs))
+    # what the agent said is streamed too: the reference Runtime's echo, the Turn's answer
+    [said] = [d for ev, d in seen if ev == "item" and d.get("role") == "agent"]
+    assert said["content"] == [{"type": "output_text", "text": "echo: stream me"}]
+    assert said["phase"] == "final_answer" and said["sequence"] == seqs[-1] - 1
     # an admission error is a plain 400 JSON answer, not a stream
     r2 = await api.post("/v1/sessions", json={**body, "harness": "claude_code", "input": " "})
     assert r2.status_code == 400
@@ -352,8 +356,14 @@ async def test_claude_64_message_bound_ends_turn(api: httpx.AsyncClient, items: 
         "bring the native Turn to 65 user messages; the bound is 64 including the opening "
         "prompt; nothing of it was submitted")
     await asyncio.sleep(1.5)  # anything the native Turn might still do
-    listed = await stored_items(api, sid)
-    assert [i["sequence"] for i in listed] == list(range(1, len(listed) + 1))
+    everything = await stored_items(api, sid)
+    assert [i["sequence"] for i in everything] == list(range(1, len(everything) + 1))
+    # What the agent said (the reference Runtime echoes each batch it took: the opening one,
+    # the 62, the 64th — never the refused 65th) aside:
+    said = [i for i in everything if i.get("role") == "agent"]
+    assert [i["phase"] for i in said] == ["commentary", "commentary", "final_answer"]
+    assert "65th" not in str(said)
+    listed = [i for i in everything if i.get("role") != "agent"]
     # Exactly: the opening message, the Turn, its call, 62 + 1 + 1 steered messages (the 65th
     # stored as sent), the failed end — and nothing after it (no later call of that Turn).
     assert [(i["type"], i.get("state")) for i in listed] == [

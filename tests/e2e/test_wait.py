@@ -60,7 +60,11 @@ async def test_wait_on_creation_completes_with_the_turns_items(
         api: httpx.AsyncClient, items: ItemCollector) -> None:
     body = await create_waiting(api, "hello, wait for me")
     got = body["items"]
-    assert kinds(got) == [("message", None), ("turn", "started"), ("turn", "completed")]
+    # the input, the Turn, what the agent said (the reference Runtime's echo: its answer), the end
+    assert kinds(got) == [("message", None), ("turn", "started"), ("message", None),
+                          ("turn", "completed")]
+    assert got[2]["role"] == "agent" and got[2]["phase"] == "final_answer"
+    assert got[2]["content"] == [{"type": "output_text", "text": "echo: hello, wait for me"}]
     assert seqs(got) == sorted(seqs(got)) and len({it["turn_id"] for it in got}) == 1
     assert body["id"].startswith("session_") and body["harness"] == "claude_code"
     assert got == await stored_items(api, body["id"])  # exactly what was stored, in order
@@ -73,8 +77,9 @@ async def test_wait_on_an_event_completes(api: httpx.AsyncClient, items: ItemCol
                        **LONG)
     assert body["delivery"] == "started"
     assert kinds(body["items"]) == [("message", None), ("turn", "started"),
-                                    ("turn", "completed")]
-    assert seqs(body["items"]) == [4, 5, 6]  # after the first Turn's 1, 2, 3
+                                    ("message", None), ("turn", "completed")]
+    assert body["items"][2]["role"] == "agent"  # the Turn's answer
+    assert seqs(body["items"]) == [5, 6, 7, 8]  # after the first Turn's 1, 2, 3 (its answer), 4
 
 
 async def test_wait_expires_with_partial_items_and_the_turn_goes_on(
