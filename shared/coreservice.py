@@ -32,7 +32,8 @@ class CoreService:
         self.broker: KafkaBroker = make_broker(settings, client_id)
         self.client = make_client(settings, store_selection_ms)
         self.db = database(self.client, settings, service)  # its own collections' database
-        self.dlq = DeadLetters(broker_send(self.broker), self.topics)
+        self.dlq = DeadLetters(broker_send(self.broker), self.topics,
+                               max_record_bytes(settings))
 
     def subscriber(self, *topics: str, group: str, **options: Any) -> Any:
         """A subscriber of ``topics`` in this deployment's consumer group ``group``, read as every

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import hashlib
 import json
 import logging
 import ssl
@@ -443,9 +444,11 @@ class DeadLetters:
     increment of ``session_core_dlq_records_total{topic, reason}``. The consumer then moves on
     (a service never crash-loops on one record)."""
 
-    def __init__(self, send: Send, topics: Topics) -> None:
+    def __init__(self, send: Send, topics: Topics, max_bytes: int = 0) -> None:
         self.send = send
         self.topics = topics
+        # the largest DLQ record (the topics' max.message.bytes); 0: no bound
+        self.max_bytes = max_bytes
 
     async def record(self, r: Any, poison: Poison) -> None:
         """A consumed record (aiokafka ``ConsumerRecord``) that is poison."""
@@ -456,16 +459,27 @@ class DeadLetters:
                   key: bytes | None = None, partition: int | None = None,
                   offset: int | None = None) -> None:
         envelope = dlq_envelope(source_topic, raw, poison, key=key, partition=partition,
-                                offset=offset)
+                                offset=offset, max_bytes=self.max_bytes)
         log.warning("dlq.record", source_topic=source_topic, reason=poison.code,
                     detail=poison.detail, partition=partition, offset=offset)
         await self.send(self.topics.dlq(source_topic), encode(envelope), key)
         DLQ_RECORDS.labels(source_topic, poison.code).inc()
 
 
+# The lossy ``value`` text rides along only with records up to this size: a large one's text
+# would double its DLQ record (the base64 is there).
+DLQ_TEXT_MAX = 1 << 20
+DLQ_ROOM = 64 * 1024  # the envelope's own fields (detail ≤ 300 characters, key twice, …)
+
+
 def dlq_envelope(source_topic: str, raw: bytes, poison: Poison, *, key: bytes | None,
-                 partition: int | None, offset: int | None) -> dict[str, Any]:
-    return {
+                 partition: int | None, offset: int | None,
+                 max_bytes: int = 0) -> dict[str, Any]:
+    """The ``dlq.record/1`` record. The original bytes go whole as base64 when the DLQ record
+    still fits the topic (``max_bytes``; ~0.75 of it for the value) — else as many as fit,
+    marked ``value_truncated`` with the original length and SHA-256: a record dead-lettered
+    for being too large must not fail its own dead-lettering."""
+    out: dict[str, Any] = {
         "schema": "dlq.record/1",
         "source_topic": source_topic,
         "partition": partition,
@@ -473,8 +487,21 @@ def dlq_envelope(source_topic: str, raw: bytes, poison: Poison, *, key: bytes | 
         "reason": poison.code,
         "detail": poison.detail,
         "failed_at": now_rfc3339(),
-        "key": key.decode("utf-8", "replace") if key is not None else None,
-        "key_b64": base64.b64encode(key).decode() if key is not None else None,
-        "value_b64": base64.b64encode(raw).decode(),  # the original bytes, exactly
-        "value": raw.decode("utf-8", "replace"),  # for reading; may be lossy
+        "key": None, "key_b64": None,
     }
+    keep = raw
+    budget = (max_bytes - DLQ_ROOM - 2 * len(key or b"")) // 4 * 3 if max_bytes else len(raw)
+    if len(raw) > budget:
+        keep = raw[:max(budget, 0)]
+        out.update(value_truncated=True, value_bytes=len(raw),
+                   value_sha256=hashlib.sha256(raw).hexdigest())
+    if key is not None and (not max_bytes or len(key) <= max_bytes // 8):
+        out["key"] = key.decode("utf-8", "replace")
+        out["key_b64"] = base64.b64encode(key).decode()
+    out["value_b64"] = base64.b64encode(keep).decode()  # the original bytes, exactly
+    if len(raw) <= DLQ_TEXT_MAX:
+        text = raw.decode("utf-8", "replace")  # for reading; may be lossy
+        room = max_bytes - DLQ_ROOM - len(out["value_b64"]) - 2 * len(key or b"")
+        if not max_bytes or len(json.dumps(text, ensure_ascii=False).encode()) <= room:
+            out["value"] = text
+    return out

@@ -19,6 +19,15 @@ OWN_DATABASE_FIELDS = {"receipts": "mongodb_receipts_database",
                        "dispatcher": "mongodb_dispatcher_database"}
 
 
+# The store's largest document: MongoDB's BSON limit (16 MiB), which FerretDB reports too.
+# Every service that stores an admitted input keeps it whole in one document (storage's
+# journal entry and Items, the dispatcher's queued input), so an admitted record — as JSON and
+# as BSON — may be at most this, less room for the fields stored with it (ids, sequences,
+# timestamps: a few KB). Admission refuses a larger one with 413 (docs/admission.md).
+STORE_DOCUMENT_BYTES = 16 * 1024 * 1024
+STORED_FORM_MAX_BYTES = STORE_DOCUMENT_BYTES - 256 * 1024
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SESSION_CORE_", extra="ignore")
 
@@ -83,7 +92,9 @@ class Settings(BaseSettings):
     max_concurrent_waits_per_tenant: int = 64  # … and per tenant per replica before 429
 
     # --- content limits (docs/admission.md gives the reason for each default) ---------
-    max_body_bytes: int = 32 * 1024 * 1024  # request body or session.input record; 413
+    # request body or session.input record; 413. At most the store's 16 MiB document (a larger
+    # body could never be stored); topics take records of 2 × this + 1 MiB
+    max_body_bytes: int = Field(default=STORE_DOCUMENT_BYTES, ge=1, le=STORE_DOCUMENT_BYTES)
     max_image_bytes: int = 5 * 1024 * 1024  # decoded bytes per image
     max_image_pixels: int = 40_000_000  # width × height per image
     max_images_per_request: int = 20  # images in one request's parts; 400

@@ -15,6 +15,7 @@ from services.admission.serving import HttpServer
 from services.admission.tails import ItemTail, ReplyTail
 from shared.coreservice import CoreService
 from shared.domain.poison import Poison
+from shared.failures import settle
 from shared.kafka import broker_watch, ensure_topics, make_producer, publish
 from shared.logging import bound, get_logger
 from shared.settings import Settings
@@ -46,11 +47,18 @@ class AdmissionService(CoreService):
             await self.dlq.record(raw, value)
             return
         rid = value["request_id"]
-        with bound(request_id=rid):
-            answer = await inputs.answer(self.admission, value, len(raw.value or b""),
-                                         self.settings.max_body_bytes)
-            await publish(self.broker, self.topics.session_input_results,
-                          inputs.result(rid, answer), rid)
+        size = len(raw.value or b"")
+
+        async def answer(values: list[dict[str, Any]]) -> None:
+            for v in values:
+                got = await inputs.answer(self.admission, v, size, self.settings.max_body_bytes)
+                await publish(self.broker, self.topics.session_input_results,
+                              inputs.result(rid, got), rid)
+
+        with bound(request_id=rid[:128]):
+            # an answer that can never be published (too large for the results topic) goes
+            # to the DLQ; the store or the broker away: retried (shared/failures.py)
+            await settle(self.dlq, [(raw, value)], answer, what="admission.session_input")
 
     async def ready(self) -> bool:
         # through the watches: what readiness finds, the next hand-over goes by

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import bson
 from aiokafka import AIOKafkaProducer
 from pymongo.asynchronous.database import AsyncDatabase
 
@@ -23,7 +24,7 @@ from shared.domain.waiting import TurnWatch
 from shared.ids import is_id, new_id
 from shared.kafka import encode, now_rfc3339, send_counted
 from shared.logging import bound, get_logger
-from shared.settings import Settings
+from shared.settings import STORE_DOCUMENT_BYTES, STORED_FORM_MAX_BYTES, Settings
 from shared.store import Doc
 from shared.storecodec import unpack
 from shared.storekeys import call_key, create_key, event_key
@@ -61,6 +62,25 @@ def body_too_large(limit: int) -> ApiError:
     """413 for a body over ``max_body_bytes`` — one wording for HTTP and ``session.input`` (where
     the limit applies to the record value), so both entry points answer identically."""
     return errors.too_large(f"the request body exceeds the limit of {limit} bytes", None)
+
+
+def stored_form_too_large(record: Json, json_bytes: int) -> ApiError | None:
+    """413 for an input whose stored form the store could not hold: every service that stores
+    the admitted input keeps it whole in one document (storage's journal entry and Items, the
+    dispatcher's queued input), as JSON text or as BSON, so the admitted record must fit in
+    ``STORED_FORM_MAX_BYTES`` both ways. BSON is measured only when the JSON is over half of
+    it: below that, the count limits bound BSON's per-element overhead well inside the room
+    left (docs/admission.md, "How large an input may be")."""
+    size = json_bytes
+    if size * 2 > STORED_FORM_MAX_BYTES:
+        size = max(size, len(bson.encode(record)))
+    if size <= STORED_FORM_MAX_BYTES:
+        return None
+    param = "output" if "submission" in record else "input"
+    return errors.too_large(
+        f"the input is {size} bytes as stored; a stored input holds at most "
+        f"{STORED_FORM_MAX_BYTES} bytes (the store's {STORE_DOCUMENT_BYTES}-byte document "
+        "less room for the fields stored with it)", param)
 
 
 class Admission:
@@ -183,11 +203,10 @@ class Admission:
         headers = {"Idempotent-Replayed": "true"} if repeated.replayed else {}
         return Answer(repeated.status, body, headers, session_id=session_id or body.get("id"))
 
-    async def _hand(self, record: Json) -> None:
+    async def _hand(self, record: Json, value: bytes) -> None:
         """Publish to storage (acks=all) and wait for the acknowledgement."""
         topic = self.topics.session_admitted
-        await (await send_counted(self.producer, topic, encode(record),
-                                  record["session_id"].encode()))
+        await (await send_counted(self.producer, topic, value, record["session_id"].encode()))
 
     async def _hand_over(self, record: Json) -> Answer:
         """Publish to storage with acks=all, then wait for the stored answer. With the store
@@ -196,6 +215,10 @@ class Admission:
         504 and loses nothing: the record is in Kafka and storage will store it; a retry with the
         same idempotency id returns the stored result."""
         rid = record["request_id"]
+        value = encode(record)
+        too_large = stored_form_too_large(record, len(value))
+        if too_large is not None:
+            return Answer.error(too_large)
         for watch in self.watches:  # the store or the broker is away: 503 now, nothing sent
             await watch.require()
         with bound(session_id=record["session_id"], request_id=rid):
@@ -203,7 +226,7 @@ class Admission:
             try:
                 budget = self.settings.storage_reply_timeout_ms / 1000
                 # bounded too: a broker lost after the watch's probe must not hold the request
-                await asyncio.wait_for(self._hand(record), budget)
+                await asyncio.wait_for(self._hand(record, value), budget)
                 reply = await asyncio.wait_for(fut, budget)
             except TimeoutError:
                 log.warning("admission.storage_timeout")

@@ -20,7 +20,8 @@ from services.dispatcher.repository import DispatcherRepository
 from shared import typedrecords
 from shared.coreservice import CoreService
 from shared.domain.binding import RuntimeInfo
-from shared.domain.poison import UNPROCESSABLE, Poison
+from shared.domain.poison import Poison
+from shared.failures import settle
 from shared.ids import new_id
 from shared.kafka import broker_ping, ensure_topics
 from shared.logging import bound, get_logger
@@ -81,17 +82,31 @@ class DispatcherService(CoreService):
 
     async def on_stored(self, body: Any, msg: KafkaMessage) -> None:
         for raw, got in await decode_records(self.dlq, msg.raw_message, self.types):
+            rec = {**got.value, "stored_at": raw.timestamp / 1000.0}
             with bound(session_id=got.model.session_id, turn_id=got.model.turn_id):
-                async with self.lock:
-                    try:
-                        await self.binder.accept(got.value)
-                    except (KeyError, TypeError, AttributeError) as exc:
-                        # a record of the right schema this code cannot use: not retried
-                        await self.dlq.record(raw, Poison(UNPROCESSABLE, repr(exc)[:300]))
+                # a record this code can never handle (too large for the store, a shape it
+                # cannot use) is dead-lettered and its Turn failed; the store away: retried
+                await settle(self.dlq, [(raw, rec)], self._accept, what="dispatcher.accept",
+                             dead=self._dead)
+
+    async def _accept(self, recs: list[dict[str, Any]]) -> None:
+        for rec in recs:
+            async with self.lock:
+                await self.binder.accept(rec)
+
+    async def _dead(self, rec: dict[str, Any], poison: Poison) -> None:
+        """A dead-lettered input fails its Turn, so its Session does not wait for ever."""
+        with contextlib.suppress(Exception):  # best effort: the DLQ record holds the input
+            await self.binder.fail_input(rec, f"the input cannot be delivered: {poison.detail}")
 
     async def on_observation(self, body: Any, msg: KafkaMessage) -> None:
-        for _raw, got in await decode_records(self.dlq, msg.raw_message, self.types):
-            await self.binder.observe(got.value)
+        batch = await decode_records(self.dlq, msg.raw_message, self.types)
+        await settle(self.dlq, [(raw, got.value) for raw, got in batch], self._observe,
+                     what="dispatcher.observe")
+
+    async def _observe(self, recs: list[dict[str, Any]]) -> None:
+        for rec in recs:
+            await self.binder.observe(rec)
 
     async def _sweep_loop(self) -> None:
         ttl = max(5.0, self.settings.runtime_heartbeat_timeout_s)

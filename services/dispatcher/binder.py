@@ -106,7 +106,12 @@ class Binder:
             await self.deliver(b, rt, rec)
             return
         # A record redelivered after a crash finds its own entry: it keeps its first place.
-        await self.repo.queue(sid, rec["event_id"], rec, self._place(), self.clock())
+        # Its wait is counted from when storage published it (``stored_at``, the record's
+        # Kafka timestamp), not from when this replica read it: a dispatcher that is behind
+        # fails an input that waited past the bind timeout as soon as it reads it.
+        now = self.clock()
+        await self.repo.queue(sid, rec["event_id"], rec, self._place(),
+                              min(float(rec.get("stored_at") or now), now))
         if rt is None and b.get("status") != WAITING:
             await self.unbind(b, "the bound runtime is gone")
         # A live bound Runtime with a queue: input left there by a crash or a store outage

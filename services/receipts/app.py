@@ -17,6 +17,7 @@ from services.receipts.repository import ReceiptRepository
 from services.receipts.tracker import Tracker
 from shared import typedrecords
 from shared.coreservice import CoreService
+from shared.failures import settle
 from shared.kafka import ensure_topics, make_producer
 from shared.logging import get_logger
 from shared.service import cancel, decode_records, records_of
@@ -96,18 +97,20 @@ class ReceiptService(CoreService):
             self.offsets = None
         await self.client.close()
 
+    # A batch that fails for good (a record too large for the store, one the tracker cannot
+    # use) is taken record by record and the failing ones dead-lettered; the store away: the
+    # batch is retried, then read again (shared/failures.py).
     async def on_deliveries(self, body: Any, msg: KafkaMessage) -> None:
-        batch = [(got.value, raw.timestamp / 1000.0)
+        batch = [(raw, (got.value, raw.timestamp / 1000.0))
                  for raw, got in await decode_records(self.dlq, msg.raw_message, self.types)
                  if got.value.get("kind") == "function_result"]
-        if batch:
-            await self.tracker.open_calls(batch)
+        await settle(self.dlq, batch, self.tracker.open_calls, what="receipts.open_calls")
         self.deliveries_reader.handled(records_of(msg.raw_message))
 
     async def on_observations(self, body: Any, msg: KafkaMessage) -> None:
         batch = await decode_records(self.dlq, msg.raw_message, self.types)
-        await self.tracker.observe_batch([(got.value, raw.timestamp / 1000.0)
-                                          for raw, got in batch])
+        await settle(self.dlq, [(raw, (got.value, raw.timestamp / 1000.0)) for raw, got in batch],
+                     self.tracker.observe_batch, what="receipts.observe_batch")
         recs = records_of(msg.raw_message)
         if recs and log.is_enabled_for(logging.DEBUG):
             log.debug("receipts.observations_handled", first=[recs[0].partition, recs[0].offset],

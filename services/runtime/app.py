@@ -30,7 +30,7 @@ from services.runtime.registration import (
     registration,
     simulated_harness,
 )
-from shared.kafka import DeadLetters, encode, ensure_topics, producer_send
+from shared.kafka import DeadLetters, encode, ensure_topics, max_record_bytes, producer_send
 from shared.logging import get_logger
 from shared.service import cancel_all
 from shared.settings import Settings
@@ -59,7 +59,8 @@ class RuntimeService:
         self._consumers: list[AIOKafkaConsumer] = []
         self._deliveries: deliveries.DeliveryLoop | None = None
         self.ready = asyncio.Event()
-        self.dlq = DeadLetters(producer_send(self.producer), self.topics)
+        self.dlq = DeadLetters(producer_send(self.producer), self.topics,
+                               max_record_bytes(settings))
 
     def _task(self, coro: Any, name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))

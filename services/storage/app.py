@@ -17,13 +17,14 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from faststream import AckPolicy
 from faststream.kafka.annotations import KafkaMessage
 
-from services.storage.batch import BatchWriter, Handovers, Rebalance, positions
+from services.storage.batch import RETRY_ERRORS, BatchWriter, Handovers, Rebalance, positions
 from services.storage.decided import DecidedState
 from services.storage.handler import RECORD_TYPES, StorageHandler
 from services.storage.offsets import OffsetCommits
 from services.storage.repository import StorageRepository
 from shared import records
 from shared.coreservice import CoreService
+from shared.failures import Backoff, classify
 from shared.kafka import (
     HANDOVER_LINGER_MS,
     ensure_topics,
@@ -72,6 +73,7 @@ class StorageService(CoreService):
         self.consumer: Any = None  # the subscriber's AIOKafkaConsumer (seen with a batch)
         self.commits = OffsetCommits(lambda: self.consumer)
         self.stopping = False
+        self.backoff = Backoff()
         self.subscriber(
             self.topics.session_admitted,
             self.topics.core_facts,
@@ -93,9 +95,15 @@ class StorageService(CoreService):
             raws = records_of(msg.raw_message)
             try:
                 await self.batches.take(raws, self.consumer)
-            except BaseException:
+            except BaseException as exc:
                 await msg.nack()  # each partition rewound to the batch's first record
+                if isinstance(exc, Exception) and classify(exc, RETRY_ERRORS) == "transient":
+                    # the store or broker away: the batch is read again after a pause that
+                    # grows to 5 s, not at once (records that can never succeed were
+                    # dead-lettered by the batch writer: BatchWriter.write)
+                    await self.backoff.pause()
                 raise
+            self.backoff.reset()
             self.commits.behind(self.decided.written(positions(raws)))
             if self.stopping:  # the last batch: committed before the consumer closes
                 await self.commits.flush(STOP_COMMIT_S)

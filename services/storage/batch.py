@@ -28,6 +28,7 @@ from services.storage.repository import StaleDecision, StorageRepository
 from services.storage.sessionwriter import SessionWriter
 from shared import records, typedrecords
 from shared.domain.poison import UNPROCESSABLE, Poison
+from shared.failures import poison_of
 from shared.kafka import DeadLetters, encode
 from shared.logging import get_logger
 from shared.metrics import STORAGE_BATCH_RECORDS, STORAGE_BATCH_SECONDS, Stopwatch
@@ -212,8 +213,8 @@ class BatchWriter:
                     raise
                 except Exception as exc:
                     self.decided.attempt_failed()
-                    await self.dlq.record(source[id(inp)], Poison(
-                        UNPROCESSABLE, f"processing failed: {exc!r}"[:300]))
+                    # too_large (DocumentTooLarge) or unprocessable (shared/failures.py)
+                    await self.dlq.record(source[id(inp)], poison_of(exc))
                     await self.repo.skipped({source_key(inp): inp["session_id"]})
                     continue
                 out.merge(one)

@@ -13,6 +13,8 @@ NO_SCHEMA = "missing_schema"  # no string ``schema`` field
 UNEXPECTED_SCHEMA = "unexpected_schema"  # a schema this topic does not carry
 INVALID_FIELDS = "invalid_fields"  # a required field missing or of the wrong type
 UNPROCESSABLE = "unprocessable"  # well-formed, but the consumer could not process it
+# well-formed, but too large for the store's document or a topic's record (shared/failures.py)
+TOO_LARGE = "too_large"
 
 
 @dataclass(frozen=True)

@@ -249,6 +249,33 @@ async def test_a_record_redelivered_after_the_store_failed_mid_delivery_keeps_it
     assert world.repo.bindings["s1"]["runtime_id"] == "rt_a"
 
 
+async def test_the_bind_timeout_counts_from_when_storage_published_the_input(
+        world: World) -> None:
+    """A dispatcher that is behind reads an input long after storage published it: the wait
+    counts from the record's timestamp (``stored_at``), so the first sweep after the read fails
+    an input that already waited past the bind timeout; a fresh one keeps waiting."""
+    old = {**stored("s_old", "t1", "start"), "stored_at": world.clock.now - WAIT_S - 1}
+    fresh = {**stored("s_new", "t2", "start"), "stored_at": world.clock.now - 1}
+    future = {**stored("s_skew", "t3", "start"), "stored_at": world.clock.now + 3600}
+    for rec in (old, fresh, future):
+        await world.binder.accept(rec)
+    await world.binder.sweep()
+    failed = {sid: b for sid, _fid, b in world.out.facts
+              if b.get("kind") == "turn" and b.get("state") == "failed"}
+    assert set(failed) == {"s_old"}
+    assert f"no eligible Runtime within {WAIT_S:g} s" in failed["s_old"]["reason"]
+    world.clock.advance(WAIT_S)  # a producer clock ahead counts from the read, no later
+    await world.binder.sweep()
+    failed = {sid for sid, _fid, b in world.out.facts
+              if b.get("kind") == "turn" and b.get("state") == "failed"}
+    assert failed == {"s_old", "s_new"}
+    world.clock.advance(1.5)
+    await world.binder.sweep()
+    failed = {sid for sid, _fid, b in world.out.facts
+              if b.get("kind") == "turn" and b.get("state") == "failed"}
+    assert failed == {"s_old", "s_new", "s_skew"}
+
+
 def test_the_reading_clock_grants_a_timeout_only_after_a_stretch_without_reading() -> None:
     clock = ReadingClock(fresh_s=1.0)
     assert clock.floor(100.0) == 100.0  # nothing read yet: nothing ages

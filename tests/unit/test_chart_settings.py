@@ -222,7 +222,7 @@ def test_rendered_chart_sets_every_setting() -> None:
     )
     (configmap,) = [d for d in docs if d["kind"] == "ConfigMap"]
     assert set(configmap["data"]) == set(PLAIN_ENV)
-    assert configmap["data"]["SESSION_CORE_MAX_BODY_BYTES"] == "33554432"  # not 3.3554432e+07
+    assert configmap["data"]["SESSION_CORE_MAX_BODY_BYTES"] == "16777216"  # not 1.6777216e+07
     deployments = [d for d in docs if d["kind"] == "Deployment"]
     assert len(deployments) == 4
     for dep in deployments:

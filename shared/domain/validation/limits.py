@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    max_body_bytes: int = 32 * 1024 * 1024
+    max_body_bytes: int = 16 * 1024 * 1024  # shared.settings.STORE_DOCUMENT_BYTES
     max_image_bytes: int = 5 * 1024 * 1024
     max_image_pixels: int = 40_000_000
     max_images_per_request: int = 20
