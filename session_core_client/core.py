@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
+from session_core_client import answers
 from session_core_client.content import as_messages
 from session_core_client.errors import ApiError as ApiError
 from session_core_client.errors import ApiTimeoutError, TransportError
@@ -273,6 +274,12 @@ class Api(Generic[R]):
     here when the caller gives none, so retrying them is safe. ``timeout_s`` of any operation
     overrides the read timeout of its attempts (default: the client's ``timeout_s``, for a
     wait ``timeout_ms`` plus ``WAIT_MARGIN_S``)."""
+
+    # What the agent said, picked out of Items any call returned (session_core_client.answers):
+    # ``core.final_answer(answer["items"])`` after a ``wait=True`` call, in both faces.
+    final_answer = staticmethod(answers.final_answer)
+    final_answers = staticmethod(answers.final_answers)
+    agent_messages = staticmethod(answers.agent_messages)
 
     def send(self, call: Call) -> R:
         raise NotImplementedError

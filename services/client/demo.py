@@ -5,7 +5,9 @@ printed before it runs, so the tour doubles as a CLI tutorial): an image message
 Code, a function call answered and confirmed on Codex (on ``make run``: the real ``codex
 app-server`` against the scripted model server, confirmed by the real receipt), and a
 whitespace-only message rejected for Claude Code but admitted for Codex. Items are printed as
-they arrive."""
+they arrive, and each step's answer — the Turn's final agent message — is printed on its own;
+on the scripted model (``make run``, ``make demo-check``) the demo fails unless each answer is
+exactly the scripted text."""
 
 from __future__ import annotations
 
@@ -102,6 +104,25 @@ def _show_model_saw_image(key: str, png: bytes) -> bool:
     return False
 
 
+def _answer(session: str, expect: str | None, step: str, failed: list[str],
+            timeout: float = 30) -> None:
+    """Print the Turn's answer — its final agent message, as the model wrote it — and, on the
+    scripted model (``expect``), note a failure when it is not exactly the scripted text. (A
+    simulated Runtime's Turn may end without one: it only echoes before a call.)"""
+    from session_core_client.answers import final_answer
+
+    deadline = time.monotonic() + timeout
+    while True:
+        page = json.loads(_cli("items", session, "--all", "--json", show=False).stdout)
+        answer = final_answer(page.get("items", page if isinstance(page, list) else []))
+        if answer is not None or expect is None or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    print(f"{BOLD}the model answered:{RESET} {answer!r}", flush=True)
+    if expect is not None and answer != expect:
+        failed.append(f"{step}: the model's answer is {answer!r}, not {expect!r}")
+
+
 def _wait_call(session: str, timeout: float = 30) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -122,7 +143,8 @@ def main(argv: list[str] | None = None) -> None:
     # On make run the real claude binary sends the image, as a native image block, to the
     # scripted model server; the model's request log shows the bytes arrived unchanged.
     key = f"demo-shapes-{os.getpid()}-{int(time.time())}"
-    scripted = _script(key, [[{"text": "An orange circle and a blue square."}]])
+    shapes = "An orange circle and a blue square."
+    scripted = _script(key, [[{"text": shapes}]])
     question = (f"[{key}] What shapes are in this picture?" if scripted
                 else "What shapes are in this picture?")
     s = _json("create", "--harness", "claude_code", "--placement", "none",
@@ -132,15 +154,17 @@ def main(argv: list[str] | None = None) -> None:
     failed: list[str] = []  # what the demo claims and did not see: exit code 1 at the end
     if scripted and not _show_model_saw_image(key, picture.read_bytes()):
         failed.append("1: the model did not receive the image byte for byte")
+    _answer(sid, shapes if scripted else None, "1", failed)
 
     _step("2. A function call on Codex, answered and confirmed by the native receipt")
     # On the real Codex (make run) the scripted model calls get_weather; the item/completed the
     # real codex app-server prints for the answer is the receipt. On a simulated Runtime the
     # text's "call …" makes the call.
     key = f"demo-weather-{os.getpid()}-{int(time.time())}"
+    weather = "It is sunny in Paris, 21°C."
     scripted = _script(key, [[{"tool_call": {"name": "get_weather",
                                              "arguments": {"city": "Paris"}}}],
-                             [{"text": "It is sunny in Paris, 21°C."}]])
+                             [{"text": weather}]])
     text = (f"[{key}] What is the weather in Paris?" if scripted
             else 'Weather please: call get_weather {"city": "Paris"}')
     s = _json("create", "--harness", "codex", "--placement", "none", "--text", text)
@@ -153,6 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     state = _json("call", sid2, call_id).get("state")
     if state != "applied":
         failed.append(f"2: the function result's application is {state!r}, not 'applied'")
+    _answer(sid2, weather if scripted else None, "2", failed)
 
     _step("3. A whitespace-only message: rejected for Claude Code, admitted for Codex")
     _cli("create", "--harness", "claude_code", "--text", " \n\t", check=False)

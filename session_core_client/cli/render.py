@@ -34,15 +34,18 @@ def _size(n: int) -> str:
     return f"{n / 1024 / 1024:.1f} MB"
 
 
-def content(parts: object) -> str:
+def content(parts: object, limit: int | None = MAX_TEXT) -> str:
+    """Parts shown in a line: texts JSON-quoted (every space and line break visible), each cut
+    at ``limit`` characters (``None``: whole), images as labels."""
     if isinstance(parts, str):
-        return _short(parts)
+        return _short(parts, limit) if limit else json.dumps(parts, ensure_ascii=False)
     if not isinstance(parts, list):
         return json.dumps(parts)
     shown = []
     for p in parts:
-        if isinstance(p, Mapping) and p.get("type") == "input_text":
-            shown.append(_short(str(p.get("text"))))
+        if isinstance(p, Mapping) and p.get("type") in ("input_text", "output_text"):
+            text = str(p.get("text"))
+            shown.append(_short(text, limit) if limit else json.dumps(text, ensure_ascii=False))
         elif isinstance(p, Mapping) and p.get("type") == "input_image":
             shown.append(image_label(p.get("image_url")))
         else:
@@ -54,12 +57,22 @@ def item_line(item: Mapping[str, Any]) -> str:
     """One Item → one line: ``#<sequence> <type> <what it says>``."""
     seq = item.get("sequence", "?")
     kind = str(item.get("type"))
-    if kind == "message":
+    if kind == "message" and item.get("role") == "agent":
+        # the Turn's answer whole and marked; what the agent said on the way, cut short
+        final = item.get("phase") == "final_answer"
+        label = "agent (final answer)" if final else "agent"
+        body = f"{label}: {content(item.get('content'), None if final else MAX_TEXT)}"
+    elif kind == "message":
         body = f"{item.get('role', 'user')}: {content(item.get('content'))}"
     elif kind == "turn":
         body = f"{item.get('turn_id')} {str(item.get('state')).upper()}"
         if item.get("reason"):
             body += f" — {item['reason']}"
+        usage = item.get("usage")
+        if isinstance(usage, Mapping):
+            body += (f" (tokens: {usage.get('input_tokens')} in, "
+                     f"{usage.get('cached_input_tokens')} cached, "
+                     f"{usage.get('output_tokens')} out)")
     elif kind == "function_call":
         args = json.dumps(item.get("arguments"), ensure_ascii=False)
         body = f"{item.get('name')}({args[:MAX_TEXT]}) call_id={item.get('call_id')}"

@@ -43,3 +43,12 @@ def test_agent_messages_and_answers_by_turn() -> None:
     assert [agent_text(m) for m in agent_messages(TURN1 + TURN2, "t2")] == ["Rainy."]
     assert final_answers(TURN1 + TURN2) == {"t1": "  Sunny.\n\n", "t2": "Rainy."}
 
+
+
+def test_both_faces_offer_the_helpers() -> None:
+    from session_core_client import AsyncClient, Client
+
+    for face in (Client("http://x"), AsyncClient("http://x")):
+        assert face.final_answer(TURN1) == "  Sunny.\n\n"
+        assert face.final_answers(TURN1 + TURN2) == {"t1": "  Sunny.\n\n", "t2": "Rainy."}
+        assert len(face.agent_messages(TURN1)) == 2
