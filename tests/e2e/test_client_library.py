@@ -5,6 +5,8 @@ stream resumes after a dropped connection with no gap and no repeat."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -60,6 +62,48 @@ def test_a_create_retried_after_a_lost_answer_yields_one_session(core: Core) -> 
         third = plain.create_session("codex", "hello from the client library",
                                      client_request_id=body["client_request_id"])
     assert third["id"] == created["id"]
+
+
+class Answers(httpx.BaseTransport):
+    """Passes every request to the server and notes each POST's status and body."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.posts: list[tuple[int, bytes]] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        resp = self.inner.handle_request(request)
+        if request.method == "POST":
+            self.posts.append((resp.status_code, request.read()))
+        return resp
+
+
+def test_a_real_504_is_retried_with_the_same_id_and_yields_one_session(core: Core) -> None:
+    """Storage paused: admission publishes the create and answers 504 after its storage budget
+    (the input is in Kafka). The client retries with the same client_request_id once storage
+    runs again, and gets the one Session that first record made."""
+    storage = core.procs["storage"].pid
+    answers = Answers()
+    sleeps: list[float] = []
+
+    def resume_storage(seconds: float) -> None:
+        sleeps.append(seconds)
+        os.kill(storage, signal.SIGCONT)
+        time.sleep(seconds)
+
+    os.kill(storage, signal.SIGSTOP)
+    try:
+        with Client(core.base_url, API_KEY, transport=answers, sleep=resume_storage,
+                    retry=RetryPolicy(attempts=6, backoff_s=1.0)) as client:
+            created = client.create_session("codex", "stored late", timeout_s=60)
+            items = list(client.items(created["id"]))
+    finally:
+        os.kill(storage, signal.SIGCONT)
+    statuses = [status for status, _ in answers.posts]
+    assert statuses[0] == 504 and statuses[-1] in (200, 201), statuses
+    assert len({body for _, body in answers.posts}) == 1, "every retry must send the same id"
+    assert sleeps
+    assert [i["type"] for i in items].count("message") == 1, items
 
 
 @pytest.fixture(scope="module")
