@@ -31,7 +31,11 @@ QUIET_S = 2.5  # how long "no delivery arrives" is watched
 
 
 class ItemCollector:
-    """Reads ``session.items`` from the beginning, grouped by session_id."""
+    """Reads ``session.items`` from the beginning, grouped by session_id. No consumer group: the
+    e2e session holds one collector across the whole run, and a group member whose event loop
+    sleeps through minutes of synchronous tests loses its membership and, at teardown, spins
+    rejoining (a 300 s teardown timeout seen at the end of `make test`). Without a group there is
+    no heartbeat to miss and nothing to commit."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -44,7 +48,7 @@ class ItemCollector:
         self.consumer = AIOKafkaConsumer(
             topics_for(self.settings).session_items,
             bootstrap_servers=self.settings.kafka_bootstrap_servers,
-            group_id=f"test-items-{uuid.uuid4().hex[:8]}",
+            group_id=None,
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=64 * 1024 * 1024,
         )
@@ -203,6 +207,7 @@ class System:
             "storage", "admission", "dispatcher", "receipts")) -> System:
         await ensure_topics(self.settings, self.topics)
         self.started = services
+        self.stopped: set[str] = set()  # stopped by the test (``stop_service``)
         await asyncio.gather(*(getattr(self, s).start() for s in services))
         await self.items.start()
         transport = httpx.ASGITransport(app=self.admission.http)
@@ -226,15 +231,33 @@ class System:
         return await self.http.post(f"/v1/sessions/{session_id}/events", json=body,
                                     params=params)
 
+    async def stop_service(self, name: str) -> None:
+        """Stop one of the services now (``stop`` leaves it alone afterwards)."""
+        self.stopped.add(name)
+        await getattr(self, name).stop()
+
     async def stop(self) -> None:
+        """Stop everything this System started. Every part is stopped even when one fails, and
+        then the failures are raised: a service whose stop raises is a defect the test shows,
+        not noise it swallows."""
+        errors: list[Exception] = []
+
+        async def attempt(stop: Awaitable[None]) -> None:
+            try:
+                await stop
+            except Exception as exc:
+                errors.append(exc)
+
         for rt in self.runtimes:
-            await rt.stop()
+            await attempt(rt.stop())
         if self.http:
-            await self.http.aclose()
-        await self.items.stop()
+            await attempt(self.http.aclose())
+        await attempt(self.items.stop())
         for s in reversed(self.started):
-            with contextlib.suppress(Exception):
-                await getattr(self, s).stop()
+            if s not in self.stopped:
+                await attempt(getattr(self, s).stop())
+        if errors:
+            raise ExceptionGroup("System.stop: a part did not stop cleanly", errors)
 
 
 # what the ``make_system`` fixture (tests/conftest.py) gives: services=…, **settings overrides
