@@ -5,7 +5,6 @@ end of the run and written to ``<pytest basetemp>/chaos-report.md``."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import sys
@@ -44,9 +43,10 @@ def chaos_stack() -> Iterator[Stack]:
     try:
         yield st
     finally:
-        with contextlib.suppress(Exception):
-            st.down()
-        shutil.rmtree(state_dir, ignore_errors=True)
+        try:
+            st.down()  # a stack that does not stop cleanly fails the run, as any stop
+        finally:
+            shutil.rmtree(state_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -125,7 +125,7 @@ async def test_a_store_written_before_the_marks_is_probed(make_system: SystemFac
     system = await make_system(services=("storage",))
     create = admitted_create("before the marks")
     shard = await stored(system, create)
-    await system.storage.stop()
+    await system.stop_service("storage")
     later = StorageService(system.settings)
     await later.repo.db.handovers.delete_many({})  # as a store of an older release
     try:

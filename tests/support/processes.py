@@ -32,6 +32,16 @@ ONE_WAIT = {"SESSION_CORE_MAX_CONCURRENT_WAITS": "1",
             "SESSION_CORE_MAX_CONCURRENT_WAITS_PER_TENANT": "1"}
 
 
+class StopFailed(AssertionError):
+    """Processes that did not stop cleanly: name → what happened (their logs are in the log
+    directory)."""
+
+    def __init__(self, failed: dict[str, str], log_dir: Path | None) -> None:
+        self.failed = failed
+        super().__init__("not stopped cleanly: " + "; ".join(
+            f"{n}: {why}" for n, why in sorted(failed.items())) + f" (logs: {log_dir})")
+
+
 @dataclass
 class Core:
     base_url: str
@@ -81,31 +91,53 @@ class Core:
                          for f in sorted(self.log_dir.glob("*.log")))
 
     def stop_all(self, grace: float = 15.0) -> None:
-        """SIGTERM every process at once, then SIGKILL what is left after ``grace`` seconds."""
-        procs = [p for p in self.procs.values() if p.poll() is None]
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):
+        """SIGTERM every process at once, then SIGKILL what is left after ``grace`` seconds.
+        Raises (``StopFailed``, after every process is gone) when one did not stop cleanly: it
+        had already died (not by ``kill``), exited non-zero on SIGTERM — its stop raised — or
+        needed SIGKILL."""
+        procs = dict(self.procs)
+        failed = {n: f"had exited with {p.returncode} before the stop"
+                  for n, p in procs.items() if p.poll() is not None and p.returncode != 0}
+        running = {n: p for n, p in procs.items() if p.poll() is None}
+        for p in running.values():
+            with contextlib.suppress(ProcessLookupError):  # it may exit meanwhile
                 os.killpg(p.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        for p in procs:
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait(5)
+        for n, p in running.items():
+            why = self._reap(p, max(0.1, deadline - time.monotonic()))
+            if why:
+                failed[n] = why
         self.procs.clear()
+        if failed:
+            raise StopFailed(failed, self.log_dir)
 
     def stop(self, name: str) -> None:
+        """SIGTERM ``name`` and wait (SIGKILL after 15 s); raises ``StopFailed`` when it did not
+        stop cleanly (see ``stop_all``)."""
         p = self.procs.pop(name, None)
-        if p is None or p.poll() is not None:
+        if p is None:
+            return
+        if p.poll() is not None:
+            if p.returncode != 0:
+                raise StopFailed({name: f"had exited with {p.returncode} before the stop"},
+                                 self.log_dir)
             return
         os.killpg(p.pid, signal.SIGTERM)
+        why = self._reap(p, 15.0)
+        if why:
+            raise StopFailed({name: why}, self.log_dir)
+
+    @staticmethod
+    def _reap(p: subprocess.Popen[bytes], grace: float) -> str:
+        """Wait for a process sent SIGTERM; what was wrong with its stop ("" if nothing)."""
         try:
-            p.wait(15)
+            code = p.wait(grace)
         except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
             p.wait(5)
+            return f"did not stop within {grace:.0f}s of SIGTERM (killed)"
+        return "" if code == 0 else f"exited with {code} on SIGTERM"
 
     def admission_replica(self, name: str, env: dict[str, str]) -> str:
         """Another admission process, ``name``, on an HTTP port of its own with ``env``: its
@@ -176,7 +208,8 @@ def launch(stack: Any, log_dir: Path, runtimes: dict[str, list[str]], api_key: s
                     "1", *args)
         c.wait_ready()
     except BaseException:
-        c.stop_all()
+        with contextlib.suppress(StopFailed):  # the failed start's own error is the one raised
+            c.stop_all()
         raise
     return c
 
