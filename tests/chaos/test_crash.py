@@ -22,8 +22,12 @@ from typing import Any
 import httpx
 import pytest
 
+from services.dispatcher.app import GROUP as DISPATCHER_GROUP
+from services.storage.app import GROUP as STORAGE_GROUP
+from shared.topics import topics_for
 from tests.support.chaos import API_KEY, Row, make_row, probe
 from tests.support.chaosload import Load, excuse_late, topic_ends, verify
+from tests.support.groups import Member, describe, wait_joined
 from tests.support.processes import Core
 from tests.support.stack import Stack
 
@@ -157,12 +161,26 @@ async def test_rebalance(chaos_core: Core, api: httpx.AsyncClient,
     partitions, and leave: cleanly (SIGTERM), or crashing (``kill -9``: the group notices only
     after the session timeout, and the survivor takes over partitions whose last batch may be
     written but not committed)."""
+    settings = chaos_core.settings
+    topics = topics_for(settings)
+    groups = [topics.group(STORAGE_GROUP), topics.group(DISPATCHER_GROUP),
+              topics.group(f"{DISPATCHER_GROUP}-observations")]
+    before: dict[str, list[Member]] = {}
+
     def join() -> None:
+        before.update(asyncio.run(describe(settings, groups)))
         chaos_core.spawn("storage-2", "storage")
         chaos_core.spawn("dispatcher-2", "dispatcher")
 
     def go() -> None:
-        time.sleep(5.0)  # let them join the groups and take partitions before they leave
+        # they leave only once the broker's coordinator shows each replica in its groups with
+        # partitions of its own, and every member of each group (the first replicas too)
+        # owning some: otherwise the row would prove nothing about a rebalance
+        took, now = wait_joined(settings, groups, before)
+        sys.stderr.write(f"\n[chaos] rebalance: replicas joined and took partitions in "
+                         f"{took:.1f} s: " + "; ".join(
+                             f"{g}: {[len(m.partitions) for m in ms]}" for g, ms in now.items())
+                         + "\n")
         for name in ("storage-2", "dispatcher-2"):
             if leave == "kill":
                 chaos_core.kill(name)
