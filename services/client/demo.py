@@ -21,6 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+WHITESPACE = " \n\t"
+# what the CLI prints for Claude Code's refusal of it (CONTRACT: 400, this type)
+REFUSAL = "error 400 unsupported_or_invalid_configuration"
 BOLD, DIM, RESET = ("\033[1m", "\033[2m", "\033[0m") if sys.stdout.isatty() else ("", "", "")
 
 
@@ -171,8 +174,10 @@ def main(argv: list[str] | None = None) -> None:
     sid2 = s["id"]
     call_id = _wait_call(sid2)
     _cli("items", sid2)
-    _cli("result", sid2, call_id, "--success", "--output", "sunny, 21°C", "--wait",
-         "--timeout-ms", "30000", check=False)
+    answered = _cli("result", sid2, call_id, "--success", "--output", "sunny, 21°C", "--wait",
+                    "--timeout-ms", "30000", check=False)
+    if answered.returncode != 0:  # 1: the Turn did not end within the wait (202)
+        failed.append(f"2: the result's Turn did not end within 30 s (exit {answered.returncode})")
     _cli("call", sid2, call_id)
     state = _json("call", sid2, call_id).get("state")
     if state != "applied":
@@ -180,9 +185,17 @@ def main(argv: list[str] | None = None) -> None:
     _answer(sid2, weather if scripted else None, "2", failed)
 
     _step("3. A whitespace-only message: rejected for Claude Code, admitted for Codex")
-    _cli("create", "--harness", "claude_code", "--text", " \n\t", check=False)
-    s = _json("create", "--harness", "codex", "--text", " \n\t")
+    refused = _cli("create", "--harness", "claude_code", "--text", WHITESPACE, check=False)
+    if refused.returncode != 1 or REFUSAL not in refused.stderr:
+        failed.append(f"3: Claude Code's whitespace-only message was not refused with {REFUSAL}"
+                      f" (exit {refused.returncode}: {refused.stderr.strip()[:200]!r})")
+    s = _json("create", "--harness", "codex", "--text", WHITESPACE)  # admitted, or the demo stops
     _cli("tail", s["id"], "--follow", "--until-turn-end", "--timeout", "30")
+    page = json.loads(_cli("items", s["id"], "--all", "--json", show=False).stdout)
+    texts = [part.get("text") for it in page.get("items", []) if it.get("type") == "message"
+             for part in it.get("content", [])]
+    if WHITESPACE not in texts:
+        failed.append(f"3: Codex's message is not stored as sent ({texts!r})")
 
     if failed:
         raise SystemExit("demo: FAILED — " + "; ".join(failed))
