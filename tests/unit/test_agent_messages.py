@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from services.storage.handler import record_to_inputs
 from shared import records
@@ -277,3 +279,50 @@ def test_turn_usage_is_summed_and_carried_by_the_end_only() -> None:
 def test_usage_for_a_turn_not_running_is_ignored() -> None:
     items, s = play([END, usage(1, 1, 1)])
     assert s.turn_usage is None and [i["type"] for i in items] == ["turn"]
+
+
+# ------------------------------------------------------------------- the rule, as a property
+
+STEP = st.one_of(
+    st.tuples(st.just("said"), st.text(max_size=5),
+              st.sampled_from([None, None, "commentary", "final_answer"])),
+    st.tuples(st.just("call")),
+    st.tuples(st.just("usage"), st.integers(0, 50), st.integers(0, 50)),
+)
+
+
+@given(st.lists(STEP, max_size=12))
+def test_every_message_is_one_item_and_the_derived_phase_follows_the_rule(
+        steps: list[tuple[Any, ...]]) -> None:
+    """Any Turn: each message is published once, in order with the calls; a derived message is
+    the final answer exactly when no call and no other message follows it in its Turn; the
+    harness's own phase is kept; the Turn's end carries the sum of its usage."""
+    facts: list[dict[str, Any]] = []
+    for n, step in enumerate(steps):
+        if step[0] == "said":
+            facts.append(said(step[1], n, step[2]))
+        elif step[0] == "call":
+            facts.append(call(n))
+        else:
+            facts.append(usage(n, step[1], step[2]))
+    items, _ = play([*facts, END])
+    published = [i for i in items if i["type"] != "turn"]
+    expected = [f for f in facts if f["kind"] != "usage"]
+    assert len(published) == len(expected)
+    for n, (item, fact) in enumerate(zip(published, expected, strict=True)):
+        if fact["kind"] == "function_call":
+            assert item["type"] == "function_call" and item["call_id"] == fact["call_id"]
+            continue
+        assert item["content"] == [{"type": "output_text", "text": fact["text"]}]
+        if fact["phase"] is not None:
+            assert (item["phase"], item["phase_source"]) == (fact["phase"], "provider")
+        else:
+            last = n == len(expected) - 1
+            assert (item["phase"], item["phase_source"]) == (
+                "final_answer" if last else "commentary", "derived")
+    [end] = [i for i in items if i["type"] == "turn"]
+    assert items[-1] is end
+    sums = [f["usage"] for f in facts if f["kind"] == "usage"]
+    assert end["usage"] == (None if not sums else {
+        k: sum(u[k] for u in sums) for k in ("input_tokens", "output_tokens",
+                                             "cached_input_tokens")})
