@@ -8,11 +8,18 @@ undecodable record goes to the DLQ with its reason instead of failing in the fra
 module declares the same channels with the contract models for the document only; the topic
 names come from ``shared.topics`` like the services'. ``python -m shared.contracts`` writes
 ``docs/asyncapi.json``; a test fails when it drifts.
+
+FastStream declares the same ``correlation_id`` header on every message; ``WIRE`` replaces that
+with what each topic's producer really sends (headers, and the record key as a Kafka message
+binding), and the ``<topic>.dlq`` channels are declared with their ``dlq.record/1`` payload.
+tests/e2e/test_record_schemas.py reads real records, headers and keys included, off the topics
+and checks them against this document.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from faststream.kafka import KafkaBroker
@@ -20,6 +27,42 @@ from faststream.specification import AsyncAPI
 
 from shared import contracts
 from shared.topics import Topics
+
+JSON = {"type": "string", "const": "application/json"}
+CORRELATION = {"type": "string", "description": "a random id FastStream gives each record it "
+                                                 "publishes; it correlates nothing"}
+
+
+@dataclass(frozen=True)
+class Wire:
+    """What a record of one topic carries beside its value: ``headers`` (name → JSON Schema of
+    the value, UTF-8) always sent, ``optional`` ones sent by some producers, and its key."""
+
+    key: str
+    headers: dict[str, Any] = field(default_factory=dict)
+    optional: dict[str, Any] = field(default_factory=dict)
+
+    def headers_schema(self) -> dict[str, Any]:
+        return {"type": "object", "properties": {**self.headers, **self.optional},
+                "required": sorted(self.headers)}
+
+
+# FastStream's publish (shared.kafka.publish, broker_send) sends content-type and
+# correlation_id; the plain producers (shared.kafka.send_counted: content-type; a Runtime's
+# producer: none) only what they name. Topics Core consumes require nothing.
+FASTSTREAM = {"content-type": JSON, "correlation_id": CORRELATION}
+WIRE: dict[str, Wire] = {
+    "session.input": Wire("the producer's: an events.create record's session_id (its order "
+                          "in the Session), a sessions.create record's request_id "
+                          "(session_core_client.kafka does so)"),
+    "session.input.results": Wire("the request_id answered", FASTSTREAM),
+    "session.items": Wire("the Item's session_id", {"content-type": JSON}),
+    "runtime.registrations": Wire("the runtime_id (the topic is compacted: the last record of "
+                                  "a Runtime is its state)"),
+    "runtime.deliveries": Wire("the runtime_id the delivery is for", FASTSTREAM),
+    "runtime.observations": Wire("the observation's session_id"),
+    "dlq": Wire("the original record's key (none when it had none)", optional=FASTSTREAM),
+}
 
 
 def build_broker() -> KafkaBroker:
@@ -56,7 +99,32 @@ def build_broker() -> KafkaBroker:
                      schema=contracts.RuntimeDelivery,
                      description="dispatcher → Runtimes: the Core–Runtime wire, keyed by "
                                  "runtime_id")
+    for topic in t.all():
+        if topic.endswith(".dlq") or topic == t.session_input_results:
+            continue  # nothing in Core consumes session.input.results: its DLQ stays empty
+        broker.publisher(t.dlq(topic), title=f"{t.dlq(topic)}:core", schema=contracts.DeadLetter,
+                         description=f"the records of {topic} that a consumer could not use "
+                                     "(docs/reliability.md), with the reason and the original "
+                                     "bytes; keyed by the original key")
     return broker
+
+
+def wire_of(address: str) -> Wire:
+    return WIRE["dlq" if address.endswith(".dlq") else address]
+
+
+def declare_wire(doc: dict[str, Any]) -> None:
+    """Each message's headers and key as ``WIRE`` says; ``correlationId`` only where the
+    header is sent."""
+    for channel in doc["channels"].values():
+        wire = wire_of(channel["address"])
+        for ref in channel["messages"].values():
+            message = doc["components"]["messages"][ref["$ref"].rsplit("/", 1)[1]]
+            message["headers"] = wire.headers_schema()
+            if "correlation_id" not in {**wire.headers, **wire.optional}:
+                message.pop("correlationId", None)
+            message["bindings"] = {"kafka": {"bindingVersion": "0.4.0", "key": {
+                "type": "string", "description": wire.key}}}
 
 
 def document() -> dict[str, Any]:
@@ -68,6 +136,7 @@ def document() -> dict[str, Any]:
     schemas = contracts.name_nested_unions(doc["components"]["schemas"], named,
                                            "#/components/schemas/{model}")
     doc["components"]["schemas"] = dict(sorted({**schemas, **named}.items()))
+    declare_wire(doc)
     return doc
 
 

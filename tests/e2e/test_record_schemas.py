@@ -1,6 +1,7 @@
-"""A consumer written only from the published JSON Schemas (``docs/schemas/*.json``, read with
-``jsonschema``; no project code) validates every record the e2e flow produced on the public
-topics: Items, input results, registrations, deliveries, observations."""
+"""A consumer written only from the published contracts (``docs/schemas/*.json`` and
+``docs/asyncapi.json``, read with ``jsonschema``; no project code) validates every record the e2e
+flow produced on the public topics — Items, input results, registrations, deliveries,
+observations — value, headers and key; and a poison record's DLQ record the same way."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from jsonschema import Draft202012Validator
 
 from tests.support.builders import image, msg, png_data_uri, text
@@ -22,15 +23,48 @@ from tests.support.processes import Core
 pytestmark = pytest.mark.e2e
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "docs" / "schemas"
+ASYNCAPI = json.loads((SCHEMAS.parent / "asyncapi.json").read_text())
 PUBLIC = ("session.items", "session.input.results", "runtime.registrations",
           "runtime.deliveries", "runtime.observations")
+# the field of the value each topic's records are keyed by (the AsyncAPI key binding names it)
+KEYED_BY = {"session.items": "session_id", "session.input.results": "request_id",
+            "runtime.registrations": "runtime_id", "runtime.deliveries": "runtime_id",
+            "runtime.observations": "session_id"}
 
 
 def validator(topic: str) -> Draft202012Validator:
     return Draft202012Validator(json.loads((SCHEMAS / f"{topic}.json").read_text()))
 
 
+def message_of(address: str) -> dict[str, Any]:
+    """The AsyncAPI message of the channel at ``address``."""
+    (channel,) = [c for c in ASYNCAPI["channels"].values() if c["address"] == address]
+    (ref,) = channel["messages"].values()
+    message: dict[str, Any] = ASYNCAPI["components"]["messages"][ref["$ref"].rsplit("/", 1)[1]]
+    return message
+
+
+def wire_errors(address: str, records: list[Any]) -> list[str]:
+    """Each record's headers against its message's ``headers`` schema: every header sent is
+    declared, every required one sent; ``correlationId`` only where its header is declared."""
+    message = message_of(address)
+    schema = message["headers"]
+    headers = Draft202012Validator({**schema, "additionalProperties": False})
+    out = []
+    for r in records:
+        sent = {k: v.decode() for k, v in r.headers}
+        out += [f"headers {sent}: {e.message}" for e in headers.iter_errors(sent)]
+    assert message["bindings"]["kafka"]["key"]["type"] == "string"
+    if ("correlation_id" in schema["properties"]) != ("correlationId" in message):
+        out.append("correlationId declared without its header (or the reverse)")
+    return out
+
+
 async def read_all(bootstrap: str, topic: str) -> list[Any]:
+    return [json.loads(r.value) for r in await read_records(bootstrap, topic)]
+
+
+async def read_records(bootstrap: str, topic: str) -> list[Any]:
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await c.start()
     try:
@@ -53,7 +87,7 @@ async def read_all(bootstrap: str, topic: str) -> list[Any]:
                 break
             assert time.monotonic() < deadline, f"could not read {topic} to its end"
             for recs in (await c.getmany(timeout_ms=500)).values():
-                out += [json.loads(r.value) for r in recs]
+                out += recs
         return out
     finally:
         await c.stop()
@@ -100,17 +134,56 @@ async def test_every_public_record_matches_its_json_schema(core: Core) -> None:
     counts: dict[str, int] = {}
     for name in PUBLIC:
         topic = core.settings.topic_prefix + name
-        records = await read_all(core.settings.kafka_bootstrap_servers, topic)
+        raw = await read_records(core.settings.kafka_bootstrap_servers, topic)
+        records = [json.loads(r.value) for r in raw]
         v = validator(name)
         errors = [(i, e.message, e.json_path) for i, rec in enumerate(records)
                   for e in v.iter_errors(rec)]
         assert not errors, f"{name}: {errors[:5]}"
+        wire = wire_errors(name, raw)
+        assert not wire, f"{name}: {wire[:5]}"
+        field = KEYED_BY[name]
+        assert field in message_of(name)["bindings"]["kafka"]["key"]["description"]
+        keys = [(r.key or b"").decode() for r in raw]
+        assert keys == [str(rec[field]) for rec in records], f"{name} is not keyed by {field}"
         counts[name] = len(records)
     assert all(counts[n] > 0 for n in PUBLIC if n != "session.input.results"), counts
     types = {rec["type"] for rec in await read_all(core.settings.kafka_bootstrap_servers,
                                                    core.settings.topic_prefix + "session.items")}
     assert types == {"message", "turn", "function_call", "function_call_output",
                      "function_call_application"}
+
+
+async def test_a_poison_records_dlq_record_matches_its_contract(core: Core) -> None:
+    """A record that is not JSON on session.input goes to session.input.dlq as
+    ``docs/schemas/dlq.json`` and the AsyncAPI session.input.dlq channel describe it, keyed by
+    the original key, the original bytes in ``value_b64``."""
+    import base64
+
+    bootstrap = core.settings.kafka_bootstrap_servers
+    topic = core.settings.topic_prefix + "session.input"
+    key = f"poison-{uuid.uuid4().hex}".encode()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b"not json {", key=key)
+    finally:
+        await producer.stop()
+    deadline = time.monotonic() + 60
+    while True:
+        found = [r for r in await read_records(bootstrap, topic + ".dlq") if r.key == key]
+        if found:
+            break
+        assert time.monotonic() < deadline, "no DLQ record for the poison record"
+        await asyncio.sleep(0.5)
+    (record,) = found
+    value = json.loads(record.value)
+    errors = [e.message for e in validator("dlq").iter_errors(value)]
+    assert not errors, errors
+    assert value["reason"] == "undecodable" and value["source_topic"] == topic
+    assert base64.b64decode(value["value_b64"]) == b"not json {"
+    wire = wire_errors("session.input.dlq", [record])
+    assert not wire, wire
 
 
 def test_the_schemas_reject_what_the_contract_forbids() -> None:
