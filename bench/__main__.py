@@ -1,6 +1,6 @@
 """``python -m bench [--quick] [--case NAME ...]`` — run the benchmark cases, append one row per
 figure to ``bench/results.csv``, print the table. Cases: admission, pipeline, growth, receipts,
-harness."""
+harness, bombs."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 
 from bench.common import RESULTS_CSV, Run, infrastructure, progress, run_failures
 
-CASES = ("admission", "pipeline", "growth", "receipts", "harness")
-NEEDS_STACK = ("pipeline", "growth", "receipts", "harness")
+CASES = ("admission", "pipeline", "growth", "receipts", "harness", "bombs")
+NEEDS_STACK = ("pipeline", "growth", "receipts", "harness", "bombs")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
 
                     progress("case 4: receipt deadlines")
                     receipts_case.run(run, infra, quick=args.quick)
+                if "bombs" in cases:
+                    from bench import image_bombs
+
+                    progress("case 6: image bombs from tenant A, tenant B's reads")
+                    image_bombs.run(run, infra, quick=args.quick)
                 if "harness" in cases:
                     from bench import harness_overhead
 

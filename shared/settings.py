@@ -100,6 +100,11 @@ class Settings(BaseSettings):
     max_images_per_request: int = 20  # images in one request's parts; 400
     max_parts_per_message: int = 1_000  # content parts of one message; 400
     max_messages_per_request: int = 100  # messages in one request's input; 400
+    # The replica's memory limit (the chart sets admission's container limit, 512Mi); admission
+    # derives the memory its image decodes may take from it: a quarter per image, half at once
+    # on the replica, the whole of it per request — larger images are 413, checked from their
+    # headers before decoding (docs/admission.md, "Decoding off the event loop")
+    memory_limit_bytes: int = Field(default=512 * 1024 * 1024, ge=64 * 1024 * 1024)
 
     # --- storage ---------------------------------------------------------------------
     storage_batch_max: int = 500  # records storage decides and writes together

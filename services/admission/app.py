@@ -84,3 +84,4 @@ class AdmissionService(CoreService):
         await self.replies.stop()
         await self.items.stop()
         await self.client.close()
+        self.admission.images.close()

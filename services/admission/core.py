@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import bson
 from aiokafka import AIOKafkaProducer
@@ -20,6 +21,7 @@ from shared.domain import errors, idempotency
 from shared.domain import validation as rules
 from shared.domain.errors import ApiError
 from shared.domain.tenancy import DEFAULT_TENANT
+from shared.domain.validation.limits import IMAGE_DECODE_WORKERS
 from shared.domain.waiting import TurnWatch
 from shared.ids import is_id, new_id
 from shared.kafka import encode, now_rfc3339, send_counted
@@ -34,6 +36,7 @@ from shared.watch import Watch
 log = get_logger(__name__)
 Json = dict[str, Any]
 PROFILE_CACHE = 100_000
+T = TypeVar("T")
 CATCH_UP_PAGE = 200
 
 
@@ -62,6 +65,42 @@ def body_too_large(limit: int) -> ApiError:
     """413 for a body over ``max_body_bytes`` — one wording for HTTP and ``session.input`` (where
     the limit applies to the record value), so both entry points answer identically."""
     return errors.too_large(f"the request body exceeds the limit of {limit} bytes", None)
+
+
+class ImageWorkers:
+    """Validation of a body that carries images runs on a bounded pool of threads, off the
+    event loop: the decodes (zlib's inflate, libjpeg) release the GIL, so ``/healthz`` and other
+    tenants' requests are answered meanwhile; requests beyond the pool's threads wait their
+    turn. Each thread decodes one image at a time within the request's ``DecodeBudget``, so a
+    replica holds at most ``workers`` decodes in memory (shared/domain/validation/limits.py).
+    A body without images is validated in the event loop (microseconds; a thread hop would
+    cost more)."""
+
+    def __init__(self, workers: int) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="image-check")
+
+    async def run(self, body: Any, check: Callable[..., T], *args: Any) -> T:
+        if not carries_images(body):
+            return check(*args)
+        return await asyncio.get_running_loop().run_in_executor(self.pool, check, *args)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def carries_images(body: Any) -> bool:
+    """Whether the parsed body has an ``image_url`` key anywhere (where the content walk finds
+    image parts); an iterative walk, so no nesting depth can make it fail."""
+    stack = [body]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            if "image_url" in value:
+                return True
+            stack.extend(v for v in value.values() if isinstance(v, dict | list))
+        elif isinstance(value, list):
+            stack.extend(v for v in value if isinstance(v, dict | list))
+    return False
 
 
 def stored_form_too_large(record: Json, json_bytes: int) -> ApiError | None:
@@ -104,6 +143,7 @@ class Admission:
         self.items = items
         self.watches = watches  # the store and the broker: 503 before a hand-over
         self.limits = rules.Limits.from_settings(settings)
+        self.images = ImageWorkers(IMAGE_DECODE_WORKERS)  # image decoding off the event loop
         # A Session's harness, placement and tenant never change and Sessions are never
         # deleted, so what admission read once stays true: one store read per Session, not per
         # event. Held as plain tuples of strings, which the cyclic collector stops tracking
@@ -113,7 +153,7 @@ class Admission:
 
     # ---- writes --------------------------------------------------------------------
     async def create_session(self, body: Any, *, tenant: str) -> Answer:
-        admitted = rules.validate_create(body, self.limits)
+        admitted = await self.images.run(body, rules.validate_create, body, self.limits)
         if isinstance(admitted, ApiError):
             return Answer.error(admitted)
         fp = idempotency.request_fingerprint(body, "create")
@@ -131,7 +171,8 @@ class Admission:
         profile = await self._owned(session_id, tenant)
         if isinstance(profile, ApiError):
             return Answer.error(profile)
-        admitted = rules.validate_event(body, profile.harness, profile.placement, self.limits)
+        admitted = await self.images.run(body, rules.validate_event, body, profile.harness,
+                                         profile.placement, self.limits)
         if isinstance(admitted, ApiError):
             return Answer.error(admitted)
         fp = idempotency.request_fingerprint(body, "event")

@@ -24,7 +24,11 @@ An image is admitted when, in this order (cheap checks first, the full decode la
    header's ``width × height`` is within ``max_image_pixels`` and Pillow's
    ``Image.MAX_IMAGE_PIXELS`` → else 413; this runs before any pixel is decoded. Pillow's own
    decompression-bomb guard stays on (``MAX_IMAGE_PIXELS`` is restored if something set it to
-   ``None``) and its error counts as a rejection;
+   ``None``) and its error counts as a rejection. What the full decode would take
+   (``png_decode_cost``: the scanline bytes ``IHDR`` declares; ``jpeg_decode_cost``: the output
+   plus a progressive frame's coefficients) is within the request's ``DecodeBudget`` (per image,
+   per request) → else 413, also before any pixel is decoded: a 311 KB PNG declaring 6324 ×
+   6324 16-bit RGBA (320 MB of scanlines) is refused from its header;
 6. the image data is decoded completely, and short data is an error, not zeros (Pillow's
    ``load()`` zero-fills a PNG whose zlib stream ends early and a JPEG whose scan data is cut and
    closed with EOI, so it is not the judge):
@@ -91,6 +95,60 @@ class ImageInfo:
     width: int
     height: int
     nbytes: int  # decoded bytes
+    decode_bytes: int = 0  # memory its full decode took (``decode_cost``)
+
+
+@dataclass(slots=True)
+class DecodeBudget:
+    """The memory a request's image decodes may take, checked from each image's header before
+    any pixel is decoded: at most ``per_image`` for one image, ``per_request`` for all of a
+    request's images together (admission derives both from the replica's memory limit, and
+    decodes one image at a time per worker: docs/admission.md, "Decoding off the event
+    loop")."""
+
+    per_image: int
+    per_request: int
+    spent: int = 0
+
+    def refusal(self, cost: int, what: str, param: str) -> ApiError | None:
+        if cost > self.per_image:
+            return too_large(f"{what} takes {cost} bytes to decode; the limit is "
+                             f"{self.per_image} per image", param)
+        if self.spent + cost > self.per_request:
+            return too_large(f"{what} takes {cost} bytes to decode, beyond the "
+                             f"{self.per_request} bytes all images of one request may take "
+                             f"({self.spent} taken by the images before it)", param)
+        return None
+
+
+def png_decode_cost(ihdr: bytes) -> int:
+    """The bytes a PNG's full decode inflates (its scanlines with their filter bytes), from
+    ``IHDR`` alone; 0 for an invalid header (refused later, before any inflating)."""
+    passes = png_scanline_layout(ihdr)
+    return 0 if isinstance(passes, str) else sum(rows * stride for rows, stride in passes)
+
+
+def jpeg_decode_cost(data: bytes, width: int, height: int) -> int:
+    """The memory libjpeg's full decode takes (``_jpeg_decode_problem``): the greyscale (or
+    CMYK) output, plus, for a progressive frame, the whole image's DCT coefficients (2 bytes a
+    sample of every component, an upper bound with chroma subsampling). From the frame header
+    (the first SOF marker; the segments before it carry lengths, no entropy data)."""
+    pos, end = 2, len(data)
+    components, progressive = 3, False
+    while pos + 4 <= end and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in _SOF_SEQUENTIAL | _SOF_PROGRESSIVE | _SOF_OTHER:
+            progressive = marker in _SOF_PROGRESSIVE
+            if pos + 10 <= end:
+                components = data[pos + 9]
+            break
+        pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+    pixels = width * height
+    out = 4 if components == 4 else 1
+    return pixels * out + (pixels * components * 2 if progressive else 0)
 
 
 def split_data_uri(url: str, param: str) -> tuple[ImageFormat, str] | ApiError:
@@ -459,9 +517,11 @@ def _pixel_guard(limit: int) -> int:
 
 
 def check_image_bytes(
-    data: bytes, fmt: ImageFormat, max_pixels: int, param: str
+    data: bytes, fmt: ImageFormat, max_pixels: int, param: str,
+    budget: DecodeBudget | None = None,
 ) -> ImageInfo | ApiError:
-    """Decode ``data`` fully as ``fmt`` within the pixel limit."""
+    """Decode ``data`` fully as ``fmt`` within the pixel limit and the decode ``budget`` (its
+    cost checked from the header; spent once the image is admitted)."""
     declared = "image/png" if fmt == "png" else "image/jpeg"
     is_png = data.startswith(_PNG_SIGNATURE)
     is_jpeg = data.startswith(_JPEG_SOI)
@@ -496,6 +556,13 @@ def check_image_bytes(
                 )
             if im.format not in reported:
                 return invalid(f"image is not a {declared} file", param)
+        # what the full decode would take, from the header: refused before any pixel is decoded
+        cost = (png_decode_cost(layout.ihdr) if layout is not None
+                else jpeg_decode_cost(data, width, height))
+        if budget is not None:
+            refused = budget.refusal(cost, f"image ({width}×{height})", param)
+            if refused is not None:
+                return refused
         # the full decode, after the pixel guard (docstring, step 6)
         problem = (check_png_image_data(layout) if layout is not None
                    else _jpeg_decode_problem(data))
@@ -517,11 +584,14 @@ def check_image_bytes(
         zlib.error,
     ) as exc:
         return invalid(f"image is truncated or corrupt ({type(exc).__name__})", param)
-    return ImageInfo(fmt, width, height, len(data))
+    if budget is not None:
+        budget.spent += cost
+    return ImageInfo(fmt, width, height, len(data), cost)
 
 
 def check_image_url(
-    url: str, *, max_bytes: int, max_pixels: int, param: str
+    url: str, *, max_bytes: int, max_pixels: int, param: str,
+    budget: DecodeBudget | None = None,
 ) -> ImageInfo | ApiError:
     """The whole check of one ``image_url`` string (param is its JSON path)."""
     split = split_data_uri(url, param)
@@ -542,4 +612,4 @@ def check_image_url(
         )
     if not data:
         return invalid("image data is empty", param)
-    return check_image_bytes(data, fmt, max_pixels, param)
+    return check_image_bytes(data, fmt, max_pixels, param, budget)

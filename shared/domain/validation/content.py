@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.domain.errors import ApiError, invalid, join_path
-from shared.domain.images import check_image_url
+from shared.domain.images import DecodeBudget, check_image_url
 from shared.domain.validation.limits import Limits
 from shared.domain.validation.values import SURROGATE, check_string, type_name
 
@@ -231,12 +231,14 @@ def check_images(walk: ContentWalk, limits: Limits) -> ApiError | None:
     if len(walk.images) > limits.max_images_per_request:
         param = walk.images[limits.max_images_per_request][0].removesuffix(_IMAGE_SUFFIX)
         return invalid(f"more than {limits.max_images_per_request} images in one request", param)
+    budget = DecodeBudget(limits.max_decode_bytes_per_image, limits.max_decode_bytes_per_request)
     for param, url in walk.images:
         res = check_image_url(
             url,
             max_bytes=limits.max_image_bytes,
             max_pixels=limits.max_image_pixels,
             param=param,
+            budget=budget,
         )
         if isinstance(res, ApiError):
             return res

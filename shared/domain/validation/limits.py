@@ -24,10 +24,31 @@ class Limits:
     max_tags: int = 20
     max_tag_length: int = 64  # characters
     max_actor_field_length: int = 255  # source, actor_id, actor_name (characters)
+    # memory an image's full decode may take, checked from its header (``DecodeBudget``):
+    # derived from the replica's memory limit (``decode_budgets``)
+    max_decode_bytes_per_image: int = 128 * 1024 * 1024
+    max_decode_bytes_per_request: int = 512 * 1024 * 1024
 
     @classmethod
     def from_settings(cls, s: Settings) -> Limits:
-        return cls(**{name: getattr(s, name) for name in _SETTINGS})
+        per_image, per_request = decode_budgets(s.memory_limit_bytes)
+        return cls(**{name: getattr(s, name) for name in _SETTINGS},
+                   max_decode_bytes_per_image=per_image,
+                   max_decode_bytes_per_request=per_request)
+
+
+# Admission decodes images on ``IMAGE_DECODE_WORKERS`` threads, one image at a time each, so
+# at most that many decodes are in memory at once on a replica: together half its memory limit
+# (the rest for the process, request bodies, the Item tail). A request's images together may
+# take the whole limit's worth, one after another (a bound on one request's decode time).
+IMAGE_DECODE_WORKERS = 2
+
+
+def decode_budgets(memory_limit_bytes: int) -> tuple[int, int]:
+    """(per image, per request) decode bytes for a replica with this memory limit; at 512 MiB
+    (the chart's admission limit): 128 MiB and 512 MiB (256 MiB decoding at once)."""
+    per_image = memory_limit_bytes // 2 // IMAGE_DECODE_WORKERS
+    return per_image, memory_limit_bytes
 
 
 # the limits an operator sets (shared.settings); the others are fixed by the contract
