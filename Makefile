@@ -23,7 +23,7 @@ DEMO         ?= $(if $(SERVICES),--demo,)
 PYTEST_ARGS  ?=
 
 # lock, lock-check and fresh-check: docs/dependencies.md
-.PHONY: help venv lock lock-check fresh-check install run demo-check up down status env test test-unit test-integration test-e2e \
+.PHONY: help venv lock lock-check fresh-check install run demo-check up down status env test test-slow test-unit test-integration test-e2e \
         faults test-chaos test-hostile lint deploy-tools deploy-check image image-smoke bench \
         bench-quick clean-state golden
 
@@ -89,17 +89,21 @@ env: ## print KAFKA_BOOTSTRAP_SERVERS / MONGODB_URI for the running stack
 
 # pytest exits 5 when it collected no test; make treats any non-zero exit as failure, and no
 # target here masks it, so "no tests" fails the build.
-test: install ## unit + integration + e2e (starts a private stack on free ports when needed)
-	$(PY) -m pytest -m "not faults and not chaos and not hostile" $(PYTEST_ARGS)
+EVERYDAY     := not slow and not faults and not chaos and not hostile
+test: install deploy-tools ## unit + integration + e2e, the everyday command (a private stack on free ports; Hypothesis at its everyday budget)
+	$(PY) -m pytest -m "$(EVERYDAY)" $(PYTEST_ARGS)
+
+test-slow: install deploy-tools ## what make test leaves out: the slow cases (-m slow) and every Hypothesis test again at full budget (CI)
+	SESSION_CORE_TEST_BUDGET=full $(PY) -m pytest -m "(slow or deep) and not faults and not chaos and not hostile" $(PYTEST_ARGS)
 
 test-unit: venv ## unit tests only (no infrastructure)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 test-integration: install ## integration tests only (real Kafka + store)
-	$(PY) -m pytest tests/integration -m "not faults and not chaos and not hostile" $(PYTEST_ARGS)
+	$(PY) -m pytest tests/integration -m "$(EVERYDAY)" $(PYTEST_ARGS)
 
 test-e2e: install ## end-to-end tests only
-	$(PY) -m pytest tests/e2e -m "not faults and not chaos and not hostile" $(PYTEST_ARGS)
+	$(PY) -m pytest tests/e2e -m "$(EVERYDAY)" $(PYTEST_ARGS)
 
 golden: install ## re-record tests/data/native/{codex,claude_code} with the real binaries against the scripted model server, then run the golden unit tests on them
 	$(PY) -m tests.golden.record_codex

@@ -29,16 +29,31 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from deploy.local.stack import free_port
 from shared.settings import Settings
 from shared.store import own_databases
+from tests.support.budget import EVERYDAY_FLOOR, FULL
 from tests.support.stack import Stack, docker_reachable, local_stack, testcontainers_stack
 
 if TYPE_CHECKING:
     from tests.support.system import System, SystemFactory
 
 STACK_MARKERS = ("integration", "e2e", "faults")
+
+# Hypothesis tests without a budget of their own (tests/support/budget.py): 20 examples in
+# `make test`, Hypothesis's default in `make test-slow` and CI
+hypothesis_settings.register_profile("everyday", max_examples=EVERYDAY_FLOOR)
+hypothesis_settings.load_profile("default" if FULL else "everyday")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every Hypothesis test (``@given`` or a state machine's TestCase) is ``deep``: `make test`
+    runs it at its everyday budget and `make test-slow` selects it again at full budget."""
+    for item in items:
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.deep)
 
 
 @pytest.fixture(scope="session")

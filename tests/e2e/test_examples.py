@@ -14,7 +14,7 @@ import pytest
 from session_core_client import Client
 from tests.support.processes import TENANT, Core
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # make test-slow (README)
 
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "e2e-key"

@@ -23,6 +23,7 @@ async def test_correct_runtime_passes_every_case(settings: Settings, harness: st
     assert len(st["PASS"]) >= 5
 
 
+@pytest.mark.slow  # the kit's power against a misbehaving Runtime: make test-slow (README)
 @pytest.mark.parametrize(("switch", "must_fail"), [
     ({"drop_image": True}, {"function_result_images"}),
     ({"alter_text": True}, {"text_exactness"}),

@@ -35,7 +35,9 @@ async def test_the_real_codex_adapter_passes_every_applicable_case(settings: Set
     assert st["PASS"] == set(CODEX_CASES)
 
 
-# the broken adapter (--corrupt) → the cases that must catch it
+# the broken adapter (--corrupt) → the cases that must catch it; the kit's power, not the
+# adapter's: make test-slow (README)
+@pytest.mark.slow
 @pytest.mark.parametrize(("corrupt", "must_fail"), [
     ("drop_image", {"message_images", "function_result_images"}),
     ("alter_text", {"message_images", "function_result_images", "text_exactness"}),

@@ -21,7 +21,7 @@ from shared.settings import Settings
 from shared.topics import topics_for
 from tests.support.builders import admitted_create
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # make test-slow (README)
 
 Json = dict[str, Any]
 

@@ -30,7 +30,7 @@ from tests.support.calls import (
 )
 from tests.support.system import Inbox, System, ts
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # make test-slow (README)
 
 
 class LaggingObservations(ReceiptService):

@@ -17,7 +17,7 @@ from shared.kafka import decode, ensure_topics
 from shared.settings import Settings
 from shared.topics import topics_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # make test-slow (README)
 
 
 async def test_two_replicas_one_verdict_per_call(settings: Settings) -> None:

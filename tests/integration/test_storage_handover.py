@@ -20,7 +20,7 @@ from shared.storecodec import item_from_doc
 from tests.support.builders import admitted_create, admitted_event
 from tests.support.system import System, SystemFactory
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # make test-slow (README)
 
 Json = dict[str, Any]
 

@@ -25,7 +25,7 @@ import pytest
 from deploy.local.stack.base import free_port
 from tests.support.localstack import Store
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # make test-slow (README)
 
 HOLD_S = 0.3
 

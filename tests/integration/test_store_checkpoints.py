@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.localstack import Store
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # make test-slow (README)
 
 MB = 1 << 20
 DOC = "x" * (60 * 1024)  # 100 of them: ~6 MB, past the 1 000 pages (4 MB) of SQLite's default

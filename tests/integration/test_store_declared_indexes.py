@@ -18,7 +18,7 @@ from shared.settings import Settings
 from shared.store import UNUSED_INDEXES, ensure_indexes
 from shared.storecodec import item_doc
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # make test-slow (README)
 SID = "session_" + "a" * 32
 
 

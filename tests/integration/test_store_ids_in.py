@@ -22,7 +22,7 @@ from shared import store as storemod
 from tests.integration.test_store_index import find_plan, indexed, wait_indexed
 from tests.support.localstack import Store
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # make test-slow (README)
 
 
 def in_plan(db: Any, coll: str, keys: list[Any]) -> tuple[bool, list[str]]:

@@ -24,7 +24,7 @@ from pymongo.errors import DuplicateKeyError
 
 from tests.support.localstack import Store
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # make test-slow (README)
 
 
 def find_plan(db: Any, coll: str, key: str) -> list[str]:

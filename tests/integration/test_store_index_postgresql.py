@@ -34,7 +34,7 @@ from deploy.local.stack import Stack
 from deploy.local.stack import postgres as pg
 from tests.support.skips import unavailable
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # make test-slow (README)
 
 N_DOCS = 100_000
 

@@ -24,7 +24,7 @@ from deploy.local.stack.base import FERRET_OVERLAY, StackError, free_port
 from tests.support.localstack import Store
 from tests.support.skips import unavailable
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # make test-slow (README)
 
 
 def profiles_listed(port: int) -> list[str]:

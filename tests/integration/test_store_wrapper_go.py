@@ -14,7 +14,7 @@ import pytest
 from deploy.local.stack.base import FERRET_SRC
 from tests.support.skips import unavailable
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # make test-slow (README)
 
 
 def test_the_wrappers_go_tests_pass() -> None:

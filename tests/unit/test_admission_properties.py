@@ -19,6 +19,7 @@ from shared.domain.validation import (
     validate_event,
 )
 from shared.domain.whitespace import WHITESPACE
+from tests.support.budget import examples
 from tests.support.builders import JPEG_URI, PNG_URI
 
 LIMITS = Limits()
@@ -59,7 +60,7 @@ def admitted_or_expected_error(result: object) -> None:
         assert result.status in STATUS.values() and result.status < 500
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(messages(), min_size=1, max_size=4), HARNESSES, PLACEMENTS)
 def test_admitted_content_round_trips_byte_for_byte(
     sent: list[dict[str, Any]], harness: str, placement: str
@@ -83,7 +84,7 @@ def test_admitted_content_round_trips_byte_for_byte(
     assert json.dumps(sent, ensure_ascii=False) == before  # the caller's value is untouched
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     # at most 20 parts: more than 20 images in one request is refused (``max_images_per_request``,
     # tested on its own); an unbounded list drew 21 images now and then
@@ -211,7 +212,7 @@ def strictly_encodable(record: dict[str, Any]) -> None:
     json.dumps(record, allow_nan=False, ensure_ascii=False).encode("utf-8")
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(JSON, near_valid_create()))
 def test_arbitrary_json_never_raises_out_of_validate_create(body: Any) -> None:
     result = validate_create(body, LIMITS)
@@ -220,7 +221,7 @@ def test_arbitrary_json_never_raises_out_of_validate_create(body: Any) -> None:
         strictly_encodable(result.record())
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(JSON, near_valid_event()), HARNESSES, PLACEMENTS)
 def test_arbitrary_json_never_raises_out_of_validate_event(
     body: Any, harness: str, placement: str

@@ -35,6 +35,7 @@ from services.dispatcher.registry import ReadingClock
 from shared.domain import wire
 from shared.domain.binding import CLAUDE_BRIDGE_PROTOCOLS, RuntimeInfo
 from shared.storekeys import verdict_fact_id
+from tests.support.budget import examples
 from tests.support.builders import text
 from tests.support.fakes.dispatcher import (
     FakeClock,
@@ -502,6 +503,6 @@ class BinderMachine(RuleBasedStateMachine):
 
 
 BinderMachine.TestCase.settings = settings(
-    max_examples=300, stateful_step_count=50, deadline=None,
+    max_examples=examples(300), stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestBinderMachine = BinderMachine.TestCase

@@ -21,6 +21,7 @@ from shared.domain.validation import (
     validate_event,
 )
 from shared.storecodec import item_doc, item_from_doc, pack, unpack
+from tests.support.budget import examples
 from tests.support.builders import assert_error
 
 LIMITS = Limits()
@@ -133,7 +134,7 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(max_examples=examples(150), suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(metadata=METADATA, actor_meta=METADATA, tags=st.lists(st.text(max_size=64), max_size=20),
        kind=st.sampled_from(sorted(BODIES)))
 def test_envelope_round_trips_byte_for_byte(metadata: dict[str, Any],

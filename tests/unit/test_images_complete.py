@@ -27,6 +27,7 @@ from PIL import Image
 from shared.domain.errors import ApiError
 from shared.domain.images import ImageInfo, check_image_bytes
 from shared.domain.validation import Limits, validate_create
+from tests.support.budget import examples
 from tests.support.builders import assert_error, create_body, data_uri, image, msg
 
 P = "input[0].content[0].image_url"
@@ -267,7 +268,8 @@ def _sample_jpeg(kind: int, w: int, h: int, seed: int) -> bytes:
 
 
 sizes = st.tuples(st.integers(0, 4), st.integers(1, 40), st.integers(1, 40), st.integers(0, 9))
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=examples(150), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
 
 
 def _decodes_fully_with_pillow(data: bytes) -> None:

@@ -27,6 +27,7 @@ from shared.domain.images import (
     check_image_bytes,
     jpeg_scan_script_problem,
 )
+from tests.support.budget import examples
 
 EOI = b"\xff\xd9"
 
@@ -155,7 +156,7 @@ def progressions(draw: st.DrawFn) -> list[JpegScan]:
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(progressions(), st.data())
 def test_a_whole_progression_is_complete_and_every_proper_prefix_is_not(
         scans: list[JpegScan], data: st.DataObject) -> None:

@@ -23,6 +23,7 @@ from PIL import Image
 
 from shared.domain.errors import ApiError
 from shared.domain.images import ImageInfo, check_image_bytes
+from tests.support.budget import examples
 
 SIG = b"\x89PNG\r\n\x1a\n"
 Chunks = list[tuple[bytes, bytes]]
@@ -115,7 +116,7 @@ letter = st.sampled_from(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 KNOWN = {b"IHDR", b"PLTE", b"IDAT", b"IEND"}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.tuples(letter, letter, letter, letter), st.binary(max_size=16), st.data(),
        st.sampled_from(["P", "RGB", "L"]))
 def test_an_extra_chunk_is_refused_exactly_when_it_is_critical(

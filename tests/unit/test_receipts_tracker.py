@@ -31,6 +31,7 @@ from hypothesis.stateful import (
 from services.receipts.progress import ReadUpTo
 from services.receipts.tracker import EARLY_KEPT, Tracker
 from services.receipts.verdicts import RETRY_S
+from tests.support.budget import examples
 from tests.support.fakes.receipts import (
     Clock,
     Facts,
@@ -408,7 +409,7 @@ class TrackerMachine(RuleBasedStateMachine):
                 f"{self.printed.get((sid, cid))}")
 
 
-TrackerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=30,
+TrackerMachine.TestCase.settings = settings(max_examples=examples(150), stateful_step_count=30,
                                             deadline=None)
 test_tracker_state_machine = TrackerMachine.TestCase
 

@@ -12,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from services.storage.decided import DecidedState
 from shared.domain.sessions import SessionState
+from tests.support.budget import examples
 
 BATCH_MAX = 4
 PARTITIONS = ("a", "b")
@@ -163,7 +164,8 @@ class Storage(RuleBasedStateMachine):
                 self.committed[tp] = self.position[tp]
 
 
-Storage.TestCase.settings = settings(max_examples=1000, stateful_step_count=50, deadline=None)
+Storage.TestCase.settings = settings(max_examples=examples(1000), stateful_step_count=50,
+                                            deadline=None)
 test_a_record_that_may_have_been_decided_is_always_looked_up = Storage.TestCase
 
 
@@ -317,7 +319,8 @@ class Handover(RuleBasedStateMachine):
                                if self.owner(s) != r)
 
 
-Handover.TestCase.settings = settings(max_examples=1000, stateful_step_count=50, deadline=None)
+Handover.TestCase.settings = settings(max_examples=examples(1000), stateful_step_count=50,
+                                             deadline=None)
 test_a_document_trusted_alone_never_lags_unseen = Handover.TestCase
 
 

@@ -35,6 +35,7 @@ from shared.settings import Settings
 from shared.storecodec import item_from_doc
 from shared.storekeys import call_key, item_key
 from shared.topics import topics_for
+from tests.support.budget import examples
 from tests.support.builders import message_event, tool_result
 from tests.support.fakes.storage import Batch, MemoryBroker, MemoryConsumer, MemoryDatabase
 
@@ -360,7 +361,7 @@ def test_batches_past_several_lost_commits_are_replayed_after_a_kill() -> None:
 
 
 StorageMachine.TestCase.settings = settings(
-    max_examples=200, stateful_step_count=50, deadline=None,
+    max_examples=examples(200), stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 test_storage_machine = StorageMachine.TestCase
 
