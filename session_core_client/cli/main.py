@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 import session_core_client
-from session_core_client import ApiError, Client, TransportError
+from session_core_client import ApiError, Client, TransportError, core
 from session_core_client.cli import render
 from session_core_client.cli.bodies import (
     UsageError,
@@ -204,8 +204,11 @@ class Api:
     @contextlib.contextmanager
     def stream(self, path: str, body: Json) -> Iterator[httpx.Response]:
         try:
+            # an SSE answer: the server's keep-alives arrive every 15 s, so only a connection
+            # silent for core.STREAM_READ_TIMEOUT_S is dead
             with self.client.http.stream("POST", path, json=body,
-                                         headers={"Accept": "text/event-stream"}) as resp:
+                                         headers={"Accept": "text/event-stream"},
+                                         timeout=core.timeout(core.STREAM_READ_TIMEOUT_S)) as resp:
                 yield resp
         except httpx.HTTPError as exc:
             raise Exit(2, f"cannot reach the API at {self.base}: {exc}") from None

@@ -249,3 +249,44 @@ async def test_follow_sends_items_published_after_it_attached(core: Core) -> Non
         await sender
     assert [i["sequence"] for i in got] == list(range(1, len(got) + 1))
     assert len(got) > len(before)
+
+
+class CountKeepAlives(httpx.HTTPTransport):
+    """The real transport; counts the SSE keep-alive comments the server sends on streams."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keep_alives = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        resp = super().handle_request(request)
+        if request.url.params.get("stream") == "true":
+            inner = resp.stream
+            outer = self
+
+            class Counting(httpx.SyncByteStream):
+                def __iter__(self) -> Iterator[bytes]:
+                    for chunk in inner:  # type: ignore[union-attr]
+                        outer.keep_alives += chunk.count(b": keep-alive")
+                        yield chunk
+
+                def close(self) -> None:
+                    inner.close()  # type: ignore[union-attr]
+
+            resp.stream = Counting()
+        return resp
+
+
+def test_an_idle_timeout_past_the_servers_keep_alive_still_ends_on_time(core: Core) -> None:
+    """The server sends a keep-alive every 15 s; a follow with ``idle_timeout_s=17`` on a quiet
+    Session ends 17 s after it started, not at the next keep-alive (30 s) nor never."""
+    transport = CountKeepAlives()
+    with Client(core.base_url, API_KEY, transport=transport) as client:
+        created = client.create_session("codex", "then quiet", wait=True, timeout_ms=60_000)
+        last = max(i["sequence"] for i in client.items(created["id"]))
+        started = time.monotonic()
+        got = list(client.stream_items(created["id"], after=last, idle_timeout_s=17))
+        took = time.monotonic() - started
+    assert got == []
+    assert transport.keep_alives >= 1, "no keep-alive arrived: the case is not the one meant"
+    assert 17 <= took < 18.5, f"ended after {took:.1f} s"
