@@ -136,9 +136,10 @@ DEV_LOCK = REPO / "requirements" / "dev.lock"
 
 
 def venv_path() -> Path:
-    """Keyed by the dev/test lock (what is installed) and pyproject.toml (the editable install's
-    entry points): a changed lock is a new venv, never an old one patched up."""
-    return cache_dir() / f"venv-{digest([DEV_LOCK, REPO / 'pyproject.toml'])[:12]}"
+    """Keyed by the dev/test lock, what is installed: a changed lock is a new venv, never an old
+    one patched up. (The editable install of the project itself follows pyproject.toml and the
+    checkout: ``install_venv`` redoes it when either changes.)"""
+    return cache_dir() / f"venv-{digest([DEV_LOCK])[:12]}"
 
 
 # --- local ports and HTTP ---------------------------------------------------------------------

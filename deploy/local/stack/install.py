@@ -210,11 +210,13 @@ def install_venv(python: str | None = None, *, link: bool = True) -> Path:
     """The project's venv outside the repo, installed from ``requirements/dev.lock`` alone
     (``--require-hashes --no-deps``: nothing unlocked gets in) plus the project itself, editable
     and without build isolation (its build backend is locked too). Keyed by the lock
-    (``venv_path``); ``.venv`` links to it unless ``link`` is false (``make fresh-check``)."""
+    (``venv_path``); the editable install is redone when the checkout or its pyproject.toml
+    changes. ``.venv`` links to it unless ``link`` is false (``make fresh-check``)."""
     venv = venv_path()
     py = venv / "bin" / "python"
     stamp = venv / ".session-core-installed"
-    repo = str(REPO)
+    # what the editable install was made from: this checkout and its pyproject.toml (entry points)
+    project = f"{REPO}\n{digest([REPO / 'pyproject.toml'])}"
     if not (py.exists() and stamp.exists()):
         shutil.rmtree(venv, ignore_errors=True)
         base = python or shutil.which("python3.11") or sys.executable
@@ -224,12 +226,12 @@ def install_venv(python: str | None = None, *, link: bool = True) -> Path:
                     "--require-hashes", "--no-deps", "-r", str(DEV_LOCK)],
                    what=f"venv: pip install from {DEV_LOCK.relative_to(REPO)}")
         _install_project(py)
-        stamp.write_text(repo + "\n")
+        stamp.write_text(project + "\n")
         log(f"venv: ready in {time.monotonic() - t0:.1f}s")
-    elif stamp.read_text().strip() != repo:
-        # same lock, another checkout (e.g. CI's clean clone): re-point the editable install
+    elif stamp.read_text().strip() != project:
+        # same lock, another checkout (e.g. CI's clean clone) or another pyproject.toml
         _install_project(py)
-        stamp.write_text(repo + "\n")
+        stamp.write_text(project + "\n")
     else:
         log(f"venv: cached at {venv}")
     if link:
