@@ -2,12 +2,16 @@
 # Offline validation of the Helm chart (run by `make deploy-check` and CI).
 #
 #   1. builds Helm v3 and kubeconform with the machine's Go (cached outside the repo),
-#   2. takes the Kubernetes JSON schemas from the PyPI package kubernetes-validate and
-#      rewrites their relative $refs to absolute file:// URLs (cached),
-#   3. helm lint --strict + helm template | kubeconform -strict for the default values and
-#      for values-production.yaml,
-#   4. expects the deliberately broken values file(s) in testdata/ to FAIL, and a known-bad
-#      manifest to fail kubeconform (so the schemas really are consulted),
+#   2. takes the Kubernetes JSON schemas of the oldest and the newest supported Kubernetes
+#      version from the PyPI package kubernetes-validate and rewrites their relative $refs to
+#      absolute file:// URLs (cached). Oldest = Chart.yaml's kubeVersion floor, newest = the
+#      version this Helm assumes by default (client-go's, see k8s_version),
+#   3. for each of the two versions: helm lint --strict --kube-version V and
+#      helm template --kube-version V | kubeconform -strict -kubernetes-version V, for the
+#      default values, values-production.yaml and testdata/all-optional.yaml,
+#   4. expects the deliberately broken values file(s) in testdata/ to FAIL, a known-bad
+#      manifest to fail kubeconform (so the schemas really are consulted), and the newest
+#      version's rendering to fail the oldest version's schemas (so the version matters),
 #   5. prints the kinds and counts of the rendered objects,
 #   6. validates deploy/compose.yaml with compose-go (the library behind `docker compose
 #      config`, built with Go, since this machine has no docker compose plugin), and expects a
@@ -33,6 +37,14 @@ mkdir -p "$BIN"
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'deploy-check: FAIL: %s\n' "$*" >&2; exit 1; }
+
+oldest_k8s_version() { # Chart.yaml's kubeVersion ">=X.Y.Z-0" -> K8S_OLDEST=X.Y.Z
+  local constraint
+  constraint=$(awk -F'"' '/^kubeVersion:/ {print $2; exit}' "$CHART/Chart.yaml")
+  [[ "$constraint" =~ ^\>=([0-9]+\.[0-9]+\.[0-9]+)(-0)?$ ]] ||
+    die "Chart.yaml kubeVersion must be a plain '>=X.Y.Z-0' floor, got '$constraint'"
+  K8S_OLDEST=${BASH_REMATCH[1]}
+}
 
 # --- 1. tools ---------------------------------------------------------------------------
 modcache_dir() { # module@version -> its directory in the Go module cache (downloads it)
@@ -103,21 +115,22 @@ check_compose() {
 # --- 2. schemas -------------------------------------------------------------------------
 fetch_schemas() {
   SCHEMAS="$CACHE/kubernetes-validate-$K8S_VALIDATE_VERSION/schemas"
-  [[ -f "$SCHEMAS/.rewritten-v$K8S_VERSION" ]] && return 0
+  local marker="$SCHEMAS/.rewritten-v$K8S_OLDEST-v$K8S_VERSION"
+  [[ -f "$marker" ]] && return 0
   log "fetching kubernetes-validate $K8S_VALIDATE_VERSION schemas (PyPI) and rewriting \$refs"
   local root="$CACHE/kubernetes-validate-$K8S_VALIDATE_VERSION" whl
   rm -rf "$root" && mkdir -p "$root/dl"
   "$PYTHON" -m pip download --quiet --no-deps --disable-pip-version-check \
     --dest "$root/dl" "kubernetes-validate==$K8S_VALIDATE_VERSION"
   whl=$(ls "$root/dl"/kubernetes_validate-*.whl)
-  "$PYTHON" "$HERE/rewrite_schemas.py" "$whl" "$SCHEMAS" "v$K8S_VERSION"
-  touch "$SCHEMAS/.rewritten-v$K8S_VERSION"
+  "$PYTHON" "$HERE/rewrite_schemas.py" "$whl" "$SCHEMAS" "v$K8S_OLDEST" "v$K8S_VERSION"
+  touch "$marker"
 }
 
 # --- 3. lint, template, validate ---------------------------------------------------------
 KUBECONFORM_ARGS=()
-kubeconform_args() {
-  KUBECONFORM_ARGS=(-strict -summary -kubernetes-version "$K8S_VERSION"
+kubeconform_args() { # VERSION: validate against that Kubernetes version's schemas
+  KUBECONFORM_ARGS=(-strict -summary -kubernetes-version "$1"
     -schema-location "$SCHEMAS/{{ .NormalizedKubernetesVersion }}-local{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json")
 }
 
@@ -140,15 +153,27 @@ CRD_KINDS=(monitoring.coreos.com/v1/ServiceMonitor monitoring.coreos.com/v1/Prom
 # every check renders with testdata/image.yaml, as `make image` users would set it.
 BASE_VALUES=("$HERE/testdata/image.yaml")
 
-# render NAME VALUES... -> validates and writes the rendered manifests to $OUT/NAME.yaml
+# check_values NAME VALUES... -> for the oldest and the newest supported Kubernetes version:
+# lints, renders (into $OUT/NAME-vX.Y.Z.yaml) and validates against that version's schemas
 check_values() {
   local name=$1 && shift
-  local args=()
+  local version
+  for version in "$K8S_OLDEST" "$K8S_VERSION"; do
+    check_values_at "$version" "$name" "$@"
+  done
+  echo "  rendered objects ($name, Kubernetes $K8S_VERSION):"
+  kind_counts <"$OUT/$name-v$K8S_VERSION.yaml" || die "cannot summarise $name"
+}
+
+check_values_at() { # VERSION NAME VALUES...
+  local version=$1 name=$2 && shift 2
+  local args=(--kube-version "$version")
   for f in "${BASE_VALUES[@]}" "$@"; do args+=(--values "$f"); done
-  log "[$name] helm lint --strict"
+  log "[$name] Kubernetes $version: helm lint --strict"
   "$HELM" lint --strict "$CHART" "${args[@]}" >"$OUT/$name.lint" 2>&1 || {
-    cat "$OUT/$name.lint" >&2; die "helm lint failed for $name"; }
-  log "[$name] helm template | kubeconform -strict"
+    cat "$OUT/$name.lint" >&2; die "helm lint failed for $name (Kubernetes $version)"; }
+  log "[$name] Kubernetes $version: helm template | kubeconform -strict"
+  name="$name-v$version"
   "$HELM" template session-core "$CHART" --namespace session-core "${args[@]}" \
     >"$OUT/$name.yaml" 2>"$OUT/$name.err" || { cat "$OUT/$name.err" >&2; die "helm template failed for $name"; }
   local skip=() n_sm=0 n crd kinds=()
@@ -158,13 +183,12 @@ check_values() {
   done
   if ((${#kinds[@]})); then skip=(-skip "$(IFS=,; echo "${kinds[*]}")"); fi
   local summary
+  kubeconform_args "$version"
   summary=$("$KUBECONFORM" "${KUBECONFORM_ARGS[@]}" "${skip[@]}" "$OUT/$name.yaml") || {
     echo "$summary" >&2; die "kubeconform rejected the $name manifests"; }
-  echo "  kubeconform: $summary"
+  echo "  kubeconform (Kubernetes $version): $summary"
   [[ "$summary" == *"Invalid: 0, Errors: 0, Skipped: $n_sm"* ]] ||
     die "unexpected kubeconform summary for $name (expected exactly $n_sm skipped custom resources)"
-  echo "  rendered objects ($name):"
-  kind_counts <"$OUT/$name.yaml" || die "cannot summarise $name"
 }
 
 expect_failure() { # NAME VALUES -> lint, template or kubeconform must refuse these values
@@ -183,6 +207,7 @@ main() {
   command -v "$GO" >/dev/null || die "go not found"
   "$PYTHON" -c 'import yaml' 2>/dev/null || die "$PYTHON lacks PyYAML (pip install pyyaml)"
   k8s_version
+  oldest_k8s_version
   build_helm
   build_kubeconform
   build_compose_validator
@@ -196,10 +221,14 @@ main() {
   kv=$("$HELM" template probe "$HERE/testdata/capabilities-probe" | awk '/kubeVersion:/ {print $2}')
   [[ "$kv" == "v$K8S_VERSION" ]] || die "helm's default Kubernetes version is $kv, expected v$K8S_VERSION"
   echo "helm $hv (default Kubernetes $kv), kubeconform $("$KUBECONFORM" -v)," \
-    "schemas kubernetes-validate $K8S_VALIDATE_VERSION"
-  [[ -d "$SCHEMAS/v$K8S_VERSION-local-strict" ]] ||
-    die "kubernetes-validate $K8S_VALIDATE_VERSION has no schemas for Kubernetes $K8S_VERSION"
-  kubeconform_args
+    "schemas kubernetes-validate $K8S_VALIDATE_VERSION;" \
+    "supported Kubernetes $K8S_OLDEST (Chart.yaml kubeVersion) to $K8S_VERSION"
+  local version
+  for version in "$K8S_OLDEST" "$K8S_VERSION"; do
+    [[ -d "$SCHEMAS/v$version-local-strict" ]] ||
+      die "kubernetes-validate $K8S_VALIDATE_VERSION has no schemas for Kubernetes $version"
+  done
+  kubeconform_args "$K8S_VERSION"
 
   # the schemas must really be consulted: a misspelt field deep in a pod template fails
   if "$KUBECONFORM" "${KUBECONFORM_ARGS[@]}" "$HERE/testdata/invalid-deployment.yaml" >"$OUT/self.txt" 2>&1; then
@@ -208,6 +237,20 @@ main() {
   grep -q "containers/0': additional properties 'imagePullPolicyy' not allowed" "$OUT/self.txt" || {
     cat "$OUT/self.txt" >&2; die "kubeconform failed testdata/invalid-deployment.yaml for another reason"; }
   echo "  kubeconform self-test: invalid-deployment.yaml rejected for its misspelt container field"
+
+  # the version matters: what the chart renders for the newest version (preStop sleep action,
+  # on by default from 1.30) is refused by the oldest version's schemas
+  "$HELM" template session-core "$CHART" --kube-version "$K8S_VERSION" --values "${BASE_VALUES[0]}" \
+    >"$OUT/newest.yaml" || die "helm template failed for Kubernetes $K8S_VERSION"
+  kubeconform_args "$K8S_OLDEST"
+  if "$KUBECONFORM" "${KUBECONFORM_ARGS[@]}" "$OUT/newest.yaml" >"$OUT/self-version.txt" 2>&1; then
+    cat "$OUT/self-version.txt" >&2
+    die "the Kubernetes $K8S_VERSION rendering passed the $K8S_OLDEST schemas (are they the same?)"
+  fi
+  grep -q "preStop': additional properties 'sleep' not allowed" "$OUT/self-version.txt" || {
+    cat "$OUT/self-version.txt" >&2; die "the $K8S_VERSION rendering failed the $K8S_OLDEST schemas for another reason"; }
+  echo "  version self-test: the Kubernetes $K8S_VERSION rendering (preStop sleep) is refused by the $K8S_OLDEST schemas"
+  kubeconform_args "$K8S_VERSION"
 
   # without image.repository the chart refuses to render, and says how to get an image
   log "[no-image] expecting failure: image.repository is required"

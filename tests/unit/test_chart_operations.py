@@ -175,17 +175,54 @@ def test_the_topics_job_reads_only_kafka_credentials() -> None:
         assert {"MONGODB_URI", "SESSION_CORE_API_KEYS"} <= names
 
 
-def test_pods_get_startup_probe_prestop_and_extra_volumes() -> None:
-    docs = render("--values", str(ALL_OPTIONAL))
+def prestop_seconds(pre_stop: Doc) -> float:
+    """How long a preStop handler keeps the pod serving: the sleep action's seconds, or an
+    exec of ``/bin/sleep N``."""
+    if "sleep" in pre_stop:
+        return float(pre_stop["sleep"]["seconds"])
+    cmd = pre_stop["exec"]["command"]
+    assert cmd[0] == "/bin/sleep" and len(cmd) == 2, cmd
+    return float(cmd[1])
+
+
+def _oldest_supported() -> str:
+    """Chart.yaml's kubeVersion floor (">=1.27.0-0" -> "1.27.0")."""
+    constraint = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
+    m = re.fullmatch(r">=(\d+\.\d+\.\d+)(-0)?", constraint)
+    assert m, constraint
+    return m.group(1)
+
+
+# the preStop `sleep` action is on by default from Kubernetes 1.30 (PodLifecycleSleepAction);
+# older clusters drop or refuse it, so the chart execs the image's sleep there
+@pytest.mark.parametrize(("kube", "action"), [
+    (_oldest_supported(), "exec"), ("1.29.9", "exec"), ("v1.29.3-eks-1234", "exec"),
+    ("1.30.0", "sleep"), ("v1.30.1-gke.100", "sleep"), ("1.37.0", "sleep")])
+def test_pods_get_startup_probe_prestop_and_extra_volumes(kube: str, action: str) -> None:
+    docs = render("--values", str(ALL_OPTIONAL), "--kube-version", kube)
     pods = [d["spec"]["template"]["spec"] for d in kind(docs, "Deployment")]
+    assert len(pods) == 4
     for spec in pods:
         (c,) = spec["containers"]
         assert c["startupProbe"]["httpGet"]["path"] == "/healthz"
-        assert c["lifecycle"]["preStop"]["sleep"]["seconds"] == 5
+        pre_stop = c["lifecycle"]["preStop"]
+        assert list(pre_stop) == [action]
+        assert prestop_seconds(pre_stop) == 5
         assert {"name": "kafka-client-cert", "mountPath": "/etc/session-core/kafka-client",
                 "readOnly": True} in c["volumeMounts"]
         assert any(v["name"] == "kafka-client-cert" for v in spec["volumes"])
-        assert spec["terminationGracePeriodSeconds"] > c["lifecycle"]["preStop"]["sleep"]["seconds"]
+        assert spec["terminationGracePeriodSeconds"] > prestop_seconds(pre_stop)
+
+
+def test_no_prestop_when_its_sleep_is_zero_and_no_install_below_the_supported_floor() -> None:
+    for kube in (_oldest_supported(), "1.37.0"):
+        docs = render("--set=preStopSleepSeconds=0", "--kube-version", kube)
+        for dep in kind(docs, "Deployment"):
+            (c,) = dep["spec"]["template"]["spec"]["containers"]
+            assert "lifecycle" not in c
+    major, minor, _ = _oldest_supported().split(".")
+    out = helm_template(IMAGE, "--kube-version", f"{major}.{int(minor) - 1}.0")
+    assert out.returncode != 0 and "kubeVersion" in out.stderr, out.stderr
 
 
 def test_helm_test_pod_checks_readyz_and_an_authenticated_404() -> None:
