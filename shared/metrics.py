@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import time
 from collections import Counter as Tally
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -46,12 +46,25 @@ RUNTIMES = Gauge(
     ["harness", "status"])
 
 
+RUNTIMES_READY = Gauge(
+    "session_core_runtimes_ready",
+    "Runtimes that could take a new Session now, by harness: status ready, heartbeat within "
+    "SESSION_CORE_RUNTIME_HEARTBEAT_TIMEOUT_S, a bridge protocol Core speaks (0 for a known "
+    "harness without one; refreshed every second)", ["harness"])
+
+
 def set_runtimes(runtimes: Iterable[Any]) -> None:
     """``RUNTIMES`` from the registry's RuntimeInfo values (``harness``, ``status``)."""
     counts = Tally((str(rt.harness), str(rt.status)) for rt in runtimes)
     RUNTIMES.clear()
     for (harness, status), n in counts.items():
         RUNTIMES.labels(harness, status).set(n)
+
+
+def set_ready_runtimes(counts: Mapping[str, int]) -> None:
+    """``RUNTIMES_READY`` from ``shared.domain.binding.ready_by_harness``."""
+    for harness, n in counts.items():
+        RUNTIMES_READY.labels(harness).set(n)
 
 
 # --- storage ----------------------------------------------------------------------------------

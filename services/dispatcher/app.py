@@ -25,7 +25,7 @@ from shared.failures import settle
 from shared.ids import new_id
 from shared.kafka import broker_ping, ensure_topics
 from shared.logging import bound, get_logger
-from shared.metrics import set_runtimes
+from shared.metrics import set_ready_runtimes, set_runtimes
 from shared.service import cancel, decode_records
 from shared.settings import Settings
 from shared.store import ping
@@ -114,6 +114,8 @@ class DispatcherService(CoreService):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), 1.0)
             self.wake.clear()
+            # every replica: heartbeats age without any record arriving
+            set_ready_runtimes(self.binder.ready_runtimes())
             try:
                 if await self.repo.hold_lease(LEASE, self.instance, time.time(), ttl):
                     async with self.lock:

@@ -16,7 +16,13 @@ from typing import Any, Protocol
 
 from shared import records
 from shared.domain import wire
-from shared.domain.binding import RuntimeInfo, check_delivery, choose, is_alive
+from shared.domain.binding import (
+    RuntimeInfo,
+    check_delivery,
+    choose,
+    is_alive,
+    ready_by_harness,
+)
 from shared.logging import get_logger
 from shared.metrics import DISPATCH_BINDINGS, DISPATCH_DELIVERIES, DISPATCH_REFUSALS
 from shared.storekeys import verdict_fact_id
@@ -154,6 +160,11 @@ class Binder:
         if rt is None or not is_alive(rt, now, self.heartbeat_timeout):
             return None
         return rt
+
+    def ready_runtimes(self) -> dict[str, int]:
+        """Runtimes that could take a new Session now, per harness (the metric)."""
+        now = self._now()
+        return ready_by_harness(self.registry.seen(now).values(), now, self.heartbeat_timeout)
 
     async def _load(self) -> dict[str, int]:
         """Sessions bound per Runtime: counted from the store once, then kept up to date as

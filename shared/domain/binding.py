@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from shared.domain.harness import CLAUDE_CODE
+from shared.domain.harness import CLAUDE_CODE, HARNESSES
 
 RuntimeStatus = Literal["ready", "draining", "gone"]
 REGISTRATION_SCHEMA = "runtime.registration/1"
@@ -112,6 +112,21 @@ def ineligibility(
     if needs_message_images and not rt.message_images:
         return f"{MESSAGE_IMAGES_UNSUPPORTED}: does not report message image support"
     return None
+
+
+def ready_by_harness(runtimes: Iterable[RuntimeInfo], now: datetime,
+                     heartbeat_timeout: timedelta) -> dict[str, int]:
+    """Runtimes that could take a new Session now, per known harness (0 for one without):
+    eligible for their own harness in at least one of their placements (``ineligibility``:
+    ``ready``, heartbeat in time, a Claude bridge protocol Core speaks), whatever the Session's
+    images. A Runtime of a harness Core does not know is not counted (bounded labels)."""
+    counts: dict[str, int] = dict.fromkeys(HARNESSES, 0)
+    for rt in runtimes:
+        if rt.harness in counts and any(
+                ineligibility(rt, rt.harness, p, False, now, heartbeat_timeout) is None
+                for p in rt.placements):
+            counts[rt.harness] += 1
+    return counts
 
 
 def _tie_break(session_id: str | None, runtime_id: str) -> tuple[bytes, str]:

@@ -115,6 +115,30 @@ async def test_a_session_binds_to_a_capable_runtime_and_gets_its_input(world: Wo
     assert world.out.deliveries[0][1]["delivery_id"] == wire.delivery_id(rec["event_id"])
 
 
+def test_ready_runtimes_age_out_with_their_heartbeats_and_feed_the_metric(world: World) -> None:
+    """``session_core_runtimes_ready`` per harness: a Runtime whose heartbeats stop leaves the
+    count once the heartbeat timeout passes, though no record arrives (what the
+    SessionCoreNoReadyRuntime alert watches)."""
+    from prometheus_client import REGISTRY
+
+    from shared.metrics import set_ready_runtimes
+
+    def gauge(harness: str) -> float | None:
+        return REGISTRY.get_sample_value("session_core_runtimes_ready", {"harness": harness})
+
+    world.register("rt_a")
+    world.register("rt_b", status="draining")
+    world.register("rt_c", harness="claude_code", bridge_protocol=3)
+    assert world.binder.ready_runtimes() == {"codex": 1, "claude_code": 1, "minimax_code": 0}
+    set_ready_runtimes(world.binder.ready_runtimes())
+    assert (gauge("codex"), gauge("claude_code"), gauge("minimax_code")) == (1, 1, 0)
+    world.clock.advance(HEARTBEAT_S / 2)
+    world.register("rt_c", harness="claude_code", bridge_protocol=3)  # rt_c beats, rt_a not
+    world.clock.advance(HEARTBEAT_S / 2 + 1)
+    set_ready_runtimes(world.binder.ready_runtimes())
+    assert (gauge("codex"), gauge("claude_code"), gauge("minimax_code")) == (0, 1, 0)
+
+
 async def test_a_refused_function_result_gets_the_calls_one_verdict_id(world: World) -> None:
     """The dispatcher's verdict for a result no Runtime can take uses the same fact id as the
     receipt tracker's (one verdict per call: a second replays the first in storage's journal,

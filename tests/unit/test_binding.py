@@ -18,6 +18,7 @@ from shared.domain.binding import (
     from_registration,
     ineligibility,
     is_alive,
+    ready_by_harness,
 )
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -149,6 +150,39 @@ def test_is_alive() -> None:
     assert not is_alive(rt(heartbeat_at=NOW - timedelta(seconds=16)), NOW, TIMEOUT)
     assert not is_alive(rt(status="gone"), NOW, TIMEOUT)
     assert is_alive(rt(status="draining"), NOW, TIMEOUT)
+
+
+# (case, RuntimeInfo overrides, counted as ready for its harness)
+READY = [
+    ("ready", {}, True),
+    ("ready without images", {"message_images": False, "function_result_images": False}, True),
+    ("draining", {"status": "draining"}, False),
+    ("gone", {"status": "gone"}, False),
+    ("heartbeat at the timeout", {"heartbeat_at": NOW - TIMEOUT}, True),
+    ("heartbeat missed", {"heartbeat_at": NOW - TIMEOUT - timedelta(seconds=1)}, False),
+    ("claude bridge 2", {"bridge_protocol": 2}, False),
+    ("claude without bridge", {"bridge_protocol": None}, False),
+    ("codex without bridge", {"harness": "codex", "bridge_protocol": None}, True),
+    ("no placement", {"placements": frozenset()}, False),
+    ("one placement", {"placements": frozenset({"self_hosted"})}, True),
+]
+
+
+@pytest.mark.parametrize(("over", "ready"), [c[1:] for c in READY], ids=[c[0] for c in READY])
+def test_ready_by_harness_counts_runtimes_that_could_take_a_session(
+        over: dict[str, Any], ready: bool) -> None:
+    r = rt(**over)
+    counts = ready_by_harness([r], NOW, TIMEOUT)
+    assert counts == {"codex": 0, "claude_code": 0, "minimax_code": 0} | {r.harness: int(ready)}
+
+
+def test_ready_by_harness_names_every_known_harness_and_only_those() -> None:
+    assert ready_by_harness([], NOW, TIMEOUT) == {"codex": 0, "claude_code": 0,
+                                                  "minimax_code": 0}
+    runtimes = [rt(runtime_id=f"rt_{i}") for i in range(3)] + [
+        rt(runtime_id="rt_c", harness="codex"), rt(runtime_id="rt_x", harness="other")]
+    assert ready_by_harness(runtimes, NOW, TIMEOUT) == {"codex": 1, "claude_code": 3,
+                                                        "minimax_code": 0}
 
 
 def test_image_session_never_binds_to_only_ready_runtime_without_message_images() -> None:
