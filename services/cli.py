@@ -48,7 +48,7 @@ async def _run_service(name: str) -> None:
         await svc.start()
         # /healthz, /readyz, /metrics on their own port (admission too: the chart scrapes it
         # there, and its Ingress never routes /metrics)
-        health = await serve_health(settings.health_port, svc.ready)
+        health = await serve_health(settings.health_port, svc.ready, settings.health_host)
 
     async def stop() -> None:
         if health is not None:

@@ -43,7 +43,11 @@ class HealthServer:
         await self.task
 
 
-async def serve_health(port: int, ready: Check) -> HealthServer | None:
+async def serve_health(port: int, ready: Check, host: str = "127.0.0.1"
+                       ) -> HealthServer | None:
+    """Serve the three routes on ``host:port`` (``health_host``: loopback unless the deployment
+    says otherwise — the chart binds the pod's addresses for the kubelet's probes and the
+    scrape); nothing when ``port`` ≤ 0."""
     if port <= 0:
         return None
 
@@ -62,7 +66,7 @@ async def serve_health(port: int, ready: Check) -> HealthServer | None:
         return AsgiResponse(generate_latest(), 200, {"Content-Type": CONTENT_TYPE_LATEST})
 
     app = _App(asgi_routes=[("/healthz", healthz), ("/readyz", readyz), ("/metrics", metrics)])
-    server = _Server(uvicorn.Config(app, host="0.0.0.0", port=port, log_config=None,
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_config=None,
                                     access_log=False, lifespan="off"))
     task = asyncio.create_task(server.serve())
     while not server.started:

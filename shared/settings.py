@@ -78,7 +78,7 @@ class Settings(BaseSettings):
 
     # --- admission HTTP --------------------------------------------------------------
     http_host: str = "0.0.0.0"  # admission's listen address
-    http_port: int = 8080  # admission's HTTP port (API, /healthz, /readyz, /metrics)
+    http_port: int = 8080  # admission's HTTP port (API, /healthz, /readyz; /metrics: health_port)
     # comma-separated ``tenant:sha256hex`` entries (``session-core hash-key``), never plain keys;
     # empty with auth_disabled=false refuses every request
     api_keys: str = ""
@@ -90,6 +90,8 @@ class Settings(BaseSettings):
     store_request_timeout_ms: int = 2_000
     max_concurrent_waits: int = 256  # ?wait=true requests in flight per replica before 429
     max_concurrent_waits_per_tenant: int = 64  # … and per tenant per replica before 429
+    # a request body not received within this many seconds → 400, the tenant's slot freed
+    body_read_timeout_s: float = Field(default=30.0, gt=0)
 
     # --- content limits (docs/admission.md gives the reason for each default) ---------
     # request body or session.input record; 413. At most the store's 16 MiB document (a larger
@@ -124,6 +126,9 @@ class Settings(BaseSettings):
 
     # --- health for the non-HTTP services -------------------------------------------
     health_port: int = 0  # 0 = no health HTTP server; the chart sets one per service
+    # the health server's listen address (/healthz, /readyz, /metrics): loopback unless set;
+    # the chart sets 0.0.0.0 (the kubelet's probes and the scrape come from outside the pod)
+    health_host: str = "127.0.0.1"
 
     def database_of(self, service: str) -> str:
         """The store database of ``service``'s own collections (``shared/ownership.py``)."""

@@ -11,8 +11,9 @@ from typing import Any
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import Counter, Gauge, Histogram
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.admission import openapi
@@ -20,7 +21,7 @@ from services.admission.core import Admission, Answer, body_too_large
 from shared.domain import errors, waiting
 from shared.domain.jsonbody import parse_json
 from shared.domain.tenancy import DEFAULT_TENANT, ApiKeys, bearer
-from shared.ids import new_id
+from shared.ids import request_id
 from shared.logging import bound, get_logger
 from shared.metrics import HTTP_BUCKETS
 from shared.settings import Settings
@@ -59,8 +60,8 @@ def _tenant(request: Request) -> str:
 def _access(request: Request, status: int, started: float, tenant: str | None) -> None:
     """The JSON access log: one line per request (uvicorn's own access log is off). A streamed
     (SSE) answer is logged when its headers are sent."""
-    if request.url.path in ("/healthz", "/readyz", "/metrics"):
-        return  # probes and scrapes: every few seconds, nothing to read
+    if request.url.path in ("/healthz", "/readyz"):
+        return  # probes: every few seconds, nothing to read
     access_log.info("http.access", method=request.method, path=request.url.path,
                     status=status, duration_ms=round((time.perf_counter() - started) * 1000, 1),
                     tenant=tenant, client=request.client.host if request.client else None)
@@ -89,7 +90,7 @@ class Envelope:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
-        rid = request.headers.get("x-request-id") or new_id("req")
+        rid = request_id(request.headers.get("x-request-id"))
         started = time.perf_counter()
         tenant: str | None = None
         with bound(request_id=rid):
@@ -172,16 +173,29 @@ def build_http_app(
     app.add_middleware(Envelope, settings=settings, tenant_of=tenant_of, inflight=inflight)
 
     async def read_body(request: Request) -> Any | errors.ApiError:
+        """The JSON body, read within ``body_read_timeout_s``: a client that sends it too slowly
+        (or never) gets a 400 and frees its tenant's in-flight slot; one that goes away
+        mid-upload is logged once at info (nobody reads the answer)."""
         limit = settings.max_body_bytes
         length = request.headers.get("content-length")
         if length and length.isdigit() and int(length) > limit:
             return body_too_large(limit)
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                return body_too_large(limit)
-            chunks.append(chunk)
+        try:
+            async with asyncio.timeout(settings.body_read_timeout_s):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        return body_too_large(limit)
+                    chunks.append(chunk)
+        except TimeoutError:
+            log.info("http.body_timeout", path=request.url.path, received=size,
+                     timeout_s=settings.body_read_timeout_s)
+            return errors.invalid(f"the request body was not received within "
+                                  f"{settings.body_read_timeout_s:g} s", None)
+        except ClientDisconnect:
+            log.info("http.client_disconnected", path=request.url.path, received=size)
+            return errors.invalid("the client went away before its body was received", None)
         return parse_json(b"".join(chunks))
 
     async def read_write(request: Request) -> tuple[waiting.WaitRequest, Any] | Response:
@@ -394,10 +408,6 @@ def build_http_app(
         ok = await ready()
         return JSONResponse({"status": "ready" if ok else "not ready"},
                             status_code=200 if ok else 503)
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:

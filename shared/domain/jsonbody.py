@@ -63,13 +63,20 @@ def bad_unicode_path(value: Any, path: str = "") -> str | None:
                 return p
     if isinstance(value, dict):
         for k, v in value.items():
-            sub = join_path(path, k) if isinstance(k, str) else path
+            # a key that is itself the bad string is named escaped (``\udfff``): the param
+            # must be encodable, or the 400 could not be rendered (it was a 500)
+            sub = join_path(path, printable(k)) if isinstance(k, str) else path
             if bad_unicode_path(k, sub) is not None:
                 return sub
             p = bad_unicode_path(v, sub)
             if p is not None:
                 return p
     return None
+
+
+def printable(text: str) -> str:
+    """``text`` with each unpaired surrogate as its ``\\uXXXX`` escape (UTF-8 encodable)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def parse_json(raw: bytes) -> Any | ApiError:

@@ -78,7 +78,20 @@ class Answers(httpx.BaseTransport):
         return resp
 
 
-def test_a_real_504_is_retried_with_the_same_id_and_yields_one_session(core: Core) -> None:
+@pytest.fixture(scope="module")
+def impatient_url(core: Core) -> Iterator[str]:
+    """An admission replica that waits 1.5 s for storage's answer before its 504 (10 s by
+    default): storage needs pausing only briefly, never long enough to lose its partitions."""
+    name = "admission-client-impatient"
+    url = core.admission_replica(name, {"SESSION_CORE_STORAGE_REPLY_TIMEOUT_MS": "1500"})
+    try:
+        yield url
+    finally:
+        core.stop(name)
+
+
+def test_a_real_504_is_retried_with_the_same_id_and_yields_one_session(
+        core: Core, impatient_url: str) -> None:
     """Storage paused: admission publishes the create and answers 504 after its storage budget
     (the input is in Kafka). The client retries with the same client_request_id once storage
     runs again, and gets the one Session that first record made."""
@@ -93,7 +106,7 @@ def test_a_real_504_is_retried_with_the_same_id_and_yields_one_session(core: Cor
 
     os.kill(storage, signal.SIGSTOP)
     try:
-        with Client(core.base_url, API_KEY, transport=answers, sleep=resume_storage,
+        with Client(impatient_url, API_KEY, transport=answers, sleep=resume_storage,
                     retry=RetryPolicy(attempts=6, backoff_s=1.0)) as client:
             created = client.create_session("codex", "stored late", timeout_s=60)
             items = list(client.items(created["id"]))
@@ -127,7 +140,7 @@ async def _function_call(client: AsyncClient, sid: str, timeout: float = 30) -> 
         await asyncio.sleep(0.2)
 
 
-async def test_a_429_is_retried_after_retry_after(bounded_url: str) -> None:
+async def test_a_429_is_retried_after_retry_after(core: Core, bounded_url: str) -> None:
     async with AsyncClient(bounded_url, API_KEY) as plain:
         # hold the one wait slot: a waiting event on a Turn that waits for a function result
         held_session = await plain.create_session("claude_code",
@@ -139,7 +152,7 @@ async def test_a_429_is_retried_after_retry_after(bounded_url: str) -> None:
         deadline = time.monotonic() + 20
         async with httpx.AsyncClient() as raw:
             while "session_core_waits_active 1.0" not in (
-                    await raw.get(f"{bounded_url}/metrics")).text:
+                    await raw.get(core.metrics_urls["admission-client-bounded"])).text:
                 assert time.monotonic() < deadline, "the holder's wait never became active"
                 await asyncio.sleep(0.1)
 

@@ -198,6 +198,7 @@ async def bounded(core: Core) -> AsyncIterator[httpx.AsyncClient]:
     name = "admission-bounded"
     # in a thread: the session's Item collector goes on reading meanwhile
     url = await asyncio.to_thread(core.admission_replica, name, ONE_WAIT)
+    METRICS[url] = core.metrics_urls[name]  # /metrics: the replica's metrics port
     try:
         async with httpx.AsyncClient(base_url=url, timeout=60,
                                      headers={"Authorization": f"Bearer {API_KEY}"}) as c:
@@ -206,8 +207,13 @@ async def bounded(core: Core) -> AsyncIterator[httpx.AsyncClient]:
         core.stop(name)
 
 
+METRICS: dict[str, str] = {}  # an admission replica's URL → its /metrics URL
+
+
 async def waits_active(c: httpx.AsyncClient) -> float:
-    for line in (await c.get("/metrics")).text.splitlines():
+    async with httpx.AsyncClient(timeout=30) as raw:
+        text = (await raw.get(METRICS[str(c.base_url).rstrip("/")])).text
+    for line in text.splitlines():
         if line.startswith("session_core_waits_active "):
             return float(line.split()[1])
     return 0.0

@@ -142,8 +142,10 @@ class Core:
     def admission_replica(self, name: str, env: dict[str, str]) -> str:
         """Another admission process, ``name``, on an HTTP port of its own with ``env``: its
         URL once it is ready (``stop(name)`` ends it)."""
-        port = free_port()
-        self.spawn(name, "admission", env={"SESSION_CORE_HTTP_PORT": str(port), **env})
+        port, hp = free_port(), free_port()
+        self.metrics_urls[name] = f"http://127.0.0.1:{hp}/metrics"  # its metrics port
+        self.spawn(name, "admission", env={"SESSION_CORE_HTTP_PORT": str(port),
+                                           "SESSION_CORE_HEALTH_PORT": str(hp), **env})
         url = f"http://127.0.0.1:{port}"
         self.wait_ready(url=url)
         return url

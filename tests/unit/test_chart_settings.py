@@ -50,6 +50,7 @@ CHART_DEFAULT_DEVIATIONS: dict[str, str] = {
     "SESSION_CORE_CREATE_TOPICS": "the chart's topics Job creates the topics",
     "SESSION_CORE_LOG_FORMAT": "json: pods have no TTY, made explicit",
     "SESSION_CORE_HEALTH_PORT": "the chart gives every service a metrics/health port",
+    "SESSION_CORE_HEALTH_HOST": "the kubelet's probes and the scrape come from outside the pod",
 }
 COMPOSE_DEFAULT_DEVIATIONS: dict[str, str] = {
     "KAFKA_BOOTSTRAP_SERVERS": "the kafka service",
@@ -58,6 +59,7 @@ COMPOSE_DEFAULT_DEVIATIONS: dict[str, str] = {
     "SESSION_CORE_CREATE_TOPICS": "the topics service creates the topics",
     "SESSION_CORE_LOG_FORMAT": "console for people reading `docker compose logs`",
     "SESSION_CORE_HEALTH_PORT": "every service gets a metrics/health port",
+    "SESSION_CORE_HEALTH_HOST": "probes and scrapes come from outside the container",
 }
 # the compose services that run the session-core image
 COMPOSE_CORE_SERVICES = ("topics", "admission", "storage", "dispatcher", "receipts", "runtime")

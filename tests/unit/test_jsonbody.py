@@ -26,7 +26,9 @@ from shared.domain.jsonbody import parse_json
     (b'{"a": ', None, "malformed JSON"),
     (b'{"input": [{"content": [{"text": "\\ud800"}]}]}', "input[0].content[0].text",
      "unpaired surrogate"),
-    (b'{"k\\udc00": 1}', "k\udc00", "unpaired surrogate"),
+    # a bad key is named escaped: a raw surrogate in the param could not be rendered (a 500)
+    (b'{"k\\udc00": 1}', "k\\udc00", "unpaired surrogate"),
+    (b'{"metadata": {"\\udfff": 1}}', "metadata.\\udfff", "unpaired surrogate"),
     (b'"\\udfff"', None, "unpaired surrogate"),
 ])
 def test_rejections(raw: bytes, param: str | None, fragment: str) -> None:
@@ -35,6 +37,7 @@ def test_rejections(raw: bytes, param: str | None, fragment: str) -> None:
     assert got.type == "invalid_request" and got.status == 400
     assert got.param == param
     assert fragment in got.message
+    json.dumps(got.body(), ensure_ascii=False).encode("utf-8")  # the 400 can be rendered
 
 
 @pytest.mark.parametrize("raw", [b"1e308", b"-1.7976931348623157e308", b"1e-999", b"0.1"])

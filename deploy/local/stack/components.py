@@ -301,8 +301,13 @@ def service_components(opts: Options) -> list[Component]:
         for name in SERVICES:
             if name == "admission":
                 url = f"http://127.0.0.1:{opts.http_port}"
-                out.append(Component(name, [str(exe), name], env, probes.http_ready(url), 90,
-                                     "service", REPO, url, f"admission HTTP API on {url}"))
+                # /metrics is on the metrics port only, never on the API port (docs/security.md)
+                hp = free_port()
+                out.append(Component(name, [str(exe), name],
+                                     {**env, "SESSION_CORE_HEALTH_PORT": str(hp)},
+                                     probes.http_ready(url), 90, "service", REPO, url,
+                                     f"admission HTTP API on {url} (metrics "
+                                     f"http://127.0.0.1:{hp}/metrics)"))
             else:
                 # each non-HTTP service gets its health server on a free port (/readyz)
                 hp = free_port()
