@@ -29,7 +29,7 @@ from hypothesis.stateful import (
 )
 
 from services.receipts.progress import ReadUpTo
-from services.receipts.tracker import EARLY_KEPT, Tracker
+from services.receipts.tracker import EARLY_KEPT, EARLY_KEPT_PER_SESSION, Tracker
 from services.receipts.verdicts import RETRY_S
 from tests.support.budget import examples
 from tests.support.fakes.receipts import (
@@ -512,6 +512,28 @@ def test_a_receipt_that_overtook_its_delivery_survives_any_amount_of_chatter(
         await t.drain()
 
     run(scenario())
+    assert [f["state"] for f in facts.verdicts()["s/a"]] == ["applied"]
+
+
+def test_the_early_buffer_is_bounded_per_session() -> None:
+    """One Session's deciding observations push out only its own oldest: the buffer holds at
+    most EARLY_KEPT_PER_SESSION per Session, and another Session's kept receipt stays."""
+    facts, clock = Facts(), Clock()
+    t = tracker(MemoryReceiptStore(), facts, clock)
+    at = clock()
+    flood = [(receipt("busy", f"c{i}"), at + 0.001 * i)
+             for i in range(EARLY_KEPT_PER_SESSION + 10)]
+
+    async def scenario() -> None:
+        await t.observe_batch([(announced("s", "a"), at - 1), (receipt("s", "a"), at)])
+        await t.observe_batch(flood)
+        await t.open_call(delivery("s", "a"), at - 0.5)
+        await t.drain()
+
+    run(scenario())
+    assert len(t.early["busy"]) == EARLY_KEPT_PER_SESSION
+    kept = [o["native"]["message"]["content"][0]["tool_use_id"] for _, o in t.early["busy"]]
+    assert kept[0] == "c10" and kept[-1] == f"c{EARLY_KEPT_PER_SESSION + 9}"  # its ten oldest went
     assert [f["state"] for f in facts.verdicts()["s/a"]] == ["applied"]
 
 
