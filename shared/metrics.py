@@ -19,6 +19,14 @@ HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
                 900)
 FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
+# --- admission: one write admitted (HTTP or session.input), a ?wait's wait for the Turn aside -
+ADMISSION_SECONDS = Histogram(
+    "session_core_admission_duration_seconds",
+    "Seconds to answer one write: validation, idempotency look-up, hand-over to storage and its "
+    "stored answer (504 after SESSION_CORE_STORAGE_REPLY_TIMEOUT_MS); a ?wait's wait for the "
+    "Turn and the body's upload are not counted. By operation (create_session, add_event)",
+    ["operation"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30))
+
 # --- receipts ---------------------------------------------------------------------------------
 RECEIPT_VERDICTS = Counter(
     "session_core_receipt_verdicts_total",

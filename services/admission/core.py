@@ -26,6 +26,7 @@ from shared.domain.waiting import TurnWatch
 from shared.ids import is_id, new_id
 from shared.kafka import encode, now_rfc3339, send_counted
 from shared.logging import bound, get_logger
+from shared.metrics import ADMISSION_SECONDS, Stopwatch
 from shared.settings import STORE_DOCUMENT_BYTES, STORED_FORM_MAX_BYTES, Settings
 from shared.store import Doc
 from shared.storecodec import unpack
@@ -153,6 +154,14 @@ class Admission:
 
     # ---- writes --------------------------------------------------------------------
     async def create_session(self, body: Any, *, tenant: str) -> Answer:
+        with Stopwatch(ADMISSION_SECONDS.labels("create_session")):
+            return await self._create_session(body, tenant)
+
+    async def add_event(self, session_id: str, body: Any, *, tenant: str) -> Answer:
+        with Stopwatch(ADMISSION_SECONDS.labels("add_event")):
+            return await self._add_event(session_id, body, tenant)
+
+    async def _create_session(self, body: Any, tenant: str) -> Answer:
         admitted = await self.images.run(body, rules.validate_create, body, self.limits)
         if isinstance(admitted, ApiError):
             return Answer.error(admitted)
@@ -166,8 +175,7 @@ class Admission:
         return await self._hand_over(admitted.admitted_record(
             self._stamp(new_id("session"), fp, tenant)))
 
-    async def add_event(self, session_id: str, body: Any, *, tenant: str
-                        ) -> Answer:
+    async def _add_event(self, session_id: str, body: Any, tenant: str) -> Answer:
         profile = await self._owned(session_id, tenant)
         if isinstance(profile, ApiError):
             return Answer.error(profile)

@@ -54,6 +54,9 @@ async def test_each_service_shows_its_metrics_after_a_flow(core: Core, api: http
                if k.startswith("session_core_http_request_duration_seconds_bucket"))
     # the hand-over to storage goes on admission's plain producer (not FastStream's broker)
     assert total(adm, "session_core_kafka_published_records_total") > 0
+    # admission proper, a ?wait's wait aside: the p99 alert's histogram
+    for op in ("create_session", "add_event"):
+        assert total(adm, "session_core_admission_duration_seconds_count", operation=op) > 0
 
     sto = m["storage"]
     assert total(sto, "session_core_storage_batch_records_count") > 0
@@ -68,6 +71,9 @@ async def test_each_service_shows_its_metrics_after_a_flow(core: Core, api: http
     assert total(dis, "session_core_dispatch_deliveries_total", kind="start") > 0
     assert total(dis, "session_core_dispatch_deliveries_total", kind="function_result") > 0
     assert total(dis, "session_core_runtimes", harness="codex") >= 1
+    # the no-ready-Runtime alert's gauge: the codex Runtime counts, a harness without one is 0
+    assert total(dis, "session_core_runtimes_ready", harness="codex") >= 1
+    assert dis['session_core_runtimes_ready{harness="minimax_code"}'] == 0
 
     rec = m["receipts"]
     assert total(rec, "session_core_receipt_verdicts_total", state="applied") > 0
