@@ -72,6 +72,7 @@ class AdmissionService(CoreService):
         await self.producer.start()
         await self.broker.start()
         if serve_http:
+            await self.http.state.parser.start()
             self.server = HttpServer(self.http, self.settings.http_host, self.settings.http_port)
             await self.server.start()
         log.info("admission.started", port=self.settings.http_port)
@@ -85,3 +86,4 @@ class AdmissionService(CoreService):
         await self.items.stop()
         await self.client.close()
         self.admission.images.close()
+        self.http.state.parser.close()

@@ -18,8 +18,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.admission import openapi
 from services.admission.core import Admission, Answer, body_too_large
+from services.admission.parsing import BodyParser
 from shared.domain import errors, waiting
-from shared.domain.jsonbody import parse_json
 from shared.domain.tenancy import DEFAULT_TENANT, ApiKeys, bearer
 from shared.ids import request_id
 from shared.logging import bound, get_logger
@@ -157,6 +157,8 @@ def build_http_app(
     # Requests of each tenant being handled now (docs/security.md, back-pressure).
     inflight: dict[str, int] = {}
     app.state.inflight = inflight
+    parser = BodyParser()  # bodies over 1 MiB parsed in a child process (parsing.py)
+    app.state.parser = parser
 
     def tenant_of(request: Request) -> str | None:
         if settings.auth_disabled:
@@ -196,7 +198,7 @@ def build_http_app(
         except ClientDisconnect:
             log.info("http.client_disconnected", path=request.url.path, received=size)
             return errors.invalid("the client went away before its body was received", None)
-        return parse_json(b"".join(chunks))
+        return await parser.parse(b"".join(chunks))
 
     async def read_write(request: Request) -> tuple[waiting.WaitRequest, Any] | Response:
         """A write's ``wait`` query and JSON body, or the error answer for either."""
