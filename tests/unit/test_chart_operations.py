@@ -312,13 +312,127 @@ def _registered() -> set[str]:
     return names
 
 
+ALERTS = {"SessionCoreDeadLetters", "SessionCoreUncertainVerdicts", "SessionCoreConsumerLag",
+          "SessionCoreHTTP5xx", "SessionCoreAdmissionLatencyP99", "SessionCoreNoReadyRuntime"}
+OPERATIONS = REPO / "docs" / "operations.md"
+RUNBOOK_BASE = "https://git.example.com/platform/session-core/-/blob/main/docs/operations.md"
+
+
+def alerts(docs: list[Doc]) -> dict[str, Doc]:
+    (rule,) = kind(docs, "PrometheusRule")
+    return {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+
+
+def sections(markdown: str) -> dict[str, str]:
+    """GitHub's anchor of every heading (lower case, punctuation dropped, spaces to hyphens)
+    → the text under it up to the next heading of the same or a higher level."""
+    lines = markdown.splitlines()
+    fenced, heads = False, []  # (line number, level, title); a shell comment is no heading
+    for n, line in enumerate(lines):
+        fenced ^= line.startswith("```")
+        m = None if fenced else re.match(r"(#{1,6}) (.+)$", line)
+        if m:
+            heads.append((n, len(m.group(1)), m.group(2).strip()))
+    out: dict[str, str] = {}
+    for i, (n, level, title) in enumerate(heads):
+        end = next((h[0] for h in heads[i + 1:] if h[1] <= level), len(lines))
+        anchor = re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+        out[anchor] = "\n".join(lines[n + 1:end])
+    return out
+
+
+def runbook_gaps(rules: dict[str, Doc], base: str, markdown: str) -> list[str]:
+    """Alerts without a runbook_url into ``base``, or whose anchor is no heading of
+    ``markdown``, or whose section does not say what it means, how to check and what to do."""
+    heads = sections(markdown)
+    gaps = []
+    for name, r in sorted(rules.items()):
+        url = r.get("annotations", {}).get("runbook_url", "")
+        page, _, anchor = url.partition("#")
+        if page != base or anchor not in heads:
+            gaps.append(f"{name}: {url!r}")
+        elif not all(f"**{part}.**" in heads[anchor]
+                     for part in ("Means", "Likely causes", "Check", "Remedies")):
+            gaps.append(f"{name}: section #{anchor} lacks Means/Likely causes/Check/Remedies")
+    return gaps
+
+
+@pytest.mark.parametrize("values", [PRODUCTION, ALL_OPTIONAL], ids=["production", "all-optional"])
+def test_every_alert_has_a_runbook_section_in_docs_operations(values: Path) -> None:
+    rules = alerts(render("--values", str(values)))
+    assert set(rules) == ALERTS
+    assert runbook_gaps(rules, RUNBOOK_BASE, OPERATIONS.read_text()) == []
+    for name, r in rules.items():  # the anchor is the alert's name
+        assert r["annotations"]["runbook_url"] == f"{RUNBOOK_BASE}#{name.lower()}"
+        # its section names the metrics the alert queries
+        section = sections(OPERATIONS.read_text())[name.lower()]
+        for metric in re.findall(r"\b((?:session_core|kafka)_[a-z_]+)", r["expr"]):
+            assert re.sub(r"_bucket$", "", metric) in section, (name, metric)
+
+
+def test_the_runbook_check_catches_a_missing_url_anchor_or_section() -> None:
+    rules = alerts(render("--values", str(PRODUCTION)))
+    md = OPERATIONS.read_text()
+    r = rules["SessionCoreHTTP5xx"]
+    no_url = {**rules, "SessionCoreHTTP5xx": {**r, "annotations": {}}}
+    assert runbook_gaps(no_url, RUNBOOK_BASE, md) == ["SessionCoreHTTP5xx: ''"]
+    assert runbook_gaps(rules, RUNBOOK_BASE, md.replace("## SessionCoreHTTP5xx", "## HTTP")) == [
+        f"SessionCoreHTTP5xx: '{RUNBOOK_BASE}#sessioncorehttp5xx'"]
+    thin = md.replace("**Remedies.** 503", "503")
+    assert runbook_gaps(rules, RUNBOOK_BASE, thin) == [
+        "SessionCoreHTTP5xx: section #sessioncorehttp5xx lacks Means/Likely causes/Check/Remedies"]
+
+
+def test_alerts_need_a_runbook_base_url() -> None:
+    out = helm_template(IMAGE, "--set=prometheusRule.enabled=true")
+    assert out.returncode != 0 and "prometheusRule.runbookBaseUrl is required" in out.stderr
+    rules = alerts(render("--set=prometheusRule.enabled=true",
+                          "--set=prometheusRule.runbookBaseUrl=https://wiki.example/ops#"))
+    assert rules["SessionCoreHTTP5xx"]["annotations"]["runbook_url"] == (
+        "https://wiki.example/ops#sessioncorehttp5xx")
+
+
+@pytest.mark.parametrize(("harnesses", "regex"), [
+    ("{codex}", "codex"), ("{codex,claude_code,minimax_code}", "codex|claude_code|minimax_code"),
+    ("null", None)])
+def test_no_ready_runtime_alert_watches_the_harnesses_run(harnesses: str, regex: str | None
+                                                          ) -> None:
+    args = ["--values", str(PRODUCTION), f"--set=prometheusRule.harnesses={harnesses}"]
+    if harnesses == "null":  # an empty list: no such alert
+        args[-1] = "--set-json=prometheusRule.harnesses=[]"
+    rules = alerts(render(*args))
+    if regex is None:
+        assert "SessionCoreNoReadyRuntime" not in rules
+        return
+    r = rules["SessionCoreNoReadyRuntime"]
+    assert r["expr"] == ('max by (harness) (session_core_runtimes_ready{namespace="default", '
+                         f'harness=~"{regex}"}}) == 0')
+    assert r["labels"]["severity"] == "critical"
+
+
+def test_the_new_alerts_query_the_metrics_the_services_observe() -> None:
+    from shared.domain.harness import HARNESSES
+    from shared.metrics import ADMISSION_SECONDS, RUNTIMES_READY
+
+    rules = alerts(render("--values", str(PRODUCTION),
+                          "--set-json=prometheusRule.admissionP99Seconds=0.5"))
+    latency = rules["SessionCoreAdmissionLatencyP99"]["expr"]
+    assert f"rate({ADMISSION_SECONDS._name}_bucket{{" in latency
+    assert latency.startswith("histogram_quantile(0.99, sum by (le, operation)")
+    assert latency.rstrip().endswith("> 0.5")
+    ready = rules["SessionCoreNoReadyRuntime"]["expr"]
+    assert f"({RUNTIMES_READY._name}{{" in ready
+    assert RUNTIMES_READY._labelnames == ("harness",)
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    enum = schema["properties"]["prometheusRule"]["properties"]["harnesses"]["items"]["enum"]
+    assert tuple(enum) == HARNESSES
+
+
 def test_alerts_and_dashboard_use_metrics_the_code_exports() -> None:
     docs = render("--values", str(PRODUCTION))
     (rule,) = kind(docs, "PrometheusRule")
     exprs = " ".join(r["expr"] for g in rule["spec"]["groups"] for r in g["rules"])
-    assert {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]} == {
-        "SessionCoreDeadLetters", "SessionCoreUncertainVerdicts", "SessionCoreConsumerLag",
-        "SessionCoreHTTP5xx"}
+    assert set(alerts(docs)) == ALERTS
     (cm,) = [d for d in kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-dashboard")]
     dash = json.loads(cm["data"]["session-core.json"])
     dash_exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
@@ -328,3 +442,4 @@ def test_alerts_and_dashboard_use_metrics_the_code_exports() -> None:
     unknown = {n for n in used if n not in exported}
     assert not unknown, f"alerts/dashboard query metrics nothing exports: {sorted(unknown)}"
     assert "session_core_http_request_duration_seconds_bucket" in used
+    assert {"session_core_admission_duration_seconds_bucket", "session_core_runtimes_ready"} <= used
