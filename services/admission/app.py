@@ -42,7 +42,8 @@ class AdmissionService(CoreService):
         """One ``session.input`` record → the same answer the HTTP API would give, or the DLQ
         when it cannot be addressed."""
         raw: Any = msg.raw_message
-        value = inputs.addressed(raw.value or b"")
+        # a large record is parsed in the child parser, as a large HTTP body (parsing.py)
+        value = inputs.addressed_value(await self.http.state.parser.parse(raw.value or b""))
         if isinstance(value, Poison):
             await self.dlq.record(raw, value)
             return

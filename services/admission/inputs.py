@@ -19,7 +19,11 @@ ENVELOPE = ("op", "request_id", "session_id", "schema", "tenant")
 def addressed(raw: bytes) -> dict[str, Any] | Poison:
     """The record as a JSON object with a string ``request_id``, or poison: a record that
     cannot be answered (not JSON, not an object, no string ``request_id``)."""
-    value = parse_json(raw)
+    return addressed_value(parse_json(raw))
+
+
+def addressed_value(value: Any) -> dict[str, Any] | Poison:
+    """``addressed`` of a record already parsed (``parse_json``'s value or error)."""
     if isinstance(value, errors.ApiError):
         return Poison(UNDECODABLE, value.message)
     if not isinstance(value, dict) or not isinstance(value.get("request_id"), str):
