@@ -4,6 +4,8 @@ venv. Each is keyed by a hash of its build file, so a rerun is a no-op. Standard
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -12,7 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from .base import (
@@ -213,6 +215,24 @@ def install_venv(python: str | None = None, *, link: bool = True) -> Path:
     (``venv_path``); the editable install is redone when the checkout or its pyproject.toml
     changes. ``.venv`` links to it unless ``link`` is false (``make fresh-check``)."""
     venv = venv_path()
+    with _held(venv.with_name(venv.name + ".lock")):
+        _make_venv(venv, python)
+    if link:
+        _link_venv(venv)
+    return venv
+
+
+@contextlib.contextmanager
+def _held(lock: Path) -> Iterator[None]:
+    """One builder of a venv at a time: two `make` targets started together (or two checkouts
+    sharing the cache) would otherwise delete each other's half-made venv (ensurepip then fails)."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _make_venv(venv: Path, python: str | None) -> None:
     py = venv / "bin" / "python"
     stamp = venv / ".session-core-installed"
     # what the editable install was made from: this checkout and its pyproject.toml (entry points)
@@ -234,9 +254,6 @@ def install_venv(python: str | None = None, *, link: bool = True) -> Path:
         stamp.write_text(project + "\n")
     else:
         log(f"venv: cached at {venv}")
-    if link:
-        _link_venv(venv)
-    return venv
 
 
 def _install_project(py: Path) -> None:
