@@ -4,8 +4,8 @@ FerretDB's files alone, in alternating pairs on the same machine:
 
     PYTHONPATH=$PWD .venv/bin/python -m bench.store_server_cost [--pairs 3] [--ops 2000]
 
-Each side runs its own FerretDB (fresh SQLite files, synchronous=OFF as the local stack) and the
-same workload, shaped as the product's store traffic: ``find_one`` by ``_id`` over a collection
+Each side runs its own FerretDB (fresh SQLite files, the wrapper's default synchronous level) and
+the same workload, shaped as the product's store traffic: ``find_one`` by ``_id`` over a collection
 of 10 000 Session-like documents, ``update_one`` ``$set`` by ``_id`` on them, and
 ``insert_many`` of 8 Item-like documents. The figure is the store process's CPU time
 (``/proc/<pid>/stat`` utime + stime) per operation, median over the pairs; the ratio is patched
@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -51,11 +51,11 @@ def cpu_s(pid: int) -> float:
 
 
 @contextmanager
-def store(binary: Path) -> Iterator[tuple[int, str]]:
+def store(binary: Path, flags: Sequence[str] = ()) -> Iterator[tuple[int, str]]:
     with tempfile.TemporaryDirectory(prefix="store-cost-") as d:
         port = free_port()
         proc = subprocess.Popen([str(binary), "-listen", f"127.0.0.1:{port}", "-sqlite-dir",
-                                 f"{d}/data", "-log-level", "warn"],
+                                 f"{d}/data", "-log-level", "warn", *flags],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             uri = f"mongodb://127.0.0.1:{port}/"
