@@ -290,3 +290,30 @@ async def test_the_largest_admitted_body_flows_through_and_tenant_b_is_answered_
         await b.aclose()
         with contextlib.suppress(Exception):
             await runtime.stop()
+
+
+async def test_the_bind_timeout_fires_for_an_input_the_dispatcher_reads_late(
+        make_system: SystemFactory) -> None:
+    """A dispatcher that is behind (here: not running while the input waits) fails an input
+    that already waited past the bind timeout soon after it reads it — the wait counts from when
+    storage published it, not from the read (before: a whole timeout more after the read)."""
+    timeout_s = 20.0
+    system = await make_system(services=("storage", "admission"), topic_partitions=1,
+                               binding_wait_timeout_s=timeout_s)
+    r = await system.create("claude_code", "no Runtime will take this")  # none registered
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    await system.items.wait_for(sid, lambda it: it["type"] == "turn")  # stored, published
+    await asyncio.sleep(timeout_s + 1)  # the input waits past the timeout, unread
+    started = time.monotonic()
+    await system.dispatcher.start()
+    try:
+        failed = await system.items.wait_for(
+            sid, lambda it: it["type"] == "turn" and it["state"] == "failed",
+            timeout=timeout_s - 5)  # well before a timeout counted from the read
+        took = time.monotonic() - started
+    finally:
+        await system.dispatcher.stop()
+    assert f"no eligible Runtime within {timeout_s:g} s" in failed["reason"], failed
+    print(f"\n[no-stall] an input read {timeout_s + 1:g} s late failed {took:.1f} s after the "
+          f"dispatcher started (bind timeout {timeout_s:g} s)")
