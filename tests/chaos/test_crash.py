@@ -91,7 +91,8 @@ async def run_scenario(core: Core, api: httpx.AsyncClient, record: Callable[[Row
     if broker_outage:
         excuse_late(v, load, t_fault, t_restored, core.settings.receipt_window_s)
     sys.stderr.write(f"\n[chaos] {fault}: load {t_load - t_fault + WARMUP_S:.0f} s, "
-                     f"settle + checks {time.monotonic() - t_load:.0f} s\n")
+                     f"settle + checks {time.monotonic() - t_load:.0f} s, "
+                     f"agent messages printed and checked {v.agent_messages}\n")
     answers = Counter(s for t, s in load.statuses if t >= t_fault)
     before = Counter(s for t, s in load.statuses if t < t_fault)
     record(make_row(fault, v, t_restored - t_fault, recovered - t_restored, answers, allowed))
@@ -101,6 +102,7 @@ async def run_scenario(core: Core, api: httpx.AsyncClient, record: Callable[[Row
         (round(t - t_fault, 1), s) for t, s in load.statuses if t >= t_fault and s not in OK])
     assert v.acked == v.sent, [i for i in load.inputs if not i.acked]
     assert v.problems == [], v.problems
+    assert v.agent_messages > 0  # each an agent Item exactly once: a check that ran
     return answers
 
 
