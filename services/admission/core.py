@@ -24,7 +24,7 @@ from shared.domain.tenancy import DEFAULT_TENANT
 from shared.domain.validation.limits import IMAGE_DECODE_WORKERS
 from shared.domain.waiting import TurnWatch
 from shared.ids import is_id, new_id
-from shared.kafka import encode, now_rfc3339, send_counted
+from shared.kafka import encode, max_record_bytes, now_rfc3339, send_counted
 from shared.logging import bound, get_logger
 from shared.metrics import ADMISSION_SECONDS, Stopwatch
 from shared.settings import STORE_DOCUMENT_BYTES, STORED_FORM_MAX_BYTES, Settings
@@ -38,6 +38,7 @@ log = get_logger(__name__)
 Json = dict[str, Any]
 PROFILE_CACHE = 100_000
 T = TypeVar("T")
+RECORD_ROOM = 64 * 1024  # a record's key, headers and batch framing
 CATCH_UP_PAGE = 200
 
 
@@ -104,19 +105,27 @@ def carries_images(body: Any) -> bool:
     return False
 
 
-def stored_form_too_large(record: Json, json_bytes: int) -> ApiError | None:
+def stored_form_too_large(record: Json, json_bytes: int, record_max: int | None = None
+                          ) -> ApiError | None:
     """413 for an input whose stored form the store could not hold: every service that stores
     the admitted input keeps it whole in one document (storage's journal entry and Items, the
     dispatcher's queued input), as JSON text or as BSON, so the admitted record must fit in
     ``STORED_FORM_MAX_BYTES`` both ways. BSON is measured only when the JSON is over half of
     it: below that, the count limits bound BSON's per-element overhead well inside the room
-    left (docs/admission.md, "How large an input may be")."""
+    left (docs/admission.md, "How large an input may be"). ``record_max``: the largest
+    ``session.admitted`` record the topics take, less room for the key and headers."""
+    param = "output" if "submission" in record else "input"
+    if record_max is not None and json_bytes > record_max:
+        # a deployment with a small body limit has small topic records (2 × the body + 1 MiB);
+        # an input whose parts expand when normalized could outgrow them
+        return errors.too_large(
+            f"the input is {json_bytes} bytes as a record; the topics take records of at most "
+            f"{record_max} bytes", param)
     size = json_bytes
     if size * 2 > STORED_FORM_MAX_BYTES:
         size = max(size, len(bson.encode(record)))
     if size <= STORED_FORM_MAX_BYTES:
         return None
-    param = "output" if "submission" in record else "input"
     return errors.too_large(
         f"the input is {size} bytes as stored; a stored input holds at most "
         f"{STORED_FORM_MAX_BYTES} bytes (the store's {STORE_DOCUMENT_BYTES}-byte document "
@@ -145,6 +154,7 @@ class Admission:
         self.watches = watches  # the store and the broker: 503 before a hand-over
         self.limits = rules.Limits.from_settings(settings)
         self.images = ImageWorkers(IMAGE_DECODE_WORKERS)  # image decoding off the event loop
+        self.record_max = max_record_bytes(settings) - RECORD_ROOM  # the topics' records
         # A Session's harness, placement and tenant never change and Sessions are never
         # deleted, so what admission read once stays true: one store read per Session, not per
         # event. Held as plain tuples of strings, which the cyclic collector stops tracking
@@ -265,7 +275,7 @@ class Admission:
         same idempotency id returns the stored result."""
         rid = record["request_id"]
         value = encode(record)
-        too_large = stored_form_too_large(record, len(value))
+        too_large = stored_form_too_large(record, len(value), self.record_max)
         if too_large is not None:
             return Answer.error(too_large)
         for watch in self.watches:  # the store or the broker is away: 503 now, nothing sent

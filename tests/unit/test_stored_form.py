@@ -66,3 +66,19 @@ def test_the_body_limit_is_at_most_the_store_document() -> None:
         assert "max_body_bytes" in str(exc)
     else:
         raise AssertionError("a body limit the store cannot hold was accepted")
+
+
+def test_a_record_larger_than_the_topics_take_is_413_too() -> None:
+    """A deployment with a small body limit has small topic records (2 × the body + 1 MiB): an
+    input whose record outgrows them is refused, not a failed hand-over."""
+    from services.admission.core import RECORD_ROOM
+    from shared.kafka import max_record_bytes
+
+    record_max = max_record_bytes(Settings(max_body_bytes=256 * 1024)) - RECORD_ROOM
+    envelope = len(encode(_record(0)))
+    fits, over = _record(record_max - envelope), _record(record_max + 1 - envelope)
+    assert len(encode(over)) == record_max + 1
+    assert stored_form_too_large(fits, len(encode(fits)), record_max) is None
+    err = stored_form_too_large(over, len(encode(over)), record_max)
+    assert err is not None and err.status == 413 and err.param == "input"
+    assert f"at most {record_max} bytes" in err.message
