@@ -11,7 +11,7 @@ from typing import Any
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -57,11 +57,17 @@ def _tenant(request: Request) -> str:
     return tenant
 
 
+def without_tenants(exposition: bytes) -> bytes:
+    """A Prometheus text exposition less its samples with a ``tenant`` label (the families'
+    HELP and TYPE lines stay: a family with no sample is valid)."""
+    return b"\n".join(line for line in exposition.split(b"\n") if b'tenant="' not in line)
+
+
 def _access(request: Request, status: int, started: float, tenant: str | None) -> None:
     """The JSON access log: one line per request (uvicorn's own access log is off). A streamed
     (SSE) answer is logged when its headers are sent."""
-    if request.url.path in ("/healthz", "/readyz"):
-        return  # probes: every few seconds, nothing to read
+    if request.url.path in ("/healthz", "/readyz", "/metrics"):
+        return  # probes and scrapes: every few seconds, nothing to read
     access_log.info("http.access", method=request.method, path=request.url.path,
                     status=status, duration_ms=round((time.perf_counter() - started) * 1000, 1),
                     tenant=tenant, client=request.client.host if request.client else None)
@@ -410,6 +416,13 @@ def build_http_app(
         ok = await ready()
         return JSONResponse({"status": "ready" if ok else "not ready"},
                             status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        """CONTRACT §1's metrics on the API port, less every sample that names a tenant: anyone
+        who reaches the API could otherwise list the tenants and their in-flight load. The
+        metrics port serves them all (docs/security.md)."""
+        return Response(without_tenants(generate_latest()), media_type=CONTENT_TYPE_LATEST)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -179,13 +179,19 @@ OPERATIONS: dict[tuple[str, str], Json] = {
                          "summary": "Readiness: Kafka and the store reachable", "security": [],
                          "responses": {"200": _json(_ref("Health"), "ready"),
                                        "503": _json(_ref("Health"), "not ready")}},
+    ("/metrics", "get"): {"operationId": "getMetrics", "tags": ["operations"],
+                          "summary": "Prometheus metrics, less the samples that name a tenant "
+                                     "(the metrics port serves those)", "security": [],
+                          "responses": {"200": {"description": "metrics",
+                                                "content": {"text/plain": {"schema":
+                                                                           {"type": "string"}}}}}},
 }
 TAGS = [
     {"name": "sessions", "description": "create a Session, read its state"},
     {"name": "events", "description": "messages and function results into a Session"},
     {"name": "items", "description": "a Session's public Items: pages, or followed as SSE"},
     {"name": "function calls", "description": "a call's submission and application state"},
-    {"name": "operations", "description": "liveness, readiness (metrics: the metrics port)"},
+    {"name": "operations", "description": "liveness, readiness, metrics"},
 ]
 
 

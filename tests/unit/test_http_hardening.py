@@ -1,8 +1,9 @@
 """The low items of issue 62, part 4, on the admission app and the health server: a lone
 surrogate in a JSON key is a 400 (it was a 500: the param could not be rendered); ``/metrics``
-is not on the API port; a client's ``X-Request-Id`` is kept only when well-formed; a body not
-received in time is a 400 that frees the tenant's in-flight slot; a client gone mid-upload is
-one info log line, no error; the health server binds loopback unless told otherwise."""
+on the API port names no tenant; a client's ``X-Request-Id`` is kept only when well-formed; a
+body not received in time is a 400 that frees the tenant's in-flight slot; a client gone
+mid-upload is one info log line, no error; the health server binds loopback unless told
+otherwise."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import generate_latest
 from structlog.testing import capture_logs
 
 from deploy.local.stack import free_port
-from services.admission.http import build_http_app
+from services.admission.http import INFLIGHT, build_http_app
 from shared.health import serve_health
 from shared.ids import request_id
 from shared.settings import Settings
@@ -52,12 +54,20 @@ async def test_a_lone_surrogate_in_a_key_is_a_400_naming_it_escaped() -> None:
                                  "param": "metadata.\\udfff"}
 
 
-async def test_metrics_are_not_served_on_the_api_port() -> None:
-    async with _client(_app()) as c:
-        r = await c.get("/metrics")
-        assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
-        assert (await c.get("/healthz")).status_code == 200
-        assert "/metrics" not in (await c.get("/openapi.json")).json()["paths"]
+async def test_the_api_ports_metrics_name_no_tenant() -> None:
+    """CONTRACT §1 serves ``GET /metrics`` on the API; there it lists no tenant (the in-flight
+    gauge is per tenant), while the metrics port's exposition keeps every sample."""
+    INFLIGHT.labels("tenant-secret-name").set(3)
+    try:
+        async with _client(_app()) as c:
+            r = await c.get("/metrics")
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+            assert "session_core_http_inflight_requests" in r.text  # the family, no sample
+            assert "tenant-secret-name" not in r.text and 'tenant="' not in r.text
+            assert "/metrics" in (await c.get("/openapi.json")).json()["paths"]
+        assert b'tenant="tenant-secret-name"' in generate_latest()  # what the metrics port serves
+    finally:
+        INFLIGHT.remove("tenant-secret-name")
 
 
 @pytest.mark.parametrize(("sent", "kept"), [

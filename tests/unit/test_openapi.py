@@ -24,6 +24,7 @@ CONTRACT = {  # CONTRACT §1: method and path → success status
     ("get", "/v1/sessions/{session_id}/tool_results/{call_id}"): "200",
     ("get", "/healthz"): "200",
     ("get", "/readyz"): "200",
+    ("get", "/metrics"): "200",
 }
 
 
@@ -107,6 +108,7 @@ def test_operations_have_short_stable_ids_and_tags(served: dict[str, Any]) -> No
         ("get", "/v1/sessions/{session_id}/tool_results/{call_id}"): "getToolResult",
         ("get", "/healthz"): "getLiveness",
         ("get", "/readyz"): "getReadiness",
+        ("get", "/metrics"): "getMetrics",
     }
     declared = {t["name"] for t in served["tags"]}
     for ops in served["paths"].values():

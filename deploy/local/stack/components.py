@@ -301,7 +301,7 @@ def service_components(opts: Options) -> list[Component]:
         for name in SERVICES:
             if name == "admission":
                 url = f"http://127.0.0.1:{opts.http_port}"
-                # /metrics is on the metrics port only, never on the API port (docs/security.md)
+                # the full /metrics (tenant samples too) on the metrics port (docs/security.md)
                 hp = free_port()
                 out.append(Component(name, [str(exe), name],
                                      {**env, "SESSION_CORE_HEALTH_PORT": str(hp)},
