@@ -434,8 +434,10 @@ async def test_claude_64_bound_refused_by_the_bridge_which_ends_the_native_turn(
             assert [(i["type"], i.get("state")) for i in got if i["type"] != "message"] == [
                 ("turn", "started"), ("function_call", None), ("turn", "failed")]
             assert got[-1]["type"] == "turn" and got[-1]["state"] == "failed"
-            # The refused input stays stored, exactly as sent.
-            assert [i["content"] for i in got if i["type"] == "message"][-len(batch):] == [
+            # The refused input stays stored, exactly as sent (the user's messages: the reference
+            # Runtime's echoes are the agent's).
+            assert [i["content"] for i in got
+                    if i["type"] == "message" and i["role"] == "user"][-len(batch):] == [
                 m["content"] for m in batch]
         # The next input opens a new Core Turn and a new native Turn.
         await send(system, a, [msg(text("fresh"))], "started")
