@@ -56,6 +56,8 @@ def content_blocks(reply: Reply, tools: Sequence[Mapping[str, Any]] | None) -> l
     for step in reply:
         if "text" in step:
             blocks.append({"type": "text", "text": step["text"]})
+        elif "message" in step:  # the Messages API has no phase
+            blocks.append({"type": "text", "text": step["message"]["text"]})
         elif "tool_call" in step:
             call = step["tool_call"]
             blocks.append({"type": "tool_use", "id": _tool_id(call),

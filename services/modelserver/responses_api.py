@@ -4,7 +4,8 @@ it: Server-Sent Events, one ``event:`` / ``data:`` pair per event.
 One scripted reply becomes one streamed response:
 
 * ``response.created`` (``response: {id, status: "in_progress", output: []}``);
-* per ``text`` step: ``response.output_item.added`` (a ``message`` item),
+* per ``text`` (or ``message``) step: ``response.output_item.added`` (a ``message`` item, with
+  the ``message`` step's ``phase``),
   ``response.output_text.delta`` (the whole text), ``response.output_item.done`` with the item
   ``{type: "message", role: "assistant", content: [{type: "output_text", text}]}``;
 * per ``tool_call`` step: ``response.output_item.added`` / ``response.output_item.done`` with
@@ -68,18 +69,21 @@ def events(reply: Reply, body: Json, new_id: Any = None,
             out.append(float(value))
             continue
         index = len(done)
-        if kind == "text":
+        if kind in ("text", "message"):
+            said = value if kind == "text" else value["text"]
             item: Json = {"type": "message", "id": f"msg_{gen()}", "role": "assistant",
                           "status": "completed",
-                          "content": [{"type": "output_text", "text": value,
+                          "content": [{"type": "output_text", "text": said,
                                        "annotations": []}]}
+            if kind == "message" and value.get("phase") is not None:
+                item["phase"] = value["phase"]
             added = {**item, "status": "in_progress", "content": []}
             out.append(("response.output_item.added",
                         {"type": "response.output_item.added", "output_index": index,
                          "item": added}))
             out.append(("response.output_text.delta",
                         {"type": "response.output_text.delta", "item_id": item["id"],
-                         "output_index": index, "content_index": 0, "delta": value}))
+                         "output_index": index, "content_index": 0, "delta": said}))
         elif kind == "tool_call":
             args = value.get("arguments", {})
             item = {"type": "function_call", "id": f"fc_{gen()}",

@@ -8,6 +8,8 @@ re-sends its history on every request, so the key keeps matching for the whole S
 A reply is a list of steps, answered in order inside one model response:
 
 * ``{"text": "…"}`` — assistant text;
+* ``{"message": {"text": "…", "phase": "commentary" | "final_answer"}}`` — assistant text with
+  the Responses API's ``phase`` on its message item (the Messages API has none: plain text);
 * ``{"tool_call": {"name": "…", "arguments": {…}, "call_id": "optional", "namespace":
   "optional"}}`` — call a tool
   (the name is the public function name; each API module maps it to the harness's tool name);
@@ -31,7 +33,7 @@ Step = dict[str, Any]
 Reply = list[Step]
 
 DEFAULT_REPLY: Reply = [{"text": "ok"}]
-STEP_KINDS = ("text", "tool_call", "wait", "fail")
+STEP_KINDS = ("text", "message", "tool_call", "wait", "fail")
 
 
 class ScriptError(ValueError):
@@ -47,6 +49,9 @@ def check_reply(reply: Any) -> Reply:
         kind, value = next(iter(step.items()))
         if kind == "text" and not isinstance(value, str):
             raise ScriptError(f"step {i}: text must be a string")
+        if kind == "message" and not (
+                isinstance(value, dict) and isinstance(value.get("text"), str)):
+            raise ScriptError(f"step {i}: message needs a text")
         if kind == "tool_call" and not (
                 isinstance(value, dict) and isinstance(value.get("name"), str)):
             raise ScriptError(f"step {i}: tool_call needs a name")

@@ -62,3 +62,16 @@ def test_a_fail_step_is_an_http_error() -> None:
     assert failure([{"fail": {"status": 503, "message": "down"}}]) == {"status": 503,
                                                                        "message": "down"}
     assert failure([{"text": "fine"}]) is None
+
+
+def test_a_message_step_carries_its_phase_and_the_usage_is_the_recorded_one() -> None:
+    usage = {"input_tokens": 40, "cached_input_tokens": 10, "output_tokens": 3}
+    out = [e for e in events([{"message": {"text": " a\n", "phase": "final_answer"}}],
+                             {"input": "hi"}, _ids(), usage=usage) if not isinstance(e, float)]
+    done = [d["item"] for name, d in out if name == "response.output_item.done"]
+    assert done == [{"type": "message", "id": "msg_01", "role": "assistant",
+                     "status": "completed", "phase": "final_answer",
+                     "content": [{"type": "output_text", "text": " a\n", "annotations": []}]}]
+    completed = out[-1][1]["response"]["usage"]
+    assert (completed["input_tokens"], completed["input_tokens_details"]["cached_tokens"],
+            completed["output_tokens"]) == (40, 10, 3)

@@ -11,7 +11,15 @@ import httpx
 import pytest
 
 from services.modelserver.server import ModelServer
-from tests.support.agent_turn import answer_and_wait, check_turn, script, summed_usage
+from tests.support.agent_turn import (
+    ANSWER,
+    COMMENTARY,
+    agent_items,
+    answer_and_wait,
+    check_turn,
+    script,
+    summed_usage,
+)
 from tests.support.public import create, wait_item
 from tests.support.system import ItemCollector
 
@@ -47,3 +55,20 @@ async def test_a_2_mb_answer_is_one_whole_item(
     assert answer["phase"] == "final_answer"
     published = await wait_item(ritems, r.json()["id"], 30, id=answer["id"])
     assert published["content"][0]["text"] == big
+
+
+async def test_the_phase_codex_reports_is_kept(
+        rapi: httpx.AsyncClient, ritems: ItemCollector, model: ModelServer) -> None:
+    """The model marks its messages' phase (the Responses API ``phase``): the real Codex reports
+    it on each ``agentMessage``, and the Items keep it, ``phase_source: "provider"``."""
+    k = f"E2E-phase-{uuid.uuid4().hex[:10]}"
+    model.scripts.register(k, [
+        [{"message": {"text": COMMENTARY, "phase": "commentary"}},
+         {"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+        [{"message": {"text": ANSWER, "phase": "final_answer"}}]])
+    s = await create(rapi, "codex", f"{k} what is the weather in Paris?")
+    call = await wait_item(ritems, s["id"], 90, type="function_call")
+    stored = await answer_and_wait(rapi, ritems, s["id"], call["call_id"])
+    assert [(a["content"][0]["text"], a["phase"], a["phase_source"])
+            for a in agent_items(stored)] == [(COMMENTARY, "commentary", "provider"),
+                                              (ANSWER, "final_answer", "provider")]
