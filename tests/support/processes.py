@@ -115,6 +115,8 @@ class Core:
         """SIGTERM ``name`` and wait (SIGKILL after 15 s); raises ``StopFailed`` when it did not
         stop cleanly (see ``stop_all``)."""
         p = self.procs.pop(name, None)
+        if name not in SERVICES:  # an extra replica is gone for good: no metrics to scrape
+            self.metrics_urls.pop(name, None)
         if p is None:
             return
         if p.poll() is not None:
