@@ -14,14 +14,13 @@ agree."""
 from __future__ import annotations
 
 import asyncio
-import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from services.runtime.codex.live import CodexLive, _Proc, _RpcError, _Turn
-from services.runtime.live import LiveOptions
+from services.runtime.codex.live import _Proc, _RpcError
+from tests.support.codex_live import driver_with_session
 
 NATIVE_TURN = "01a24b80-4e22-7cb3-aa40-2ec502013228"
 OTHER_TURN = "01a24b80-5055-75f3-b15f-267ac3532ec2"
@@ -43,16 +42,9 @@ ERRORS: list[tuple[dict[str, Any], bool]] = [
 
 def steer_with(tmp_path: Path, error: dict[str, Any]
                ) -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
-    h = CodexLive(LiveOptions(runtime_id="rt_1", harness="codex",
-                              model_base_url="http://127.0.0.1:9", binary="/bin/false",
-                              work_dir=tmp_path))
-    out: list[dict[str, Any]] = []
-    h._emit = lambda emits: out.extend(e.record for e in emits)
-    proc = _Proc("session_a", types.SimpleNamespace(returncode=None), tmp_path,  # type: ignore[arg-type]
-                 thread_id="thread_1")
-    proc.turn = _Turn("turn_1", NATIVE_TURN)
+    h, proc, out = driver_with_session(tmp_path, "thread_1", NATIVE_TURN)
+    assert proc.turn is not None
     proc.turn.done.set()
-    h.sessions["session_a"] = proc
     sent: list[tuple[str, dict[str, Any]]] = []
 
     async def request(_proc: _Proc, method: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -20,14 +20,12 @@ Core's Turn."""
 from __future__ import annotations
 
 import json
-import types
 from pathlib import Path
 from typing import Any
 
 from services.runtime.codex.config import config_toml
-from services.runtime.codex.live import CodexLive, _Proc, _Turn
-from services.runtime.live import LiveOptions
 from shared.domain.observations import CallOpened, classify_all
+from tests.support.codex_live import driver_with_session
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "native" / "codex" / "subagent.jsonl"
 
@@ -67,14 +65,7 @@ def test_the_helper_thread_prints_its_own_turn_but_no_dynamic_tool_call() -> Non
 
 def test_the_runtime_forwards_only_the_sessions_own_thread(tmp_path: Path) -> None:
     root, native_turn, helper = root_and_helper()
-    h = CodexLive(LiveOptions(runtime_id="rt_1", harness="codex",
-                              model_base_url="http://127.0.0.1:9", binary="/bin/false",
-                              work_dir=tmp_path))
-    out: list[dict[str, Any]] = []
-    h._emit = lambda emits: out.extend(e.record for e in emits)
-    proc = _Proc("session_a", types.SimpleNamespace(returncode=None), tmp_path,  # type: ignore[arg-type]
-                 thread_id=root)
-    proc.turn = _Turn("turn_1", native_turn)
+    h, proc, out = driver_with_session(tmp_path, root, native_turn)
     proc.turns[native_turn] = "turn_1"
     written: list[dict[str, Any]] = []
     h._write = lambda _p, message: written.append(message)  # type: ignore[method-assign]
