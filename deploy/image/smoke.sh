@@ -28,11 +28,13 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/session-core-smoke.XXXXXX")
 PIDS=()
 STACK_DIR=""
 PROC_MOUNTED=""
+SHM_MOUNTED=""
 cleanup() {
   local rc=$?
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [[ -n $PROC_MOUNTED ]]; then umount "$ROOTFS/proc" 2>/dev/null || true; fi
+  if [[ -n $SHM_MOUNTED ]]; then umount "$ROOTFS/dev/shm" 2>/dev/null || true; fi
   if [[ -n $STACK_DIR ]]; then PYTHONPATH="$REPO" python3 -m deploy.local.stack down --state-dir "$STACK_DIR" >/dev/null 2>&1 || true; fi
   if ((rc != 0)); then
     for f in "$WORK"/*.log; do [[ -f $f ]] && { echo "--- $f"; tail -n 30 "$f"; }; done
@@ -78,6 +80,16 @@ if [[ $RUNNER == chroot ]]; then
   [[ -x $ROOTFS/opt/venv/bin/session-core ]] || die "no root file system at $ROOTFS (run make image)"
   if ! mountpoint -q "$ROOTFS/proc" && mount -t proc proc "$ROOTFS/proc" 2>/dev/null; then
     PROC_MOUNTED=1
+  fi
+  # POSIX semaphores (admission's body-parser process pool, services/admission/parsing.py) live
+  # in /dev/shm, which every container runtime mounts as a world-writable tmpfs; the bare root
+  # file system has only a root-owned directory there
+  if ! mountpoint -q "$ROOTFS/dev/shm"; then
+    if mount -t tmpfs -o mode=1777,size=64m shm "$ROOTFS/dev/shm" 2>/dev/null; then
+      SHM_MOUNTED=1
+    else
+      chmod 1777 "$ROOTFS/dev/shm"
+    fi
   fi
 fi
 log "runner: $RUNNER (image $IMAGE)"

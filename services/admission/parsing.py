@@ -36,8 +36,14 @@ class BodyParser:
 
     async def start(self) -> None:
         """Start the child now (a spawned interpreter takes ~0.5 s), not on the first large
-        body."""
-        await self.parse(b"0" * (self.threshold + 1))
+        body. The pool's locks are POSIX semaphores: without a writable ``/dev/shm`` admission
+        cannot isolate large parses and refuses to start, saying why."""
+        try:
+            await self.parse(b"0" * (self.threshold + 1))
+        except PermissionError as exc:
+            raise RuntimeError(
+                "admission: cannot start the body-parser process (POSIX semaphores need a "
+                f"writable /dev/shm, as every container runtime mounts it): {exc}") from exc
 
     async def parse(self, raw: bytes) -> Any | ApiError:
         if len(raw) <= self.threshold:
