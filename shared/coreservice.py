@@ -1,7 +1,7 @@
 """What each of the four Core services is connected to, made in one place: its settings and
-topics, a broker (its producer and its subscribers), a store client and database, and the DLQ of
-its topics; the way every one of them subscribes, and the readiness of the ones that wait for
-nothing else. The services' subscribers, stated in each ``app.py``, stay theirs."""
+topics, a broker (its producer and its subscribers), a store client and database, the DLQ of
+its topics and its tracer; the way every one of them subscribes, and the readiness of the ones
+that wait for nothing else. The services' subscribers, stated in each ``app.py``, stay theirs."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 
+from shared import tracing
 from shared.kafka import (
     FETCH_MAX_WAIT_MS,
     DeadLetters,
@@ -29,10 +30,12 @@ class CoreService:
                  store_selection_ms: int = 5_000) -> None:
         self.settings = settings
         self.topics = topics_for(settings)
+        # this service's spans (shared.tracing); None when tracing is off
+        self.tracer = tracing.tracer(service)
         self.broker: KafkaBroker = make_broker(settings, client_id)
         self.client = make_client(settings, store_selection_ms)
         self.db = database(self.client, settings, service)  # its own collections' database
-        self.dlq = DeadLetters(broker_send(self.broker), self.topics,
+        self.dlq = DeadLetters(broker_send(self.broker, self.tracer), self.topics,
                                max_record_bytes(settings))
 
     def subscriber(self, *topics: str, group: str, **options: Any) -> Any:

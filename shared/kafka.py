@@ -30,8 +30,12 @@ from faststream.security import (
     SASLScram256,
     SASLScram512,
 )
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Tracer
 from prometheus_client import REGISTRY, Counter
 
+from shared import tracing
 from shared.domain.poison import Poison
 from shared.logging import get_logger
 from shared.metrics import count_acked
@@ -158,13 +162,34 @@ def make_producer(settings: Settings, client_id: str, *, linger_ms: int = 2) -> 
 JSON_HEADERS = [("content-type", b"application/json")]
 
 
-async def send_counted(producer: AIOKafkaProducer, topic: str, value: bytes, key: bytes | None
+# --- publishing: every record Core sends goes through one of the functions below, which also
+# carry the trace context (shared.tracing: a ``send <topic>`` span, ``traceparent`` /
+# ``tracestate`` headers) when the caller passes its tracer. Tracing off, the tracer is None and
+# a record costs one ``is None`` test.
+
+
+async def send_counted(producer: AIOKafkaProducer, topic: str, value: bytes, key: bytes | None,
+                       tracer: Tracer | None = None, parent: Context | None = None
                        ) -> asyncio.Future[Any]:
     """Hand one JSON record to a plain producer (``make_producer``) without awaiting its ack;
     the returned future resolves once Kafka acknowledged it, and ``KAFKA_PUBLISHED`` counts it
-    then (the hot paths' one way to publish and to count)."""
-    fut: asyncio.Future[Any] = await producer.send(topic, value, key=key, headers=JSON_HEADERS)
+    then (the hot paths' one way to publish and to count). With ``tracer``: a ``send <topic>``
+    span, child of ``parent`` (else of the current span), ended at the ack, its context in the
+    record's headers."""
+    if tracer is None:
+        fut: asyncio.Future[Any] = await producer.send(topic, value, key=key,
+                                                       headers=JSON_HEADERS)
+        fut.add_done_callback(count_acked(topic))
+        return fut
+    span, trace_headers = tracing.start_send(tracer, topic, key, parent)
+    try:
+        fut = await producer.send(topic, value, key=key, headers=[*JSON_HEADERS, *trace_headers])
+    except BaseException as exc:
+        tracing.fail(span, exc)
+        span.end()
+        raise
     fut.add_done_callback(count_acked(topic))
+    fut.add_done_callback(tracing.end_on_ack(span))
     return fut
 
 
@@ -406,14 +431,13 @@ def broker_watch(broker: KafkaBroker, fresh_s: float = 1.0, grace_s: float = 3.0
 
 
 async def publish(
-    broker: KafkaBroker, topic: str, record: Mapping[str, Any], key: str | None
+    broker: KafkaBroker, topic: str, record: Mapping[str, Any], key: str | None,
+    tracer: Tracer | None = None,
 ) -> None:
-    await broker.publish(
-        encode(record),
-        topic=topic,
-        key=key.encode() if key is not None else None,
-        headers={"content-type": "application/json"},
-    )
+    """One JSON record through FastStream's publish, acknowledged (with ``tracer``: its
+    ``send <topic>`` span, child of the current span)."""
+    await broker_send(broker, tracer)(topic, encode(record),
+                                      key.encode() if key is not None else None)
 
 
 DLQ_RECORDS = Counter(
@@ -424,17 +448,30 @@ DLQ_RECORDS = Counter(
 Send = Callable[[str, bytes, bytes | None], Awaitable[Any]]
 
 
-def broker_send(broker: KafkaBroker) -> Send:
+def broker_send(broker: KafkaBroker, tracer: Tracer | None = None) -> Send:
+    """Records through FastStream's publish, each acknowledged; with ``tracer``, each in a
+    ``send <topic>`` span (child of the current span) carried in its headers."""
     async def send(topic: str, value: bytes, key: bytes | None) -> Any:
-        return await broker.publish(value, topic=topic, key=key,
-                                    headers={"content-type": "application/json"})
+        if tracer is None:
+            return await broker.publish(value, topic=topic, key=key,
+                                        headers={"content-type": "application/json"})
+        span, trace_headers = tracing.start_send(tracer, topic, key)
+        with trace.use_span(span, end_on_exit=True):
+            return await broker.publish(value, topic=topic, key=key, headers={
+                "content-type": "application/json",
+                **{k: v.decode() for k, v in trace_headers}})
     return send
 
 
-def producer_send(producer: AIOKafkaProducer) -> Send:
-    """``DeadLetters``' way out on a plain producer: each record sent and acked."""
+def producer_send(producer: AIOKafkaProducer, tracer: Tracer | None = None) -> Send:
+    """``DeadLetters``' way out on a plain producer: each record sent and acked (with
+    ``tracer``, in a ``send <topic>`` span carried in its headers)."""
     async def send(topic: str, value: bytes, key: bytes | None) -> Any:
-        return await producer.send_and_wait(topic, value, key=key)
+        if tracer is None:
+            return await producer.send_and_wait(topic, value, key=key)
+        span, trace_headers = tracing.start_send(tracer, topic, key)
+        with trace.use_span(span, end_on_exit=True):
+            return await producer.send_and_wait(topic, value, key=key, headers=trace_headers)
     return send
 
 

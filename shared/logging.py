@@ -2,7 +2,8 @@
 Context (``session_id``, ``request_id``, ``call_id``) is bound with contextvars so it travels
 through every log line of the work it belongs to. The standard library's loggers (aiokafka,
 uvicorn, PyMongo, FastStream) go through structlog's ``ProcessorFormatter`` with the same
-processors and renderer: one JSON stream, each line with its ``logger`` name."""
+processors and renderer: one JSON stream, each line with its ``logger`` name. With tracing on
+(``shared.tracing``) a line logged inside a span carries its ``trace_id`` and ``span_id``."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ from typing import Any
 
 import structlog
 
+from shared import tracing
+
 
 def configure_logging(level: str = "INFO", fmt: str = "auto", service: str | None = None) -> None:
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     processors: list[Any] = [
         structlog.contextvars.merge_contextvars,
+        tracing.log_ids,  # trace_id, span_id inside a span (tracing on)
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),

@@ -13,6 +13,7 @@ from services.admission.core import Admission
 from services.admission.http import build_http_app
 from services.admission.serving import HttpServer
 from services.admission.tails import ItemTail, ReplyTail
+from shared import tracing
 from shared.coreservice import CoreService
 from shared.domain.poison import Poison
 from shared.failures import settle
@@ -33,8 +34,8 @@ class AdmissionService(CoreService):
         self.watches = (store_watch(self.client), broker_watch(self.broker))
         self.producer = make_producer(settings, "admission")  # the hand-over to storage
         self.admission = Admission(settings, self.topics, self.producer, self.db, self.replies,
-                                   self.items, self.watches)
-        self.http = build_http_app(settings, lambda: self.admission, self.ready)
+                                   self.items, self.watches, self.tracer)
+        self.http = build_http_app(settings, lambda: self.admission, self.ready, self.tracer)
         self.server: HttpServer | None = None
         self.subscriber(self.topics.session_input, group=GROUP)(self.on_input)
 
@@ -42,6 +43,13 @@ class AdmissionService(CoreService):
         """One ``session.input`` record → the same answer the HTTP API would give, or the DLQ
         when it cannot be addressed."""
         raw: Any = msg.raw_message
+        if self.tracer is None:
+            await self._on_input(raw)
+            return
+        with tracing.consuming(self.tracer, raw):
+            await self._on_input(raw)
+
+    async def _on_input(self, raw: Any) -> None:
         # a large record is parsed in the child parser, as a large HTTP body (parsing.py)
         value = inputs.addressed_value(await self.http.state.parser.parse(raw.value or b""))
         if isinstance(value, Poison):
@@ -54,7 +62,7 @@ class AdmissionService(CoreService):
             for v in values:
                 got = await inputs.answer(self.admission, v, size, self.settings.max_body_bytes)
                 await publish(self.broker, self.topics.session_input_results,
-                              inputs.result(rid, got), rid)
+                              inputs.result(rid, got), rid, self.tracer)
 
         with bound(request_id=rid[:128]):
             # an answer that can never be published (too large for the results topic) goes

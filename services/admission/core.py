@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import bson
 from aiokafka import AIOKafkaProducer
+from opentelemetry.trace import Tracer
 from pymongo.asynchronous.database import AsyncDatabase
 
 from services.admission.tails import ItemTail, ReplyTail
@@ -142,8 +143,10 @@ class Admission:
         replies: ReplyTail,
         items: ItemTail,
         watches: Sequence[Watch],
+        tracer: Tracer | None = None,
     ) -> None:
         self.settings = settings
+        self.tracer = tracer  # the hand-over's ``send`` span (shared.tracing); None: off
         self.topics = topics
         # a plain producer (``shared.kafka.make_producer``): FastStream's per-publish wrapper
         # cost more than the send itself on the hand-over path (docs/admission.md)
@@ -265,7 +268,8 @@ class Admission:
     async def _hand(self, record: Json, value: bytes) -> None:
         """Publish to storage (acks=all) and wait for the acknowledgement."""
         topic = self.topics.session_admitted
-        await (await send_counted(self.producer, topic, value, record["session_id"].encode()))
+        await (await send_counted(self.producer, topic, value, record["session_id"].encode(),
+                                  self.tracer))
 
     async def _hand_over(self, record: Json) -> Answer:
         """Publish to storage with acks=all, then wait for the stored answer. With the store

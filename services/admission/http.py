@@ -11,6 +11,7 @@ from typing import Any
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
@@ -19,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from services.admission import openapi
 from services.admission.core import Admission, Answer, body_too_large
 from services.admission.parsing import BodyParser
+from shared import tracing
 from shared.domain import errors, waiting
 from shared.domain.tenancy import DEFAULT_TENANT, ApiKeys, bearer
 from shared.ids import request_id
@@ -73,6 +75,15 @@ def _access(request: Request, status: int, started: float, tenant: str | None) -
                     tenant=tenant, client=request.client.host if request.client else None)
 
 
+def _answered(span: Span, method: str, route: str, status: int) -> None:
+    """The request's span named by its route (``POST /v1/sessions``) once it is answered."""
+    span.update_name(f"{method} {route}")
+    span.set_attribute("http.route", route)
+    span.set_attribute("http.response.status_code", status)
+    if status >= 500:
+        span.set_status(Status(StatusCode.ERROR))
+
+
 def _err(err: errors.ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=headers)
 
@@ -85,20 +96,45 @@ class Envelope:
     flight until its answer starts (a stream's headers; a wait's answer), as before."""
 
     def __init__(self, app: ASGIApp, settings: Settings,
-                 tenant_of: Callable[[Request], str | None], inflight: dict[str, int]) -> None:
+                 tenant_of: Callable[[Request], str | None], inflight: dict[str, int],
+                 tracer: Tracer | None = None) -> None:
         self.app = app
         self.settings = settings
         self.tenant_of = tenant_of
         self.inflight = inflight
+        self.tracer = tracer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if self.tracer is None or not scope["path"].startswith("/v1/"):
+            await self._serve(scope, receive, send, None)
+            return
+        # a SERVER span per API request, child of the caller's traceparent (if any), current
+        # while the request is handled: its hand-over to storage is its child
+        method = scope["method"]
+        parent = tracing.http_context(Request(scope).headers)
+        with self.tracer.start_as_current_span(
+                method, context=parent, kind=SpanKind.SERVER,
+                attributes={"http.request.method": method, "url.path": scope["path"]}) as span:
+
+            async def answered(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    _answered(span, method, getattr(scope.get("route"), "path", "other"),
+                              message["status"])
+                await send(message)
+
+            await self._serve(scope, receive, answered, span)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send,
+                     span: Span | None) -> None:
         request = Request(scope)
         rid = request_id(request.headers.get("x-request-id"))
         started = time.perf_counter()
         tenant: str | None = None
+        if span is not None:
+            span.set_attribute("session_core.request_id", rid)
         with bound(request_id=rid):
             if scope["path"].startswith("/v1/"):  # probes and metrics: no key, no cap
                 tenant = self.tenant_of(request)
@@ -153,6 +189,7 @@ def build_http_app(
     settings: Settings,
     get_admission: Callable[[], Admission],
     ready: Callable[[], Awaitable[bool]],
+    tracer: Tracer | None = None,
 ) -> FastAPI:
     app = FastAPI(
         title="Session Core",
@@ -178,7 +215,8 @@ def build_http_app(
     closing = asyncio.Event()
     app.state.closing = closing
 
-    app.add_middleware(Envelope, settings=settings, tenant_of=tenant_of, inflight=inflight)
+    app.add_middleware(Envelope, settings=settings, tenant_of=tenant_of, inflight=inflight,
+                       tracer=tracer)
 
     async def read_body(request: Request) -> Any | errors.ApiError:
         """The JSON body, read within ``body_read_timeout_s``: a client that sends it too slowly

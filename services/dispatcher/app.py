@@ -17,7 +17,7 @@ from services.dispatcher.binder import Binder
 from services.dispatcher.outbox import KafkaOutbox
 from services.dispatcher.registry import RegistryTail
 from services.dispatcher.repository import DispatcherRepository
-from shared import typedrecords
+from shared import tracing, typedrecords
 from shared.coreservice import CoreService
 from shared.domain.binding import RuntimeInfo
 from shared.domain.poison import Poison
@@ -47,7 +47,8 @@ class DispatcherService(CoreService):
                                      self.dlq)
         self.binder = Binder(
             self.repo, self.registry,
-            KafkaOutbox(self.broker, self.topics.core_facts, self.topics.runtime_deliveries),
+            KafkaOutbox(self.broker, self.topics.core_facts, self.topics.runtime_deliveries,
+                        self.tracer),
             heartbeat_timeout_s=settings.runtime_heartbeat_timeout_s,
             binding_wait_timeout_s=settings.binding_wait_timeout_s, clock=time.time)
         self.lock = asyncio.Lock()  # one decision at a time per replica
@@ -83,7 +84,9 @@ class DispatcherService(CoreService):
     async def on_stored(self, body: Any, msg: KafkaMessage) -> None:
         for raw, got in await decode_records(self.dlq, msg.raw_message, self.types):
             rec = {**got.value, "stored_at": raw.timestamp / 1000.0}
-            with bound(session_id=got.model.session_id, turn_id=got.model.turn_id):
+            # (tracing on: a ``process session.stored`` span, the delivery's parent)
+            with bound(session_id=got.model.session_id, turn_id=got.model.turn_id), \
+                    tracing.consuming(self.tracer, raw):
                 # a record this code can never handle (too large for the store, a shape it
                 # cannot use) is dead-lettered and its Turn failed; the store away: retried
                 await settle(self.dlq, [(raw, rec)], self._accept, what="dispatcher.accept",

@@ -16,6 +16,7 @@ from uuid import uuid4
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from faststream import AckPolicy
 from faststream.kafka.annotations import KafkaMessage
+from opentelemetry.context import Context
 
 from services.storage.batch import RETRY_ERRORS, BatchWriter, Handovers, Rebalance, positions
 from services.storage.decided import DecidedState
@@ -68,7 +69,7 @@ class StorageService(CoreService):
             self.repo, self.decided,
             f"{self.topics.group(GROUP)}/{settings.topic_partitions}", uuid4().hex)
         self.batches = BatchWriter(self.repo, self.handler, self.decided, self.dlq, self.topics,
-                                   self.types, self._send, self.handovers)
+                                   self.types, self._send, self.handovers, self.tracer)
         self.batch_lock = asyncio.Lock()  # held while a batch is decided and written
         self.consumer: Any = None  # the subscriber's AIOKafkaConsumer (seen with a batch)
         self.commits = OffsetCommits(lambda: self.consumer)
@@ -108,8 +109,9 @@ class StorageService(CoreService):
             if self.stopping:  # the last batch: committed before the consumer closes
                 await self.commits.flush(STOP_COMMIT_S)
 
-    async def _send(self, topic: str, value: bytes, key: bytes) -> Any:
-        return await send_counted(self.producer, topic, value, key)
+    async def _send(self, topic: str, value: bytes, key: bytes, parent: Context | None = None
+                    ) -> Any:
+        return await send_counted(self.producer, topic, value, key, self.tracer, parent)
 
     async def start(self) -> None:
         await ensure_topics(self.settings, self.topics)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, Tracer
 from pymongo.errors import AutoReconnect, ConnectionFailure, ServerSelectionTimeoutError
 
 from services.storage.decided import DecidedState, Shard, shard
@@ -26,7 +28,7 @@ from services.storage.handler import (
 from services.storage.offsets import OffsetCommits
 from services.storage.repository import StaleDecision, StorageRepository
 from services.storage.sessionwriter import SessionWriter
-from shared import records, typedrecords
+from shared import records, tracing, typedrecords
 from shared.domain.poison import UNPROCESSABLE, Poison
 from shared.failures import poison_of
 from shared.kafka import DeadLetters, encode
@@ -41,8 +43,9 @@ log = get_logger(__name__)
 # decision met the store holding another one at its place (stale state; nothing published).
 RETRY_ERRORS = (ConnectionFailure, AutoReconnect, ServerSelectionTimeoutError, OSError,
                 StaleDecision)
-# (topic, value, key) → a future resolved when the broker acked the record
-Send = Callable[[str, bytes, bytes], Awaitable[Awaitable[Any]]]
+# (topic, value, key[, parent]) → a future resolved when the broker acked the record; ``parent``
+# (tracing on): the trace context the record goes on in
+Send = Callable[..., Awaitable[Awaitable[Any]]]
 REVOKE_DRAIN_S = 10.0  # Session documents written before partitions are given up, at most
 REVOKE_COMMIT_S = 5.0  # the offset commit in flight awaited before partitions are given up
 
@@ -140,6 +143,10 @@ class BatchWriter:
     types: dict[str, typedrecords.RecordType[Any]]
     send: Send
     handovers: Handovers
+    tracer: Tracer | None = None  # on: a ``process <topic>`` span per record (``_trace``)
+    # the batch's records' spans while it is written, and each input's (by source key) context
+    spans: list[Span] = field(default_factory=list)
+    parents: dict[str, Context] = field(default_factory=dict)
 
     async def take(self, raws: tuple[Any, ...], consumer: Any) -> None:
         """The records of ``raws`` whose partitions ``consumer`` (the AIOKafkaConsumer that
@@ -157,10 +164,12 @@ class BatchWriter:
         try:
             with Stopwatch(STORAGE_BATCH_SECONDS):
                 await self.write(mine)
-        except BaseException:  # the batch will be redelivered, perhaps decided in part
+        except BaseException as exc:  # the batch will be redelivered, perhaps decided in part
             self.decided.batch_failed(positions(mine))
+            self._end_spans(exc)
             raise
         self.decided.batch_done(positions(mine))
+        self._end_spans(None)
 
     async def write(self, raws: tuple[Any, ...]) -> None:
         # in partition order: the first record of a just-assigned partition opens its window
@@ -181,6 +190,8 @@ class BatchWriter:
             inputs.extend(found)
             held.append(((TopicPartition(raw.topic, raw.partition), raw.offset), found))
         sessions = {inp["session_id"]: tp for (tp, _), found in held for inp in found}
+        if self.tracer is not None:
+            self._trace(self.tracer, inputs, source, len(raws))
         self.decided.batch_begins({sid: shard(tp) for sid, tp in sessions.items()})
         await self._probe(held)
         await self.handovers.take({tp for (tp, _), _found in held})
@@ -232,10 +243,11 @@ class BatchWriter:
             raise
         sent = await handing
         for reply in out.replies:
+            parent = self._parent(out, reply, reply.get("request_id"))
             reply = await load_reply_items(self.repo, reply)
             sent.append(await self._send(self.topics.storage_replies,
                                          {"schema": records.STORAGE_REPLY, **reply},
-                                         reply["request_id"]))
+                                         reply["request_id"], parent))
         await asyncio.gather(*sent)
         if inputs:
             log.debug("storage.batch", records=len(inputs), items=len(out.items))
@@ -244,10 +256,51 @@ class BatchWriter:
         """The batch's Items and stored inputs handed to the producer, in order; their acks."""
         sent = [await self._send(self.topics.session_items,
                                  item_record(item, out.tenants[item["session_id"]]),
-                                 item["session_id"]) for item in out.items]
+                                 item["session_id"], self._parent(out, item))
+                for item in out.items]
         sent += [await self._send(self.topics.session_stored, records.stored_record(stored),
-                                  stored["session_id"]) for stored in out.to_deliver]
+                                  stored["session_id"], self._parent(out, stored))
+                 for stored in out.to_deliver]
         return sent
+
+    # --- tracing (on only): each record's trace goes on in what it caused ----------------------
+    def _trace(self, tracer: Tracer, inputs: list[Any], source: dict[int, Any],
+               records_: int) -> None:
+        """A ``process <topic>`` span per record that gave inputs, child of the context its
+        headers carry, from here to the batch's acks; each input's context by source key (an
+        answer given before its decision: by request id)."""
+        opened: dict[int, Context] = {}
+        for inp in inputs:
+            raw = source[id(inp)]
+            ctx = opened.get(id(raw))
+            if ctx is None:
+                span = tracing.start_consume(tracer, raw, **{
+                    "messaging.batch.message_count": records_,
+                    "session_core.session_id": str(inp.get("session_id"))})
+                self.spans.append(span)
+                ctx = opened[id(raw)] = tracing.in_context(span) or Context()
+            self.parents[source_key(inp)] = ctx
+            if inp.get("request_id"):
+                self.parents[f"request:{inp['request_id']}"] = ctx
+
+    def _parent(self, out: Outputs, made: dict[str, Any], request_id: Any = None
+                ) -> Context | None:
+        if not self.parents:
+            return None
+        key = out.origins.get(id(made))
+        if key is None and request_id is not None:
+            key = f"request:{request_id}"
+        return self.parents.get(key) if key is not None else None
+
+    def _end_spans(self, exc: BaseException | None) -> None:
+        if not self.spans:
+            return
+        for span in self.spans:
+            if exc is not None:
+                tracing.fail(span, exc)
+            span.end()
+        self.spans.clear()
+        self.parents.clear()
 
     async def _probe(self, held: list[tuple[tuple[Any, int], list[Any]]]) -> None:
         """Look up the first record (standing for any input) of each partition whose assignment
@@ -262,10 +315,12 @@ class BatchWriter:
             for tp, (offset, key) in firsts.items():
                 self.decided.probed(tp, key in journaled, offset)
 
-    async def _send(self, topic: str, record: dict[str, Any], key: str
-                    ) -> Awaitable[Any]:
+    async def _send(self, topic: str, record: dict[str, Any], key: str,
+                    parent: Context | None = None) -> Awaitable[Any]:
         """Hand one record to the producer; the returned future resolves when it is acked."""
-        return await self.send(topic, encode(record), key.encode())
+        if parent is None:
+            return await self.send(topic, encode(record), key.encode())
+        return await self.send(topic, encode(record), key.encode(), parent)
 
 
 def positions(raws: tuple[Any, ...]) -> list[tuple[TopicPartition, int]]:

@@ -56,8 +56,25 @@ class Outputs:
     # still to do: ``handle(…, defer_rest=True)`` leaves them to the caller, who does them while
     # the Items are being published and before any answer is sent
     rest: list[Json] = field(default_factory=list)
+    # id() of each Item, stored input and answer above → the source key of the input it came
+    # from, so that each record's trace goes on in what it caused (``BatchWriter``; answers
+    # given before a decision are found by their request_id)
+    origins: dict[int, str] = field(default_factory=dict)
+
+    def mark(self) -> tuple[int, int]:
+        return len(self.items), len(self.to_deliver)
+
+    def came_from(self, key: str, since: tuple[int, int], reply: Json | None = None) -> None:
+        """The Items and stored inputs added since ``mark()`` (and ``reply``) came from the
+        input ``key``."""
+        for kept, start in zip((self.items, self.to_deliver), since, strict=True):
+            for made in kept[start:]:
+                self.origins[id(made)] = key
+        if reply is not None:
+            self.origins[id(reply)] = key
 
     def merge(self, other: Outputs) -> None:
+        self.origins.update(other.origins)
         self.items += other.items
         self.to_deliver += other.to_deliver
         self.replies += other.replies
@@ -262,6 +279,7 @@ class StorageHandler:
         refused = await self._refused_steers(inputs, states)
 
         replayed: list[Json] = []
+        replayed_keys: list[str] = []
         fresh: list[Decision] = []
         skipped: list[Json] = []  # inputs that decided nothing: their tombstones
         journaled: list[Decision | Json] = []  # fresh decisions and tombstones, in input order
@@ -274,6 +292,7 @@ class StorageHandler:
             if key in journal:
                 j = journal[key]
                 replayed.append(j)
+                replayed_keys.append(key)
                 if j["state"] is not None:
                     _forward(states, SessionState.from_doc(j["state"]))
                 continue
@@ -302,8 +321,11 @@ class StorageHandler:
         # Replays first (they precede fresh decisions in partition order).
         if replayed:
             await self.repo.apply(replayed, stored)
-            for j in replayed:
+            for j, key in zip(replayed, replayed_keys, strict=True):
+                since, replies = out.mark(), len(out.replies)
                 await self._replay_outputs(j, out)
+                out.came_from(key, since, out.replies[-1] if len(out.replies) > replies
+                              else None)
         docs, chunks = [], []
         for entry in journaled:
             if isinstance(entry, Decision):
@@ -319,11 +341,13 @@ class StorageHandler:
             await self.repo.apply_rest(docs)
         self.decided.decided(keys, {k: v for k, v in states.items() if v is not None})
         for d in fresh + repeats:  # a repeat answers again, with the same Items (same ids)
+            since = out.mark()
             out.items.extend(d.items)
             if d.to_deliver is not None:
                 out.to_deliver.append(d.to_deliver)
             if d.reply is not None:
                 out.replies.append(d.reply)
+            out.came_from(d.source_key, since, d.reply)
         for item in out.items:
             state = states.get(item["session_id"])
             out.tenants[item["session_id"]] = state.tenant if state else DEFAULT_TENANT
