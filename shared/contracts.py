@@ -332,7 +332,15 @@ class FunctionResultDelivery(_DeliveryBase):
                     "as a final text part")
 
 
-RuntimeDelivery = Annotated[MessagesDelivery | FunctionResultDelivery,
+class InterruptDelivery(_DeliveryBase):
+    """Core failed this Turn while the Runtime runs it (the dispatcher refused an input of it):
+    the Runtime ends the native Turn and forwards its end. For any other Turn it does nothing."""
+
+    kind: Literal["interrupt"]
+    reason: str = Field(description="why Core failed the Turn (its failed turn Item's reason)")
+
+
+RuntimeDelivery = Annotated[MessagesDelivery | FunctionResultDelivery | InterruptDelivery,
                             Field(discriminator="kind")]
 
 
@@ -360,7 +368,7 @@ class DeadLetter(BaseModel):
     partition: int | None = Field(description="the partition it was read from")
     offset: int | None = Field(description="its offset there")
     reason: Literal["undecodable", "missing_schema", "unexpected_schema", "invalid_fields",
-                    "unprocessable", "too_large"] = Field(
+                    "unprocessable", "too_large", "not_bound_runtime"] = Field(
         description="the reason code (shared/domain/poison.py; the label of "
                     "session_core_dlq_records_total)")
     detail: str = Field(description="the reason in words (up to 300 characters)")

@@ -2,7 +2,8 @@
 over the Core–Runtime wire, rebind from gone Runtimes, fail what cannot be delivered.
 
 A Runtime that cannot take an input fails the Turn (a ``turn`` fact with the reason, written
-by storage); content is never dropped or stripped. Every input is either delivered, queued
+by storage), and a Runtime that runs that Turn is told to end it natively (``interrupt``);
+content is never dropped or stripped. Every input is either delivered, queued
 for an eligible Runtime, or its Turn fails with a reason. The binder reaches the world through
 three ports — the repository, the registry's view of the Runtimes, the outbox (facts to
 storage, deliveries to Runtimes) — so its rules run the same on the real stack and on the
@@ -109,6 +110,8 @@ class Binder:
             b = {**b, "runtime_id": None, "status": WAITING}
             rt = None
         if pending == 0 and rt is not None:
+            if b.get("announced") != rt.runtime_id:  # (try_bind)
+                await self.announce(sid, rt.runtime_id)
             await self.deliver(b, rt, rec)
             return
         # A record redelivered after a crash finds its own entry: it keeps its first place.
@@ -125,8 +128,23 @@ class Binder:
         # again in order (the Runtime drops a delivery id it has seen), nothing failed.
         await self.try_bind(sid)
 
+    async def not_bound(self, rec: Doc) -> str | None:
+        """Why a refusal cannot be taken — its Runtime is not the one its Session is bound to
+        (the binding is written before any delivery, so the bound Runtime's refusal always
+        finds it) — or None. Other observations do not concern the dispatcher."""
+        sid = rec.get("session_id")
+        if not isinstance(rec.get("refusal"), dict) or not isinstance(sid, str):
+            return None
+        b = await self.repo.binding(sid)
+        bound_to = b.get("runtime_id") if b is not None else None
+        if bound_to is not None and bound_to == rec.get("runtime_id"):
+            return None
+        return (f"runtime {rec.get('runtime_id')} is not the Runtime Session {sid} is bound to "
+                f"({bound_to or 'none'}): its refusal is not taken")
+
     async def observe(self, rec: Doc) -> None:
-        """A Runtime's observation: only its refusals concern the dispatcher."""
+        """A Runtime's observation: only its refusals concern the dispatcher (the caller has
+        set aside those of a Runtime the Session is not bound to: ``not_bound``)."""
         refusal = rec.get("refusal")
         sid = rec.get("session_id")
         if not isinstance(refusal, dict) or not isinstance(sid, str):
@@ -204,9 +222,7 @@ class Binder:
                 self._count(rt.runtime_id, +1)
                 log.info("dispatcher.bound", session_id=sid, runtime_id=rt.runtime_id)
                 DISPATCH_BINDINGS.labels(rt.harness).inc()
-                await self.publish_fact(sid, f"bind:{sid}:{rt.runtime_id}:{self._place()}",
-                                        kind="binding", status="bound", runtime_id=rt.runtime_id,
-                                        reason=None)
+                await self.announce(sid, rt.runtime_id)
             else:  # another replica bound it first: its Runtime is the Session's
                 b = await self.repo.binding(sid) or b
                 rt = self.live(b.get("runtime_id"))
@@ -214,11 +230,25 @@ class Binder:
                          runtime_id=b.get("runtime_id"))
                 if rt is None:
                     return False
+        elif b.get("announced") != rt.runtime_id:
+            # bound, but its binding fact was never published (the broker away between the
+            # claim and the fact): storage takes the Runtime's observations only once it
+            # knows the binding, so it is published before anything is delivered
+            await self.announce(sid, rt.runtime_id)
         for p in await self.repo.pending(sid):
             b = await self.repo.binding(sid) or b
             await self.deliver(b, rt, p["record"])
             await self.repo.unqueue(p["_id"])
         return True
+
+    async def announce(self, sid: str, runtime_id: str) -> None:
+        """Tell storage the Session's Runtime (a ``binding`` fact), then remember it was told:
+        storage accepts a Session's observations only from the Runtime such a fact names,
+        and this fact is acked before any delivery to that Runtime."""
+        await self.publish_fact(sid, f"bind:{sid}:{runtime_id}:{self._place()}",
+                                kind="binding", status="bound", runtime_id=runtime_id,
+                                reason=None)
+        await self.repo.update_binding(sid, {"announced": runtime_id})
 
     async def claim(self, sid: str, read: str | None, rt: RuntimeInfo) -> bool:
         """Bind ``sid`` to ``rt`` only if its binding still names the Runtime this replica read
@@ -228,7 +258,7 @@ class Binder:
         Session's input: two native Turns."""
         return await self.repo.swap_runtime(sid, read, {
             "runtime_id": rt.runtime_id, "status": "bound", "bound_at": self.clock(),
-            "announced_wait": False})
+            "announced_wait": False, "announced": None})
 
     async def release(self, b: Doc, why: str) -> None:
         """Let go of the Session's Runtime between Turns (nothing to fail): the binding waits
@@ -265,6 +295,29 @@ class Binder:
                 "reason": reason})
         await self.publish_fact(sid, f"refuse:{rec['event_id']}:turn", kind="turn",
                                 turn_id=rec.get("turn_id"), state="failed", reason=reason)
+        await self.interrupt(rec, reason)
+
+    async def interrupt(self, rec: Doc, reason: str) -> None:
+        """``rec`` failed a Turn that may be running natively: a steer or a function result
+        belongs to the Turn the Session's Runtime carries. That Runtime is told to end the
+        native Turn (``kind: "interrupt"``), so the harness makes no later call on a Turn Core
+        shows as failed; its end, when forwarded, is for an ended Turn and writes nothing.
+        Sent after the failure is published. No live bound Runtime, or one carrying another
+        Turn by now: nothing runs this Turn, nothing is sent."""
+        turn_id = rec.get("turn_id")
+        if rec["kind"] not in ("steer", "function_result") or not turn_id:
+            return
+        b = await self.repo.binding(rec["session_id"])
+        rt = self.live(b.get("runtime_id")) if b is not None else None
+        if b is None or rt is None or b.get("turn_id") != turn_id:
+            return
+        await self.out.deliver(rt.runtime_id, wire.interrupt_delivery(
+            delivery_id=wire.interrupt_delivery_id(rec["event_id"]),
+            runtime_id=rt.runtime_id, session_id=rec["session_id"], turn_id=turn_id,
+            reason=reason))
+        DISPATCH_DELIVERIES.labels("interrupt").inc()
+        log.info("dispatcher.interrupted", session_id=rec["session_id"],
+                 runtime_id=rt.runtime_id, turn_id=turn_id)
 
     async def deliver(self, b: Doc, rt: RuntimeInfo, rec: Doc) -> None:
         sid, kind = rec["session_id"], rec["kind"]

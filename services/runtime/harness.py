@@ -29,6 +29,7 @@ turn id):
   images for a text-only harness or a Runtime that does not report the capability, a Claude Code
   batch over the per-Turn bound (which also ends the Turn), a result for a call that is not
   pending, and every result under ``refuse_results``.
+* ``interrupt`` (Core failed the Turn) ends the running Turn as failed, with Core's reason.
 * A Turn that ends while calls are pending (a new ``start`` supersedes it, or it fails) releases
   those calls natively first.
 """
@@ -124,6 +125,14 @@ class SimulatedHarness:
             return self._messages(session, delivery, now)
         if kind == "function_result":
             return self._function_result(session, delivery, now)
+        if kind == "interrupt":
+            # Core failed this Turn: it ends natively (its pending calls released, then its
+            # failed end with Core's reason); a Turn not running here: nothing to do.
+            turn = session.turn
+            if turn is None or turn.core_turn_id != delivery.get("turn_id"):
+                return []
+            return self._end_turn(session, failed=True,
+                                  end_reason=str(delivery.get("reason") or "interrupted"))
         return [self._refusal(session, delivery, f"unknown delivery kind {kind!r}")]
 
     def tick(self, now: float) -> list[Emit]:

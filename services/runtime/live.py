@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from services.runtime.simulation import Emit
+from services.runtime.traces import NativeCalls
 from shared import records
 from shared.logging import get_logger
 
@@ -130,20 +131,27 @@ D = TypeVar("D", bound=Mapping[str, Any])
 
 async def session_worker(inbox: asyncio.Queue[D], messages: Callable[[D], Awaitable[None]],
                          function_result: Callable[[D], Awaitable[None]],
+                         interrupt: Callable[[D], Awaitable[None]],
                          refuse: Callable[[D, str], None],
                          failed: Callable[[Exception], str]) -> None:
     """One Session's deliveries, in order: ``start`` / ``steer`` to ``messages``,
-    ``function_result`` to ``function_result``, any other kind refused. A delivery that raises
-    is refused with ``failed(exc)`` (called inside the ``except``, so it may log the traceback)
-    and the worker goes on: one bad delivery must not stop the Session's worker."""
+    ``function_result`` to ``function_result``, ``interrupt`` (Core failed the Turn: end it
+    natively) to ``interrupt``, any other kind refused. In order matters for ``interrupt``: it
+    comes after the ``start`` of its Turn, so that Turn is running natively when it is handled.
+    A delivery that raises is refused with ``failed(exc)`` (called inside the ``except``, so it
+    may log the traceback) and the worker goes on: one bad delivery must not stop the Session's
+    worker."""
+    native = NativeCalls()  # tracing on: each delivery's ``runtime.native <kind>`` span
     while True:
-        d = await inbox.get()
+        d = await native.next(inbox)
         try:
             kind = d.get("kind")
             if kind in ("start", "steer"):
                 await messages(d)
             elif kind == "function_result":
                 await function_result(d)
+            elif kind == "interrupt":
+                await interrupt(d)
             else:
                 refuse(d, f"unknown delivery kind {kind!r}")
         except Exception as exc:

@@ -8,8 +8,8 @@ caller may serialise, encode or even edit the result without touching the stored
   the ``error`` text as a final text part (when ``error`` is a string). Empty strings are
   strings: ``output=""`` is one empty text part and ``error=""`` one empty final text part —
   Core never trims and never drops (docs/runtime-boundary.md).
-* ``message_input`` / ``message_delivery`` / ``function_result_delivery`` — the
-  ``runtime.delivery/1`` records the dispatcher publishes.
+* ``message_input`` / ``message_delivery`` / ``function_result_delivery`` /
+  ``interrupt_delivery`` — the ``runtime.delivery/1`` records the dispatcher publishes.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ InputContent = dict[str, Any]
 # A MessageInput on the wire: {"role": "user", "content": [InputContent…]}.
 MessageInput = dict[str, Any]
 
-DeliveryKind = Literal["start", "steer", "function_result"]
+DeliveryKind = Literal["start", "steer", "function_result", "interrupt"]
 DELIVERY_SCHEMA = "runtime.delivery/1"
 
 INPUT_TEXT = "input_text"
@@ -44,6 +44,13 @@ REFUSAL_TURN_BOUND_EXCEEDED = "turn_message_bound_exceeded"
 def delivery_id(event_id: str) -> str:
     """The first delivery of an input: ``dlv_`` + the hex of its ``evt_`` id."""
     return f"dlv_{event_id.removeprefix('evt_')}"
+
+
+def interrupt_delivery_id(event_id: str) -> str:
+    """The ``interrupt`` sent when the input ``event_id`` fails the Turn its Runtime runs:
+    ``int_`` + the hex of its ``evt_`` id (one per input, so a redelivered input sends the same
+    id, which the Runtime drops as a duplicate)."""
+    return f"int_{event_id.removeprefix('evt_')}"
 
 
 def next_delivery_id(refused: str) -> str:
@@ -171,4 +178,22 @@ def function_result_delivery(
         "name": name,
         "success": success,
         "content": result_content(output, error, fields_present),
+    }
+
+
+def interrupt_delivery(
+    *,
+    delivery_id: str,
+    runtime_id: str,
+    session_id: str,
+    turn_id: str,
+    reason: str,
+) -> dict[str, Any]:
+    """Core failed ``turn_id``, which the Runtime is running: end the native Turn (Codex
+    ``turn/interrupt``, Claude Code an ``interrupt`` control request) and forward its end.
+    ``reason`` is why Core failed it (docs/runtime-boundary.md, "A Turn the dispatcher fails
+    is interrupted at its Runtime")."""
+    return {
+        **_head(delivery_id, runtime_id, session_id, turn_id, "interrupt"),
+        "reason": reason,
     }

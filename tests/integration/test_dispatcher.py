@@ -229,6 +229,9 @@ async def test_message_with_images_to_a_runtime_without_message_images_fails_the
     await send(system, sid, [msg(*sent)], "steered")
     fail = await system.items.wait_for(sid, failed_turn(d["turn_id"]))
     assert fail["reason"] == reason
+    # … and the Runtime, which runs that Turn natively, is told to end it (issue 57 item 8)
+    stop = await rt.next_delivery(timeout=10)
+    assert (stop["kind"], stop["turn_id"], stop["reason"]) == ("interrupt", d["turn_id"], reason)
     # A new Turn that opens with an image is re-bound before it starts; with
     # no Runtime reporting message images it waits, then fails after the binding wait.
     await send(system, sid, [msg(image(uri))], "started")

@@ -151,7 +151,8 @@ async def test_a_refused_function_result_gets_the_calls_one_verdict_id(world: Wo
     assert [fid for fid, _ in verdicts] == [verdict_fact_id("s1", rec["call_id"])]
     assert verdicts[0][1]["state"] == "failed"
     assert "function_result_images_unsupported" in verdicts[0][1]["reason"]
-    assert [m["kind"] for _, m in world.out.deliveries] == ["start"]
+    # the result is not delivered; the Runtime is told to end the Turn that waits for it
+    assert [m["kind"] for _, m in world.out.deliveries] == ["start", "interrupt"]
 
 
 async def test_a_gone_runtime_fails_its_running_turn_and_the_session_moves(world: World) -> None:
@@ -373,7 +374,9 @@ class BinderMachine(RuleBasedStateMachine):
             assert rt.harness == s.harness and s.placement in rt.placements, (rt, m)
             if rt.harness == "claude_code":
                 assert rt.bridge_protocol in CLAUDE_BRIDGE_PROTOCOLS, rt
-            if m["kind"] == "function_result":
+            if m["kind"] == "interrupt":  # ends a Turn this Runtime carries: no content
+                assert s.turn is not None and m["turn_id"] in s.ended | {s.turn}, (m, s.turn)
+            elif m["kind"] == "function_result":
                 assert rt.function_result_images or not wire.has_images(m["content"]), (rt, m)
             else:
                 assert rt.message_images or not wire.messages_have_images(m["messages"]), (rt, m)

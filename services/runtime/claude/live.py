@@ -17,6 +17,9 @@ stdin; every record it prints on stdout is forwarded as a ``runtime.observation/
   message written in it was replayed. A steer written while the model streams text is queued by
   Claude Code and run as a follow-up command after an intermediate ``result``; that record is
   forwarded with ``native_turn_continues: true`` (storage does not end Core's Turn on it).
+* ``interrupt`` (Core failed the Turn: the dispatcher refused an input of it) of the running
+  Turn: interrupted as for the bound; its ``result`` is forwarded with Core's reason as
+  ``end_reason``. For a Turn not running here it does nothing.
 * Public functions: an MCP server (``services.runtime.claude.mcp``) that Claude Code starts
   relays each root ``mcp__core__<name>`` call over a Unix socket to this object and blocks
   until Core's ``function_result`` delivery arrives; the result is answered as MCP content
@@ -147,7 +150,8 @@ class ClaudeLive:
             return f"the runtime failed to hand the delivery over: {e!r}"
 
         await session_worker(inbox, partial(self._messages, s),
-                             partial(self._function_result, s), self._refuse, failed)
+                             partial(self._function_result, s), partial(self._interrupt, s),
+                             self._refuse, failed)
 
     def _spawn_task(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -408,6 +412,19 @@ class ClaudeLive:
             except (ConnectionError, AssertionError) as e:
                 await self._fail(s, f"the harness process is gone ({e!r})")
                 return
+
+    async def _interrupt(self, s: Session, d: Json) -> None:
+        """Core failed this Turn (the dispatcher refused an input of it): the running native
+        Turn is interrupted as for the bound, and its ``result`` is forwarded with Core's
+        reason as ``end_reason``. Any other Turn: nothing to do."""
+        turn = s.turn
+        if turn is None or turn.core_turn_id != d.get("turn_id"):
+            log.info("claude.interrupt_not_running", session_id=s.core_session_id,
+                     turn_id=d.get("turn_id"))
+            return
+        if turn.end_reason is None:
+            turn.end_reason = str(d.get("reason") or "Core failed the Turn")
+        await self._end_native_turn(s, turn)
 
     def _unrunnable(self, messages: list[Json]) -> str | None:
         """Why this model cannot take the batch: an image on a text-only model (rejected,

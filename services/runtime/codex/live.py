@@ -16,6 +16,9 @@ JSON-RPC over the process's stdin/stdout, one JSON object a line (no ``jsonrpc``
   because the Turn has ended (``adapter.steer_error_ends_turn``) is refused with code
   ``turn_ended`` (Core hands it over again); any other steer error is refused as that error and
   the native Turn is interrupted (Core fails its Turn on the refusal: both end it);
+* ``interrupt`` (Core failed the Turn: the dispatcher refused an input of it) of the running
+  Turn → ``turn/interrupt``; Codex prints ``turn/completed`` ``interrupted``, forwarded. For
+  a Turn not running here it does nothing;
 * ``item/tool/call`` (a server request) is held by call id; a ``function_result`` answers it with
   ``{contentItems: [inputText…, inputImage…], success}`` in the delivered order (the output
   parts, then the error text as a final text part — the dispatcher already built that list);
@@ -167,7 +170,7 @@ class CodexLive:
             return f"harness_error: {exc!r}"
 
         await session_worker(queue, partial(self._messages, sid), partial(self._result, sid),
-                             self._refuse, failed)
+                             partial(self._interrupt, sid), self._refuse, failed)
 
     # ------------------------------------------------------------------ output
 
@@ -471,6 +474,23 @@ class CodexLive:
         turn.native_turn_id = native_turn
         proc.turns[native_turn] = turn_id
         log.info("turn.started", session_id=sid, turn_id=turn_id, native_turn_id=native_turn)
+
+    async def _interrupt(self, sid: str, delivery: Mapping[str, Any]) -> None:
+        """Core failed this Turn (the dispatcher refused an input of it): ``turn/interrupt``
+        the native Turn if it is the one running. Codex answers at once and prints the end,
+        ``turn/completed`` ``interrupted`` (with ``item/completed`` ``failed`` for a call it
+        waited on), forwarded as any record. Any other Turn: nothing to do."""
+        proc = self.sessions.get(sid)
+        running = proc.turn if proc is not None and not proc.dead else None
+        if proc is None or running is None or running.core_turn_id != delivery.get("turn_id"):
+            log.info("codex.interrupt_not_running", session_id=sid,
+                     turn_id=delivery.get("turn_id"))
+            return
+        log.info("codex.interrupt", session_id=sid, turn_id=running.core_turn_id,
+                 native_turn_id=running.native_turn_id, reason=delivery.get("reason"))
+        with contextlib.suppress(_RpcError, _HarnessDown):
+            await self._request(proc, "turn/interrupt", {
+                "threadId": proc.thread_id, "turnId": running.native_turn_id})
 
     async def _result(self, sid: str, delivery: Mapping[str, Any]) -> None:
         call_id = str(delivery.get("call_id"))
