@@ -18,10 +18,11 @@ service; the tests run the four services and a Runtime in one process and still 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
@@ -254,6 +255,21 @@ def span(t: Tracer | None, name: str, attributes: Mapping[str, Any] | None = Non
         return OFF
     return t.start_as_current_span(name, context=parent, kind=kind,
                                    attributes=dict(attributes or {}))
+
+
+def within(ctx: Context | None) -> AbstractContextManager[Any]:
+    """``ctx`` current for the block (a remote parent carried by a record, to be the parent of
+    the spans its handling makes); nothing when ``None``."""
+    return OFF if ctx is None else _attached(ctx)
+
+
+@contextmanager
+def _attached(ctx: Context) -> Iterator[None]:
+    token = otel_context.attach(ctx)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def current() -> Context | None:

@@ -15,7 +15,7 @@ from services.receipts import verdicts
 from services.receipts.progress import StreamReader, offsets_client, start_offsets
 from services.receipts.repository import ReceiptRepository
 from services.receipts.tracker import Tracker
-from shared import typedrecords
+from shared import tracing, typedrecords
 from shared.coreservice import CoreService
 from shared.failures import settle
 from shared.kafka import ensure_topics, make_producer
@@ -33,6 +33,7 @@ class ReceiptService(CoreService):
         super().__init__(settings, GROUP, "receipts")
         self.repo = ReceiptRepository(self.db)
         self.tracker = Tracker(self.repo, self.send_facts, settings.receipt_window_s)
+        self.tracker.tracer = self.tracer  # None: tracing off
         self.types: typedrecords.TopicTypes = {
             self.topics.runtime_deliveries: typedrecords.DELIVERY,
             self.topics.runtime_observations: typedrecords.OBSERVATION}
@@ -63,8 +64,9 @@ class ReceiptService(CoreService):
                                             listener=self.reader, **common)
         self.observations(self.on_observations)
 
-    async def send_facts(self, facts: list[Doc]) -> None:
-        await verdicts.send_facts(self.producer, self.topics.core_facts, facts)
+    async def send_facts(self, facts: list[Doc], parents: list[Any] | None = None) -> None:
+        await verdicts.send_facts(self.producer, self.topics.core_facts, facts, self.tracer,
+                                  parents)
 
     async def start(self) -> None:
         await ensure_topics(self.settings, self.topics)
@@ -104,13 +106,25 @@ class ReceiptService(CoreService):
         batch = [(raw, (got.value, raw.timestamp / 1000.0))
                  for raw, got in await decode_records(self.dlq, msg.raw_message, self.types)
                  if got.value.get("kind") == "function_result"]
+        if self.tracer is not None:  # a deadline's verdict goes on in its delivery's trace
+            for raw, (rec, _) in batch:
+                ctx = tracing.context_of(raw.headers)
+                if ctx is not None:
+                    self.tracker.traces[(rec["session_id"], rec["call_id"])] = ctx
         await settle(self.dlq, batch, self.tracker.open_calls, what="receipts.open_calls")
         self.deliveries_reader.handled(records_of(msg.raw_message))
 
     async def on_observations(self, body: Any, msg: KafkaMessage) -> None:
         batch = await decode_records(self.dlq, msg.raw_message, self.types)
-        await settle(self.dlq, [(raw, (got.value, raw.timestamp / 1000.0)) for raw, got in batch],
-                     self.tracker.observe_batch, what="receipts.observe_batch")
+        if self.tracer is not None:  # a receipt's verdict goes on in its observation's trace
+            self.tracker.obs_contexts = {id(got.value): ctx for raw, got in batch
+                                         if (ctx := tracing.context_of(raw.headers))}
+        try:
+            await settle(self.dlq,
+                         [(raw, (got.value, raw.timestamp / 1000.0)) for raw, got in batch],
+                         self.tracker.observe_batch, what="receipts.observe_batch")
+        finally:
+            self.tracker.obs_contexts = {}
         recs = records_of(msg.raw_message)
         if recs and log.is_enabled_for(logging.DEBUG):
             log.debug("receipts.observations_handled", first=[recs[0].partition, recs[0].offset],

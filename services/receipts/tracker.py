@@ -26,8 +26,13 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import replace
 
+from cachetools import FIFOCache
+from opentelemetry.context import Context
+from opentelemetry.trace import Tracer
+
 from services.receipts.repository import Store, expected_doc, expected_from
 from services.receipts.verdicts import FIRING_MAX, LATENESS_KEPT, Key, SendFacts, Verdicts
+from shared import tracing
 from shared.domain.deadlines import DeadlineQueue
 from shared.domain.observations import CallOpened, classify_all
 from shared.domain.receipts import (
@@ -53,6 +58,7 @@ EARLY_SWEEP_S = 30.0  # how often stored early observations older than the windo
 # Session's traffic never pushes out another's receipt) and EARLY_KEPT in all (memory).
 EARLY_KEPT_PER_SESSION = 256
 EARLY_KEPT = 65_536
+TRACES_KEPT = 65_536  # open calls' delivery contexts kept (tracing on)
 
 
 def obs_ids(obs: Doc) -> list[str]:
@@ -119,6 +125,11 @@ class Tracker(Verdicts):
         self.last_fired = -math.inf
         self.fired_at = -math.inf
         self.settle_now = asyncio.Event()
+        # tracing (on only, set by the app): the deliveries' contexts by call, the contexts of
+        # the observations being observed by id() (``observe_batch``)
+        self.tracer: Tracer | None = None
+        self.traces: FIFOCache[Key, Context] = FIFOCache(maxsize=TRACES_KEPT)
+        self.obs_contexts: dict[int, Context] = {}
 
     def read_to(self, t0: float) -> None:
         self.read_up_to = max(self.read_up_to, t0)
@@ -337,8 +348,11 @@ class Tracker(Verdicts):
         await self.learn([obs for obs, _ in batch])
         await self.resolve({sid for obs, _ in batch
                             if isinstance(sid := obs.get("session_id"), str)})
+        contexts = self.obs_contexts
         for obs, ts in batch:
-            await self.observe(obs, self.clock(), observed_ts=ts)
+            # (tracing on: the Runtime's ``send`` span current, the verdict's parent)
+            with tracing.within(contexts.get(id(obs)) if contexts else None):
+                await self.observe(obs, self.clock(), observed_ts=ts)
         await self.save_early()
 
     async def observe(self, obs: Doc, now: float, observed_ts: float | None = None) -> None:

@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiokafka import AIOKafkaProducer
+from cachetools import FIFOCache
+from opentelemetry.context import Context
+from opentelemetry.trace import Tracer
 
 from services.receipts.repository import Store
-from shared import records
+from shared import records, tracing
 from shared.domain.deadlines import DeadlineQueue
 from shared.domain.receipts import REASON_TIMEOUT, CallRecord, Log, Publish, State
 from shared.kafka import encode, send_counted
@@ -52,15 +55,23 @@ SETTLE_BACKLOG = 10_000  # also what a stop may have to delete (~3 s)
 SETTLE_PACE = 3.0
 
 Key = tuple[str, str]  # (session_id, call_id)
-SendFacts = Callable[[list[Doc]], Awaitable[None]]
+# (facts[, parents]): ``parents`` only with tracing on (``Verdicts._send_traced``)
+SendFacts = Callable[..., Awaitable[None]]
 
 
-async def send_facts(producer: AIOKafkaProducer, topic: str, facts: list[Doc]) -> None:
+async def send_facts(producer: AIOKafkaProducer, topic: str, facts: list[Doc],
+                     tracer: Tracer | None = None,
+                     parents: Sequence[Context | None] | None = None) -> None:
     """Every fact handed to the producer first, then every ack awaited (storage's way): a
     third of the CPU of awaiting each publish, which at 2 000 timeouts/s was much of the
-    verdicts' lateness."""
-    acks = [await send_counted(producer, topic, encode(f),
-                               str(f["session_id"]).encode()) for f in facts]
+    verdicts' lateness. ``parents`` (tracing on): each fact's trace context."""
+    if parents is None:
+        acks = [await send_counted(producer, topic, encode(f),
+                                   str(f["session_id"]).encode()) for f in facts]
+    else:
+        acks = [await send_counted(producer, topic, encode(f), str(f["session_id"]).encode(),
+                                   tracer, parent)
+                for f, parent in zip(facts, parents, strict=True)]
     await asyncio.gather(*acks)
 
 
@@ -91,6 +102,8 @@ class Verdicts:
     last_fired: float  # the event loop's time of the last verdict batch
     fired_at: float  # the tracker's clock when the last verdict batch was started
     settle_now: asyncio.Event  # set while draining: the deletes do not wait
+    tracer: Tracer | None  # tracing on: a ``receipts.verdict`` span per verdict
+    traces: FIFOCache[Key, Context]  # each open call's delivery context (tracing on)
 
     def _forget(self, key: Key) -> None:
         """Stop tracking a call (the tracker's)."""
@@ -118,7 +131,12 @@ class Verdicts:
             for c in (await self.store.claims(lost_ids)).values():
                 sid, _, cid = c["_id"].partition("/")
                 claimed.append(((sid, cid), Publish(cid, State(c["state"]), c["reason"])))
-        await self.send([to_fact(sid, cid, step) for (sid, cid), step in [*mine, *claimed]])
+        sending = [*mine, *claimed]
+        facts = [to_fact(sid, cid, step) for (sid, cid), step in sending]
+        if self.tracer is None:
+            await self.send(facts)
+        else:
+            await self._send_traced(self.tracer, sending, facts)
         if lost:  # settled only once sent: a failed send is retried, also after a restart
             await self.store.settle([str(docs[i]["_id"]) for i in lost])
         for i in sorted(lost):
@@ -134,6 +152,34 @@ class Verdicts:
             self._decided(key, step, published, log_it=len(mine) <= 10)
         if len(mine) > 10:
             log.info("receipts.verdict_batch", published=len(mine))
+
+    async def _send_traced(self, tracer: Tracer, sending: list[tuple[Key, Publish]],
+                           facts: list[Doc]) -> None:
+        """Each verdict a ``receipts.verdict`` span — child of the observation that decided it
+        (its context current while it is observed: ``Tracker.observe_batch``), else of the
+        call's delivery (a deadline) — its fact's ``send core.facts`` span under it."""
+        now = tracing.current()
+        spans = []
+        for (sid, cid), step in sending:
+            delivered = self.traces.pop((sid, cid), None)
+            spans.append(tracer.start_span("receipts.verdict", context=now or delivered,
+                                           attributes={"session_core.session_id": sid,
+                                                       "session_core.call_id": cid,
+                                                       "session_core.verdict.state":
+                                                           str(step.state),
+                                                       "session_core.verdict.reason":
+                                                           step.reason or "",
+                                                       "session_core.verdict.by":
+                                                           "receipt" if now else "deadline"}))
+        try:
+            await self.send(facts, [tracing.in_context(s) for s in spans])
+        except BaseException as exc:
+            for s in spans:
+                tracing.fail(s, exc)
+            raise
+        finally:
+            for s in spans:
+                s.end()
 
     def _settle_later(self, ids: list[str]) -> None:
         """Delete the settled calls' records in the background, one delete (of at most

@@ -30,6 +30,8 @@ from services.runtime.registration import (
     registration,
     simulated_harness,
 )
+from services.runtime.traces import TRACES
+from shared import tracing
 from shared.kafka import DeadLetters, encode, ensure_topics, max_record_bytes, producer_send
 from shared.logging import get_logger
 from shared.service import cancel_all
@@ -47,6 +49,7 @@ class RuntimeService:
                  live: LiveHarness | None = None) -> None:
         self.settings, self.config, self.clock = settings, config, clock
         self.topics = topics_for(settings)
+        TRACES.use(tracing.tracer("runtime"))  # None: tracing off (services/runtime/traces.py)
         self.harness = simulated_harness(config)
         # The real engine: a live harness replaces the simulation; the Kafka loop is the same.
         self.live = live
@@ -59,7 +62,7 @@ class RuntimeService:
         self._consumers: list[AIOKafkaConsumer] = []
         self._deliveries: deliveries.DeliveryLoop | None = None
         self.ready = asyncio.Event()
-        self.dlq = DeadLetters(producer_send(self.producer), self.topics,
+        self.dlq = DeadLetters(producer_send(self.producer, TRACES.tracer), self.topics,
                                max_record_bytes(settings))
 
     def _task(self, coro: Any, name: str) -> None:

@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
+from opentelemetry import trace
 
 from services.runtime.harness import Emit, SimulatedHarness
 from services.runtime.live import LiveHarness
 from services.runtime.outbox import ObservationOutbox
 from services.runtime.registration import consumer_group
-from shared import typedrecords
+from services.runtime.traces import TRACES
+from shared import tracing, typedrecords
 from shared.domain.poison import Poison
 from shared.kafka import client_security, max_record_bytes
 from shared.logging import bound, get_logger
@@ -82,8 +84,13 @@ def to_harness(live: LiveHarness | None, harness: SimulatedHarness, clock: Calla
     printed), else the simulated harness, whose records are queued at once."""
     async def handle(delivery: Mapping[str, Any]) -> None:
         if live is not None:
-            await live.handle(delivery)
-        else:
+            await live.handle(delivery)  # its session worker makes the native call's span
+            return
+        native = TRACES.start_native(delivery, "simulated")
+        if native is None:
+            enqueue(harness.handle(delivery, clock()))
+            return
+        with trace.use_span(native, end_on_exit=True):
             enqueue(harness.handle(delivery, clock()))
     return handle
 
@@ -148,7 +155,9 @@ class DeliveryLoop:
             return 0
         value = got.value
         with bound(session_id=value.get("session_id"), delivery_id=value.get("delivery_id"),
-                   call_id=value.get("call_id")):
+                   call_id=value.get("call_id")), tracing.consuming(TRACES.tracer, r):
+            if TRACES.tracer is not None:
+                TRACES.received(value)  # the native call's parent (traces.py)
             log.info("delivery.received", kind=value.get("kind"), turn_id=value.get("turn_id"))
             await self.handle(value)
         return 1

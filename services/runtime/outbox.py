@@ -18,8 +18,12 @@ import contextlib
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from opentelemetry.context import Context
+from opentelemetry.trace import Tracer
 
 from services.runtime.harness import Emit
+from services.runtime.traces import TRACES
+from shared import tracing
 from shared.domain.observations import classify_all
 from shared.kafka import encode, make_producer, now_rfc3339
 from shared.logging import get_logger
@@ -58,9 +62,14 @@ class ObservationOutbox:
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.timers: list[asyncio.TimerHandle] = []
         self.published = 0
+        # tracing on: id() of each queued record → the context its ``send`` span goes on in
+        self.parents: dict[int, Context | None] = {}
 
     def enqueue(self, emits: list[Emit]) -> None:
         """Queue records in order; consecutive records with the same delay leave together."""
+        if TRACES.tracer is not None:
+            for e in emits:
+                self.parents[id(e.record)] = TRACES.parent_of(str(e.record.get("session_id")))
         i = 0
         while i < len(emits):
             delay = emits[i].delay_s
@@ -85,14 +94,31 @@ class ObservationOutbox:
             batch = await self._next()
             for rec in batch:
                 try:
-                    fut = await self.producer.send(self.topic, encode(rec),
-                                                   key=str(rec["session_id"]).encode())
+                    if TRACES.tracer is None:
+                        fut = await self.producer.send(self.topic, encode(rec),
+                                                       key=str(rec["session_id"]).encode())
+                    else:
+                        fut = await self._send_traced(TRACES.tracer, rec)
                     fut.add_done_callback(_log_send_failure)
                     self.published += 1
                 except Exception:
                     log.exception("observation.publish_failed", session_id=rec.get("session_id"))
                 finally:
                     self.queue.task_done()
+
+    async def _send_traced(self, tracer: Tracer, rec: dict[str, Any]) -> asyncio.Future[Any]:
+        """``send runtime.observations`` in the trace of the native call it came from."""
+        key = str(rec["session_id"]).encode()
+        span, headers = tracing.start_send(tracer, self.topic, key, self.parents.pop(id(rec), None))
+        try:
+            fut: asyncio.Future[Any] = await self.producer.send(self.topic, encode(rec), key=key,
+                                                                headers=headers)
+        except BaseException as exc:
+            tracing.fail(span, exc)
+            span.end()
+            raise
+        fut.add_done_callback(tracing.end_on_ack(span))
+        return fut
 
     async def _next(self) -> list[dict[str, Any]]:
         """The next record, and (``hold_s``) the ones that follow it, each within ``hold_s`` of

@@ -1,0 +1,169 @@
+"""One trace from ``POST /v1/sessions`` to the call's ``function_call_application`` Item, on the
+real stack: the four services and a reference Runtime (simulated Claude Code) in-process, each
+with its own tracer provider (``service.name``), spans to an in-memory exporter. The context
+crosses every hop in the records' ``traceparent`` headers (shared/tracing.py); the producer that
+answers the function call continues the trace by sending the ``function_call`` Item record's
+``traceparent`` with its HTTP result, as docs/operations.md ("Tracing") says a producer may."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from services.runtime.app import RuntimeConfig, RuntimeService
+from services.runtime.switches import Switches
+from services.runtime.traces import TRACES
+from shared import tracing
+from shared.kafka import assigned_consumer, decode
+from shared.settings import Settings
+from tests.support.system import SystemFactory
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def spans() -> AsyncIterator[InMemorySpanExporter]:
+    """Tracing on for the services made after it (before ``make_system``), off afterwards."""
+    exporter = InMemorySpanExporter()
+    tracing.enable(SimpleSpanProcessor(exporter))
+    try:
+        yield exporter
+    finally:
+        tracing.disable()
+        TRACES.use(None)
+
+
+async def item_record(settings: Settings, topic: str, pred: Callable[[dict[str, Any]], bool],
+                      timeout: float = 20) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The first record of ``topic`` whose value ``pred`` accepts, with its headers."""
+    c = await assigned_consumer(settings, topic, at_end=False)
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                for recs in (await c.getmany(timeout_ms=200)).values():
+                    for r in recs:
+                        value = decode(r.value)
+                        if pred(value):
+                            return value, dict(r.headers)
+    finally:
+        await c.stop()
+
+
+def service(s: ReadableSpan) -> str:
+    return str(s.resource.attributes["service.name"])
+
+
+def chain(by_id: dict[int, ReadableSpan], leaf: ReadableSpan) -> list[ReadableSpan]:
+    """``leaf`` and its ancestors, root first."""
+    out = [leaf]
+    while out[-1].parent is not None:
+        out.append(by_id[out[-1].parent.span_id])
+    return out[::-1]
+
+
+# The path of the call's application, root first, when the receipt decides the call (the applied
+# result printed 0.5 s after the delivery: the receipt tracker has read the delivery by then).
+EXPECTED = [
+    ("POST /v1/sessions", "admission"),
+    ("send {admitted}", "admission"),
+    ("process {admitted}", "storage"),
+    ("send {stored}", "storage"),
+    ("process {stored}", "dispatcher"),
+    ("dispatcher.deliver", "dispatcher"),
+    ("send {deliveries}", "dispatcher"),
+    ("process {deliveries}", "runtime"),
+    ("runtime.native start", "runtime"),
+    ("send {observations}", "runtime"),
+    ("process {observations}", "storage"),
+    ("send {items}", "storage"),  # the function_call Item, read by the producer
+    ("POST /v1/sessions/{{session_id}}/events", "admission"),
+    ("send {admitted}", "admission"),
+    ("process {admitted}", "storage"),
+    ("send {stored}", "storage"),
+    ("process {stored}", "dispatcher"),
+    ("dispatcher.deliver", "dispatcher"),
+    ("send {deliveries}", "dispatcher"),
+    ("process {deliveries}", "runtime"),
+    ("runtime.native function_result", "runtime"),
+    ("send {observations}", "runtime"),
+    ("receipts.verdict", "receipts"),
+    ("send {facts}", "receipts"),
+    ("process {facts}", "storage"),
+    ("send {items}", "storage"),  # the function_call_application Item
+]
+
+
+async def test_one_trace_from_post_sessions_to_the_application_item(
+        spans: InMemorySpanExporter, make_system: SystemFactory) -> None:
+    system = await make_system()
+    assert system.http is not None
+    t = system.topics
+    rt = RuntimeService(system.settings, RuntimeConfig(
+        runtime_id=f"rt_{uuid.uuid4().hex}", harness="claude_code", placements=["none"],
+        turn_idle_s=5.0, switches=Switches(receipt_delay_s=0.5)))
+    await rt.start()
+    try:
+        r = await system.http.post("/v1/sessions", json={
+            "harness": "claude_code", "placement": "none",
+            "input": 'please call lookup {"q": 1}'})
+        assert r.status_code == 201, r.text
+        sid = r.json()["id"]
+        call, headers = await item_record(
+            system.settings, t.session_items,
+            lambda v: v.get("session_id") == sid and v.get("type") == "function_call")
+        assert set(headers) >= {"content-type", "traceparent"}, headers
+        # the producer answers the call in the call's trace (W3C traceparent over HTTP)
+        r = await system.http.post(
+            f"/v1/sessions/{sid}/events",
+            headers={"traceparent": headers["traceparent"].decode()},
+            json={"type": "agent.session.input.tool_result", "call_id": call["call_id"],
+                  "success": True, "output": "42"})
+        assert r.status_code == 202, r.text
+        app, app_headers = await item_record(
+            system.settings, t.session_items,
+            lambda v: v.get("session_id") == sid and v.get("type") == "function_call_application")
+        assert app["state"] == "applied", app
+    finally:
+        await rt.stop()
+    await asyncio.sleep(0.2)  # the last send spans end at their acks
+
+    finished = spans.get_finished_spans()
+    by_id = {s.context.span_id: s for s in finished}
+    traceparent = app_headers["traceparent"].decode()
+    _, trace_hex, span_hex, _ = traceparent.split("-")
+    leaf = by_id[int(span_hex, 16)]
+    path = chain(by_id, leaf)
+    shown = [(s.name, service(s).removeprefix("session-core-")) for s in path]
+    print("\n" + "\n".join(f"{n:<45} {svc}" for n, svc in shown))  # the trace, root first
+
+    # one trace: every span of the path has the Item's trace id, the root is the first request
+    assert {s.context.trace_id for s in path} == {int(trace_hex, 16)}
+    assert path[0].parent is None and path[0].name == "POST /v1/sessions"
+    names = {"admitted": t.session_admitted, "stored": t.session_stored,
+             "deliveries": t.runtime_deliveries, "observations": t.runtime_observations,
+             "items": t.session_items, "facts": t.core_facts}
+    assert shown == [(n.format(**names), svc) for n, svc in EXPECTED], json.dumps(shown)
+    # five processes' providers, each its own service.name
+    assert {service(s) for s in path} == {f"session-core-{x}" for x in (
+        "admission", "storage", "dispatcher", "runtime", "receipts")}
+    # each hop between services goes through a record: a CONSUMER span's parent is the
+    # PRODUCER span of another service (the context came in the record's headers)
+    for parent, child in itertools.pairwise(path):
+        if child.name.startswith("process "):
+            assert parent.name == child.name.replace("process ", "send "), (parent, child)
+            assert child.parent is not None and child.parent.is_remote
+    verdict = next(s for s in path if s.name == "receipts.verdict")
+    assert verdict.attributes is not None and verdict.attributes["session_core.verdict.state"] \
+        == "applied"
+    # the whole trace holds more (the other Items, answers, the Turn's end): all one trace id
+    in_trace = [s for s in finished if s.context.trace_id == int(trace_hex, 16)]
+    assert len(in_trace) > len(path)
