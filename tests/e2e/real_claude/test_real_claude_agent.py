@@ -45,6 +45,27 @@ async def test_commentary_call_and_final_answer_are_items(
     assert end["usage"] == reported, (end["usage"], reported)
 
 
+async def test_a_2_mb_answer_is_one_whole_item(
+        capi: httpx.AsyncClient, citems: ItemCollector, cmodel: ModelServer) -> None:
+    """The model answers 2 MB of text (issue 56, "Large answers"): the real Claude Code prints
+    it as one root ``assistant`` text block, and Core stores and publishes it whole — on the
+    topic, over ``GET …/items`` and in ``?wait``."""
+    k = key("big")
+    big = ("  Paris: sunny, 21°C. 𝄞\n\n" * 90_000)[: 2 * 1024 * 1024]
+    cmodel.scripts.register(k, [[{"text": big}]])
+    r = await capi.post("/v1/sessions", params={"wait": "true", "timeout_ms": "180000"},
+                        json={"harness": "claude_code", "placement": "none",
+                              "input": f"{k} tell me everything"})
+    assert r.status_code == 200, r.text[:500]
+    [answer] = [i for i in r.json()["items"] if i.get("role") == "agent"]
+    assert answer["content"] == [{"type": "output_text", "text": big}]
+    assert answer["phase"] == "final_answer"
+    published = await wait_item(citems, r.json()["id"], 30, id=answer["id"])
+    assert published["content"][0]["text"] == big
+    [stored] = [i for i in await stored_items(capi, r.json()["id"]) if i["id"] == answer["id"]]
+    assert stored["content"][0]["text"] == big
+
+
 async def test_a_subagents_text_is_not_an_item(
         capi: httpx.AsyncClient, citems: ItemCollector, cmodel: ModelServer) -> None:
     k, sub = key("sub"), key("subprompt") + "-helper-prompt"
