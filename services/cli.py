@@ -176,6 +176,12 @@ def main(argv: list[str] | None = None) -> None:
                  "the server extras: pip install 'session-core[server]'")
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format, service=args.command)
+    from shared import tracing
+
+    try:  # the standard OTEL_* variables; off unless they name an exporter (docs/operations.md)
+        tracing.configure()
+    except tracing.TracingConfigError as exc:
+        sys.exit(f"session-core {args.command}: {exc}")
     if args.command in SERVICES:
         eventloop.run(_run_service(args.command), settings.event_loop)
     elif args.command == "topics":

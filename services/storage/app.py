@@ -56,6 +56,7 @@ class StorageService(CoreService):
         # decided (services/storage/decided.py)
         self.decided = DecidedState(settings.storage_batch_max)
         self.handler = StorageHandler(self.repo, now_rfc3339, self.decided)
+        self.handler.traced = self.tracer is not None  # each output's origin (tracing)
         self.types = {
             self.topics.session_admitted: RECORD_TYPES[records.ADMITTED],
             self.topics.core_facts: RECORD_TYPES[records.FACT],

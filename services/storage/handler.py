@@ -224,6 +224,7 @@ class StorageHandler:
         self.repo = repo
         self.now = now
         self.decided = decided if decided is not None else DecidedState(batch_max=0)
+        self.traced = False  # tracing on: ``Outputs.origins`` kept (the storage app sets it)
 
     async def _states(self, session_ids: set[str], current: frozenset[str]
                       ) -> dict[str, SessionState]:
@@ -347,7 +348,8 @@ class StorageHandler:
                 out.to_deliver.append(d.to_deliver)
             if d.reply is not None:
                 out.replies.append(d.reply)
-            out.came_from(d.source_key, since, d.reply)
+            if self.traced:
+                out.came_from(d.source_key, since, d.reply)
         for item in out.items:
             state = states.get(item["session_id"])
             out.tenants[item["session_id"]] = state.tenant if state else DEFAULT_TENANT
