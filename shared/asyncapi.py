@@ -10,8 +10,8 @@ names come from ``shared.topics`` like the services'. ``python -m shared.contrac
 ``docs/asyncapi.json``; a test fails when it drifts.
 
 FastStream declares the same ``correlation_id`` header on every message; ``WIRE`` replaces that
-with what each topic's producer really sends (headers, and the record key as a Kafka message
-binding), and the ``<topic>.dlq`` channels are declared with their ``dlq.record/1`` payload.
+with what each topic's producer really sends (headers — ``traceparent`` / ``tracestate`` while
+tracing is on — and the record key as a Kafka message binding), and the ``<topic>.dlq`` channels are declared with their ``dlq.record/1`` payload.
 tests/e2e/test_record_schemas.py reads real records, headers and keys included, off the topics
 and checks them against this document.
 """
@@ -47,6 +47,19 @@ class Wire:
                 "required": sorted(self.headers)}
 
 
+# W3C Trace Context (shared/tracing.py): sent by every Core publish, and by the reference
+# Runtime's observations, while tracing is on (OTEL_*; off by default); read from session.input
+# and runtime.observations as the parent of Core's spans when present (docs/operations.md,
+# "Tracing").
+TRACE = {
+    "traceparent": {"type": "string", "pattern": "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-"
+                                                  "[0-9a-f]{2}$",
+                    "description": "W3C Trace Context: the span that sent the record (tracing "
+                                   "on only)"},
+    "tracestate": {"type": "string",
+                   "description": "W3C Trace Context vendor state, with traceparent, when the "
+                                  "trace has any"},
+}
 # FastStream's publish (shared.kafka.publish, broker_send) sends content-type and
 # correlation_id; the plain producers (shared.kafka.send_counted: content-type; a Runtime's
 # producer: none) only what they name. Topics Core consumes require nothing.
@@ -54,14 +67,15 @@ FASTSTREAM = {"content-type": JSON, "correlation_id": CORRELATION}
 WIRE: dict[str, Wire] = {
     "session.input": Wire("the producer's: an events.create record's session_id (its order "
                           "in the Session), a sessions.create record's request_id "
-                          "(session_core_client.kafka does so)"),
-    "session.input.results": Wire("the request_id answered", FASTSTREAM),
-    "session.items": Wire("the Item's session_id", {"content-type": JSON}),
+                          "(session_core_client.kafka does so)", optional=TRACE),
+    "session.input.results": Wire("the request_id answered", FASTSTREAM, TRACE),
+    "session.items": Wire("the Item's session_id", {"content-type": JSON}, TRACE),
     "runtime.registrations": Wire("the runtime_id (the topic is compacted: the last record of "
                                   "a Runtime is its state)"),
-    "runtime.deliveries": Wire("the runtime_id the delivery is for", FASTSTREAM),
-    "runtime.observations": Wire("the observation's session_id"),
-    "dlq": Wire("the original record's key (none when it had none)", optional=FASTSTREAM),
+    "runtime.deliveries": Wire("the runtime_id the delivery is for", FASTSTREAM, TRACE),
+    "runtime.observations": Wire("the observation's session_id", optional=TRACE),
+    "dlq": Wire("the original record's key (none when it had none)",
+                optional={**FASTSTREAM, **TRACE}),
 }
 
 

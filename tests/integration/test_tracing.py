@@ -25,6 +25,7 @@ from services.runtime.traces import TRACES
 from shared import tracing
 from shared.kafka import assigned_consumer, decode
 from shared.settings import Settings
+from tests.e2e.test_record_schemas import read_records, wire_errors
 from tests.support.system import SystemFactory
 
 pytestmark = pytest.mark.integration
@@ -167,3 +168,14 @@ async def test_one_trace_from_post_sessions_to_the_application_item(
     # the whole trace holds more (the other Items, answers, the Turn's end): all one trace id
     in_trace = [s for s in finished if s.context.trace_id == int(trace_hex, 16)]
     assert len(in_trace) > len(path)
+
+    # the records as sent with tracing on match docs/asyncapi.json's headers, and every one of
+    # the public topics Core (or the reference Runtime) wrote here carries its traceparent
+    bootstrap = system.settings.kafka_bootstrap_servers
+    for public, topic in (("session.items", t.session_items),
+                          ("runtime.deliveries", t.runtime_deliveries),
+                          ("runtime.observations", t.runtime_observations)):
+        recs = await read_records(bootstrap, topic)
+        assert recs, topic
+        assert wire_errors(public, recs) == [], public
+        assert all("traceparent" in dict(r.headers) for r in recs), public
