@@ -163,3 +163,37 @@ which must not wait for the MongoDB or API-key Secrets. */}}
         path: {{ .Values.kafkaTls.caSecret.key }}
 {{- end }}
 {{- end -}}
+
+{{/* The standard OTEL_* variables of one service when tracing.enabled (docs/operations.md,
+"Tracing"); nothing otherwise, and the service makes no spans. */}}
+{{- define "session-core.tracingEnv" -}}
+{{- $t := .root.Values.tracing }}
+{{- if $t.enabled }}
+{{- if not $t.endpoint }}
+{{- fail "tracing.enabled needs tracing.endpoint (the collector's OTLP/HTTP URL)" }}
+{{- end }}
+- name: OTEL_TRACES_EXPORTER
+  value: otlp
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: http/protobuf
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ $t.endpoint | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ printf "session-core-%s" .component | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ $t.sampler | quote }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ $t.samplerArg | quote }}
+{{- with $t.resourceAttributes }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ . | quote }}
+{{- end }}
+{{- if $t.headersSecret.name }}
+- name: OTEL_EXPORTER_OTLP_HEADERS
+  valueFrom:
+    secretKeyRef:
+      name: {{ $t.headersSecret.name }}
+      key: {{ $t.headersSecret.key }}
+{{- end }}
+{{- end }}
+{{- end -}}
