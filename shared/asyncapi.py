@@ -11,7 +11,8 @@ names come from ``shared.topics`` like the services'. ``python -m shared.contrac
 
 FastStream declares the same ``correlation_id`` header on every message; ``WIRE`` replaces that
 with what each topic's producer really sends (headers — ``traceparent`` / ``tracestate`` while
-tracing is on — and the record key as a Kafka message binding), and the ``<topic>.dlq`` channels are declared with their ``dlq.record/1`` payload.
+tracing is on — and the record key as a Kafka message binding), and the ``<topic>.dlq``
+channels are declared with their ``dlq.record/1`` payload.
 tests/e2e/test_record_schemas.py reads real records, headers and keys included, off the topics
 and checks them against this document.
 """
