@@ -28,7 +28,16 @@ REPO = Path(__file__).resolve().parent.parent
 # go to the working tree's bench/ (BENCH_OUTPUT_DIR) and its rows name that commit.
 BENCH_DIR = Path(os.environ.get("BENCH_OUTPUT_DIR") or REPO / "bench")
 RESULTS_CSV = BENCH_DIR / "results.csv"
-CSV_FIELDS = ("date", "commit", "case", "value", "baseline", "ratio", "target", "unit", "notes")
+# The first nine columns are those of every row since the file began. The rest came with
+# ``--repeat`` (2026-12-06): ``repeat`` is the repeat's number ("1".."N") on a row of one
+# repeat, "median" on a row of the medians over the repeats (``n`` of them, with the min–max
+# of the value and of the ratio); ``failed`` the failed requests behind the figure (summed over
+# the repeats on a median row) and ``verdict`` the run's own. Rows written before have none of
+# these (one run, no repeats): ``write_rows`` moves an older header to this one, and the older
+# rows keep their 9 fields (a csv.DictReader gives None for the rest).
+CSV_FIELDS = ("date", "commit", "case", "value", "baseline", "ratio", "target", "unit", "notes",
+              "repeat", "n", "value_min", "value_max", "ratio_min", "ratio_max", "failed",
+              "verdict")
 
 _T0 = time.monotonic()
 
@@ -92,6 +101,11 @@ class Result:
     # why the ratio does not measure what the target is about (e.g. its baseline phase
     # stalled): the verdict is INVALID, never met
     invalid: str = ""
+    # a row of medians over repeats (``medians``): how many repeats it stands on, and the
+    # min–max of the value and the ratio over them
+    n: int | None = None
+    value_range: tuple[float, float] | None = None
+    ratio_range: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.ratio is None and self.value is not None and self.baseline:
@@ -150,43 +164,138 @@ def run_failures(cases: Sequence[str], results: Sequence[Result]) -> list[str]:
 
 @dataclass
 class Run:
+    """The rows of one run of the cases (one repeat, ``repeat`` of ``repeats``)."""
+
     date: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     commit: str = field(default_factory=lambda: git_commit())
     results: list[Result] = field(default_factory=list)
+    repeat: int = 1
+    repeats: int = 1
 
     def add(self, r: Result) -> Result:
         self.results.append(r)
         ratio = "-" if r.ratio is None else f"{r.ratio:.3f}"
-        progress(f"  {r.case}: value {_num(r.value)} {r.unit}, baseline {_num(r.baseline)}, "
-                 f"ratio {ratio} (target {r.target or '-'}) {r.verdict}")
+        rep = f" [repeat {self.repeat}/{self.repeats}]" if self.repeats > 1 else ""
+        progress(f"  {r.case}{rep}: value {_num(r.value)} {r.unit}, baseline "
+                 f"{_num(r.baseline)}, ratio {ratio} (target {r.target or '-'}) {r.verdict}")
         return r
 
-    def write_csv(self, path: Path = RESULTS_CSV) -> None:
-        new = not path.exists() or path.stat().st_size == 0
-        with path.open("a", newline="") as f:
-            w = csv.writer(f)
-            if new:
-                w.writerow(CSV_FIELDS)
-            for r in self.results:
-                w.writerow([self.date, self.commit, r.case, _num(r.value, raw=True),
-                            _num(r.baseline, raw=True),
-                            "" if r.ratio is None else f"{r.ratio:.4f}", r.target, r.unit,
-                            r.notes])
+    def write_csv(self, path: Path | None = None, repeat: str | None = None) -> None:
+        """Append this run's rows; ``repeat`` names them (default: this repeat's number)."""
+        write_rows(path or RESULTS_CSV, self.date, self.commit, self.results,
+                   str(self.repeat) if repeat is None else repeat)
 
     def table(self) -> str:
-        rows = [("case", "value", "baseline", "ratio", "failed", "target", "verdict", "unit")]
-        for r in self.results:
-            rows.append((r.case, _num(r.value), _num(r.baseline),
-                         "-" if r.ratio is None else f"{r.ratio:.3f}",
-                         "-" if r.failed is None else str(r.failed), r.target or "-",
-                         r.verdict, r.unit))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        lines = []
-        for n, row in enumerate(rows):
-            lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
-            if n == 0:
-                lines.append("  ".join("-" * w for w in widths))
-        return "\n".join(lines)
+        return table(self.results)
+
+
+def write_rows(path: Path, date: str, commit: str, results: Sequence[Result],
+               repeat: str) -> None:
+    migrate_header(path)
+    new = not path.exists() or path.stat().st_size == 0
+    with path.open("a", newline="") as f:
+        w = csv.writer(f)
+        if new:
+            w.writerow(CSV_FIELDS)
+        for r in results:
+            vr, rr = r.value_range, r.ratio_range
+            w.writerow([date, commit, r.case, _num(r.value, raw=True),
+                        _num(r.baseline, raw=True),
+                        "" if r.ratio is None else f"{r.ratio:.4f}", r.target, r.unit,
+                        r.notes, repeat, "" if r.n is None else r.n,
+                        _num(vr[0] if vr else None, raw=True),
+                        _num(vr[1] if vr else None, raw=True),
+                        "" if rr is None else f"{rr[0]:.4f}",
+                        "" if rr is None else f"{rr[1]:.4f}",
+                        "" if r.failed is None else r.failed, r.verdict])
+
+
+def migrate_header(path: Path) -> None:
+    """An older results file (nine columns) gets the current header; its rows stay as they are
+    (a reader sees the new columns empty on them)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open(newline="") as f:
+        first = f.readline()
+    if first.rstrip("\r\n") == ",".join(CSV_FIELDS):
+        return
+    if not ",".join(CSV_FIELDS).startswith(first.rstrip("\r\n")):
+        raise RuntimeError(f"{path}: unknown header {first!r}")
+    text = path.read_text()
+    path.write_text(",".join(CSV_FIELDS) + "\n" + text[len(first):])
+
+
+def table(results: Sequence[Result]) -> str:
+    spread = any(r.n is not None for r in results)
+    head = ("case", "value", "baseline", "ratio", "failed", "target", "verdict", "unit")
+    rows = [head[:4] + (("ratio min–max", "n") if spread else ()) + head[4:]]
+    for r in results:
+        extra: tuple[str, ...] = ()
+        if spread:
+            rr = r.ratio_range
+            extra = ("-" if rr is None else f"{rr[0]:.3f}–{rr[1]:.3f}",
+                     "-" if r.n is None else str(r.n))
+        rows.append((r.case, _num(r.value), _num(r.baseline),
+                     "-" if r.ratio is None else f"{r.ratio:.3f}", *extra,
+                     "-" if r.failed is None else str(r.failed), r.target or "-",
+                     r.verdict, r.unit))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for k, row in enumerate(rows):
+        lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def medians(runs: Sequence[Run]) -> list[Result]:
+    """One row per figure over the repeats: the median of the value, of the baseline and of
+    the ratio (the ratio's median is the one judged; it is not the medians' quotient), with
+    the value's and the ratio's min–max. A repeat whose row is ``INVALID`` (its baseline phase
+    stalled) or unusable does not count toward the median; with none left the row keeps the
+    first repeat's reason. Failed requests are summed over all repeats: a target that needs
+    0 failed needs 0 in every repeat (a failure is not noise)."""
+    order: list[str] = []
+    by_case: dict[str, list[Result]] = {}
+    for run in runs:
+        for r in run.results:
+            if r.case not in by_case:
+                order.append(r.case)
+            by_case.setdefault(r.case, []).append(r)
+    out = []
+    for case in order:
+        rows = by_case[case]
+        good = [r for r in rows if not r.invalid and not unusable(r)]
+        first = rows[0]
+        if not good:
+            bad = next((r for r in rows if unusable(r)), first)
+            out.append(Result(case, bad.value, bad.baseline, first.target, first.unit,
+                              f"no repeat of {len(rows)} stands: {bad.notes}", ratio=bad.ratio,
+                              failed=_failed(rows), invalid=first.invalid, n=0))
+            continue
+        values = [r.value for r in good if r.value is not None]
+        bases = [r.baseline for r in good if r.baseline is not None]
+        ratios = [r.ratio for r in good if r.ratio is not None]
+        left = len(rows) - len(good)
+        note = (f"median of {len(good)} repeat{'s' if len(good) > 1 else ''}"
+                + (f" ({left} left out: INVALID or unusable)" if left else "")
+                + "; per repeat ratio "
+                + ", ".join("-" if r.ratio is None else f"{r.ratio:.3f}" for r in rows)
+                + "; value " + ", ".join(_num(r.value) for r in rows)
+                + (f"; failed {', '.join(str(r.failed) for r in rows)}"
+                   if any(r.failed is not None for r in rows) else ""))
+        out.append(Result(
+            case, statistics.median(values) if values else None,
+            statistics.median(bases) if bases else None, first.target, first.unit, note,
+            ratio=statistics.median(ratios) if ratios else None, failed=_failed(rows),
+            n=len(good), value_range=(min(values), max(values)) if values else None,
+            ratio_range=(min(ratios), max(ratios)) if ratios else None))
+    return out
+
+
+def _failed(rows: Sequence[Result]) -> int | None:
+    got = [r.failed for r in rows if r.failed is not None]
+    return sum(got) if got else None
 
 
 def _num(v: float | None, raw: bool = False) -> str:
@@ -260,6 +369,9 @@ class Infra:
     bootstrap: str
     mongodb_uri: str
     kind: str  # "external" or "local"
+    # a private stack (``kind`` "local"): its components can be stopped and started, and its
+    # store's files reached (the growth case's fill snapshot)
+    stack: Stack | None = None
 
     def env(self, tag: str, **extra: str) -> dict[str, str]:
         """Environment for a service subprocess: this stack, its own topics and databases."""
@@ -320,7 +432,7 @@ def infrastructure(keep_state: bool = False) -> Iterator[Infra]:
     try:
         stack.up()
         progress(f"stack ready in {time.monotonic() - t0:.1f}s")
-        yield Infra(stack.bootstrap, stack.mongodb_uri, "local")
+        yield Infra(stack.bootstrap, stack.mongodb_uri, "local", stack)
     finally:
         progress("stopping the private stack")
         with contextlib.suppress(Exception):

@@ -72,11 +72,13 @@ def _unwritten_mb() -> float | None:
     return sum(kb) / 1024 if kb else None
 
 
-def quiesce(max_s: float = 60.0, quiet_below: float = 0.10) -> str:
+def quiesce(max_s: float | None = None, quiet_below: float = 0.10) -> str:
     """Before a measured phase that follows the bench's own bulk writes: write them to the disk
     (``sync``), then wait for a second in which runnable tasks waited for a core less than
     ``quiet_below`` of it (the flush, the store's and the broker's background work done), at
     most ``max_s``. Blocking (call it in a thread); returns what it found, for the log."""
+    if max_s is None:  # BENCH_QUIESCE_MAX_S: e.g. 5 for a smoke on a busy machine
+        max_s = float(os.environ.get("BENCH_QUIESCE_MAX_S") or 60.0)
     t0 = time.monotonic()
     dirty = _unwritten_mb()
     os.sync()
@@ -107,6 +109,48 @@ def process_cpu_s(pid: int) -> float | None:
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) of a process and every descendant alive now, plus what its
+    and their reaped children spent (``cutime`` + ``cstime``): all a server's processes (e.g.
+    admission's parse pool) cost. None when ``pid`` is gone."""
+    stats: dict[int, tuple[int, float]] = {}  # pid → (parent, cpu s with reaped children)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        cpu = sum(int(x) for x in fields[11:15]) / TICKS  # utime stime cutime cstime
+        stats[int(entry.name)] = (int(fields[1]), cpu)
+    if pid not in stats:
+        return None
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(child)
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += stats[p][1]
+        todo += children.get(p, [])
+    return total
+
+
+def cpu_snapshot(trees: dict[str, int], processes: dict[str, int]) -> dict[str, float | None]:
+    """CPU seconds so far: each of ``trees`` with its descendants (``tree_cpu_s``), each of
+    ``processes`` alone."""
+    out = {name: tree_cpu_s(pid) for name, pid in trees.items()}
+    out.update({name: process_cpu_s(pid) for name, pid in processes.items()})
+    return out
+
+
+def cpu_spent(before: dict[str, float | None], after: dict[str, float | None]
+              ) -> dict[str, float | None]:
+    """CPU seconds each name spent between two ``cpu_snapshot``s (None when either is)."""
+    return {n: (after[n] - b) if b is not None and after.get(n) is not None else None  # type: ignore[operator]
+            for n, b in before.items()}
 
 
 def _cmdlines() -> dict[int, list[str]]:

@@ -11,6 +11,10 @@ keeps 10⁶ Items affordable. Phases run in one database, growing it: for each s
 Session and the Sessions across up to it, then measure one, then across — after ~24 s of
 unmeasured warm-up traffic before the first phase (``_warm_up``), and, before each phase, a
 ``sync`` of the bulk load's unwritten pages and a quiet second (``bench.cpu.quiesce``).
+Before the largest size the product and the store are restarted: the first repeat copies the
+store's files aside right after the largest fill, later repeats (``--repeat``) copy them back
+into their own fresh stack instead of filling again (``FillSnapshot``); the restarted product is
+warmed up again and touches again every Session it had seen, unmeasured.
 Traffic is an open loop at the same rate in every phase (half the pipeline's saturated rate
 when case 2 ran, else 10/s). Targets: p99(100 000) ≤ 1.2 × p99(1 000),
 p99(1 000 000) ≤ 1.5 × p99(1 000), with 0 failed requests (the table's ``failed`` column: 504s
@@ -24,6 +28,7 @@ import functools
 import itertools
 import os
 import random
+import shutil
 import signal
 import tempfile
 import time
@@ -298,32 +303,126 @@ def sizes_for(quick: bool) -> tuple[int, ...]:
     return (1_000, 10_000) if quick else (1_000, 100_000, 1_000_000)
 
 
-async def _run(infra: Infra, quick: bool, rate: float, touch_failed: dict[int, int]
-               ) -> dict[str, Latency]:
-    tag = new_tag("grow")
+@dataclass
+class FillSnapshot:
+    """The store after the largest size's fill, kept for the next repeats (``--repeat``): the
+    first repeat fills it and copies FerretDB's SQLite directory (the store stopped) to
+    ``path``; each later repeat copies it back into its own freshly started stack instead of
+    filling 10⁶ Items again. It holds that repeat's database (``tag``) as it stood right before
+    its largest phases — the bulk fill and what the product wrote in the smaller phases — so a
+    later repeat measures the largest phases on the same Sessions (``one``, ``across``, the
+    first ``touched`` of which had been touched)."""
+
+    path: Path | None = None
+    tag: str = ""
+    one: str = ""
+    across: list[str] = field(default_factory=list)
+    touched: int = 0
+    written: int = 0
+    size: int = 0
+
+    def remove(self) -> None:
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.path = None
+
+
+def _store_dir(infra: Infra) -> Path | None:
+    """FerretDB's SQLite directory of a private stack; None when the store cannot be copied
+    (an external store, or the PostgreSQL backend)."""
+    stack = infra.stack
+    if stack is None or stack.external_mongo:
+        return None
+    opts = stack.options()
+    if opts.store_backend != "sqlite":
+        return None
+    return opts.state.root / "ferretdb" / "data"
+
+
+def _copy_store(src: Path, dst: Path) -> float:
+    t0 = time.monotonic()
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    return time.monotonic() - t0
+
+
+def _mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
+
+
+@dataclass
+class Product:
+    """The product server of one segment of the case, with what tails and samples it."""
+
+    tag: str
+    port: int
+    server: Server
+    collector: Collector
+    cpu: CpuSampler
+    probes: Probes
+
+
+async def _start_product(infra: Infra, tag: str) -> Product:
     port = free_port()
-    settings = infra.settings(tag)
-    per = 10
-    seconds = float(os.environ.get("BENCH_GROWTH_SECONDS") or (6.0 if quick else 20.0))
     await prepare_topics(infra, tag)
     server = start_server("product", "bench.serve_product", ["--timings"] if TIMINGS else [],
                           infra.env(tag, SESSION_CORE_HTTP_PORT=str(port)), LOGS / "product.log")
-    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(infra.mongodb_uri)
-    collector = Collector(infra.bootstrap, topics_for(settings).session_items)
-    out: dict[str, Latency] = {}
+    collector = Collector(infra.bootstrap, topics_for(infra.settings(tag)).session_items)
+    await collector.start()
     cpu = CpuSampler({"product": server.proc.pid, **stack_pids(infra.mongodb_uri),
                       "bench": os.getpid()}).start()
-    probes = Probes(cpu, server if TIMINGS else None)
+    return Product(tag, port, server, collector, cpu, Probes(cpu, server if TIMINGS else None))
+
+
+async def _stop_product(p: Product, csv_name: str) -> None:
+    p.cpu.stop()
+    p.cpu.write_csv(LOGS / csv_name)
+    progress(f"  cpu per second: {LOGS / csv_name}")
+    await p.collector.stop()
+    p.server.stop()
+
+
+async def _measure_size(name: str, size: int, p: Product, target: Target, rate: float,
+                        seconds: float, one: str, across: list[str], touched: int,
+                        out: dict[str, Latency], touch_failed: dict[int, int]) -> None:
+    out[f"{size}_one"] = await _phase(f"{size:,} Items, one Session", target, p.collector,
+                                      rate, seconds, [one], p.probes)
+    first, touch_failed[size] = await _first_touch(
+        f"{size:,} Items, first touch of {len(across) - touched:,} new Sessions",
+        target, p.collector, rate, seconds, across[touched:], p.probes)
+    out[f"{size}_first"] = first
+    out[f"{size}_across"] = await _phase(
+        f"{name} across {len(across):,} Sessions", target, p.collector, rate, seconds, across,
+        p.probes)
+
+
+async def _run(infra: Infra, quick: bool, rate: float, touch_failed: dict[int, int],
+               snapshot: FillSnapshot | None = None) -> dict[str, Latency]:
+    """The smaller sizes on one product process; then, for the largest size, the product and
+    the store are stopped, the store's files kept (first repeat) or put back from the first
+    repeat's copy (``snapshot``), both started again, the product warmed up again and every
+    Session it had seen before touched again, and the largest size measured."""
+    tag = new_tag("grow")
+    per = 10
+    seconds = float(os.environ.get("BENCH_GROWTH_SECONDS") or (6.0 if quick else 20.0))
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(infra.mongodb_uri)
+    out: dict[str, Latency] = {}
+    sizes = sizes_for(quick)
+    *smaller, largest = sizes
+    store = _store_dir(infra)
+    reuse = snapshot is not None and snapshot.path is not None and snapshot.size == largest \
+        and store is not None
+    p = await _start_product(infra, tag)
+    running = True
     try:
-        db = client[tag]
-        fill = Filler(db)
-        await collector.start()
-        target = Target(f"http://127.0.0.1:{port}", [])
-        await _warm_up(target, collector, fill, rate, min(WARM_UP_S, seconds))
+        fill = Filler(client[tag])
+        target = Target(f"http://127.0.0.1:{p.port}", [])
+        await _warm_up(target, p.collector, fill, rate, min(WARM_UP_S, seconds))
         one: str | None = None
         in_one = 0
         across: list[str] = []
-        for size in sizes_for(quick):
+        touched = 0
+        for size in [*smaller, *([] if reuse else [largest])]:
             t0 = time.monotonic()
             one = await fill.session(one, size - in_one)
             in_one = size
@@ -341,22 +440,53 @@ async def _run(infra: Infra, quick: bool, rate: float, touch_failed: dict[int, i
             progress(f"  bulk-loaded to {size:,} Items in one Session and {len(across):,} "
                      f"Sessions of {per - 1} (+1 at their first touch): {fill.written:,} Items "
                      f"stored in all, this fill {dt:.1f}s")
-            out[f"{size}_one"] = await _phase(f"{size:,} Items, one Session", target,
-                                              collector, rate, seconds, [one], probes)
-            first, touch_failed[size] = await _first_touch(
-                f"{size:,} Items, first touch of {len(across) - touched:,} new Sessions",
-                target, collector, rate, seconds, across[touched:], probes)
-            out[f"{size}_first"] = first
-            out[f"{size}_across"] = await _phase(
-                f"{size:,} Items across {len(across):,} Sessions", target, collector, rate,
-                seconds, across, probes)
+            if size != largest:
+                await _measure_size(f"{size:,} Items", size, p, target, rate, seconds, one,
+                                    across, touched, out, touch_failed)
+        # the largest size: product and store restarted around the store's copy
+        running = False
+        await _stop_product(p, "cpu.csv")
+        assert infra.stack is not None or store is None
+        if store is not None and infra.stack is not None:
+            # a pooled connection to the stopped store fails its next operation: a new client
+            await client.close()
+            infra.stack.stop("ferretdb")
+            if reuse:
+                assert snapshot is not None and snapshot.path is not None
+                took = _copy_store(snapshot.path, store)
+                tag, one, across, touched = (snapshot.tag, snapshot.one, list(snapshot.across),
+                                             snapshot.touched)
+                progress(f"  the store of the first repeat's {largest:,}-Item fill copied in "
+                         f"({_mb(store):,.0f} MB in {took:.1f}s; {snapshot.written:,} Items "
+                         f"bulk-loaded in all); not filled again")
+            elif snapshot is not None:
+                snapshot.path = Path(tempfile.mkdtemp(prefix="session-core-bench-fill-"))
+                took = _copy_store(store, snapshot.path)
+                assert one is not None
+                snapshot.tag, snapshot.one, snapshot.across, snapshot.touched = (
+                    tag, one, list(across), touched)
+                snapshot.written, snapshot.size = fill.written, largest
+                progress(f"  the store after the {largest:,}-Item fill kept for the next "
+                         f"repeats ({_mb(snapshot.path):,.0f} MB copied in {took:.1f}s)")
+            infra.stack.start("ferretdb")
+            client = AsyncMongoClient(infra.mongodb_uri)
+        assert one is not None
+        p = await _start_product(infra, tag)
+        running = True
+        fill = Filler(client[tag])
+        target = Target(f"http://127.0.0.1:{p.port}", [one], target.counter)
+        await _warm_up(target, p.collector, fill, rate, min(WARM_UP_S, seconds))
+        t0 = time.monotonic()
+        failed = await touch_all(target, p.collector, across[:touched]) if touched else 0
+        touch_failed[-1] = failed
+        progress(f"  the {touched:,} Sessions touched before the restart touched again, "
+                 f"unmeasured, in {time.monotonic() - t0:.1f}s ({failed} failed)")
+        await _measure_size(f"{largest:,} Items", largest, p, target, rate, seconds, one,
+                            across, touched, out, touch_failed)
         return out
     finally:
-        cpu.stop()
-        cpu.write_csv(LOGS / "cpu.csv")
-        progress(f"  cpu per second: {LOGS / 'cpu.csv'}")
-        await collector.stop()
-        server.stop()
+        if running:
+            await _stop_product(p, "cpu-largest.csv")
         await client.close()
 
 
@@ -406,11 +536,12 @@ KINDS = (
 )
 
 
-def run(run_: Run, infra: Infra, quick: bool = False, rate: float | None = None) -> None:
+def run(run_: Run, infra: Infra, quick: bool = False, rate: float | None = None,
+        snapshot: FillSnapshot | None = None) -> None:
     r = max(2.0, (rate / 2) if rate else 10.0)
     progress(f"  open loop at {r:.1f}/s in every phase")
     touch_failed: dict[int, int] = {}
-    lat = asyncio.run(_run(infra, quick, r, touch_failed))
+    lat = asyncio.run(_run(infra, quick, r, touch_failed, snapshot))
     small, *larger = sizes_for(quick)
     for k in KINDS:
         s = lat[f"{small}_{k.base}"]
@@ -418,8 +549,8 @@ def run(run_: Run, infra: Infra, quick: bool = False, rate: float | None = None)
             b = lat[f"{size}_{k.kind}"]
             # the steady phase's Sessions were touched by the unmeasured loop: its failures
             # leave some of them cold, so they count against the figure
-            touch = touch_failed.get(size, 0) + touch_failed.get(small, 0) \
-                if k.touches_count else 0
+            touch = touch_failed.get(size, 0) + touch_failed.get(small, 0) + (
+                touch_failed.get(-1, 0) if size == larger[-1] else 0) if k.touches_count else 0
             name = f"3_growth_p99{k.suffix}" + ("_1m" if size >= 1_000_000 else "")
             run_.add(Result(
                 name, p99_all(b), p99_all(s), "<= 1.5" if size >= 1_000_000 else "<= 1.2", "ms",
@@ -429,7 +560,13 @@ def run(run_: Run, infra: Infra, quick: bool = False, rate: float | None = None)
                 f"failed={b.errors} lost={b.lost} p50(ok) {b.p50:.1f}; small: "
                 f"ok={len(s.samples_ms)} failed={s.errors} lost={s.lost} p50(ok) {s.p50:.1f}; "
                 + (f"unmeasured first touches failed: {touch}; " if k.touches_count else "")
-                + f"journal and Sessions grown alike; store bulk-loaded directly; cores stolen "
+                + "journal and Sessions grown alike; store bulk-loaded directly"
+                + (f"; product and store restarted before the {size:,}-Item phases"
+                   + (" (the store copied from the first repeat's fill)"
+                      if snapshot is not None and snapshot.size == size
+                      and run_.repeat > 1 else "")
+                   if size == larger[-1] else "")
+                + f"; cores stolen "
                 f"by the hypervisor, mean over the phase: large {_cores(b.steal_cores)}, "
                 f"small {_cores(s.steal_cores)}",
                 failed=b.errors + b.lost + s.errors + s.lost + touch,

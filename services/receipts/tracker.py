@@ -350,8 +350,11 @@ class Tracker(Verdicts):
                             if isinstance(sid := obs.get("session_id"), str)})
         contexts = self.obs_contexts
         for obs, ts in batch:
-            # (tracing on: the Runtime's ``send`` span current, the verdict's parent)
-            with tracing.within(contexts.get(id(obs)) if contexts else None):
+            if not contexts:  # tracing off (or nothing traced in this batch)
+                await self.observe(obs, self.clock(), observed_ts=ts)
+                continue
+            # the Runtime's ``send`` span current: the parent of the verdict it decides
+            with tracing.within(contexts.get(id(obs))):
                 await self.observe(obs, self.clock(), observed_ts=ts)
         await self.save_early()
 

@@ -341,14 +341,15 @@ class StorageHandler:
         else:
             await self.repo.apply_rest(docs)
         self.decided.decided(keys, {k: v for k, v in states.items() if v is not None})
+        traced = self.traced
         for d in fresh + repeats:  # a repeat answers again, with the same Items (same ids)
-            since = out.mark()
+            since = out.mark() if traced else (0, 0)
             out.items.extend(d.items)
             if d.to_deliver is not None:
                 out.to_deliver.append(d.to_deliver)
             if d.reply is not None:
                 out.replies.append(d.reply)
-            if self.traced:
+            if traced:
                 out.came_from(d.source_key, since, d.reply)
         for item in out.items:
             state = states.get(item["session_id"])
