@@ -147,7 +147,8 @@ def unusable(r: Result) -> str:
 
 # the rows each case must yield (by name prefix); a case that yields none of one is empty
 CASE_ROWS: dict[str, tuple[str, ...]] = {
-    "admission": ("1",), "pipeline": ("2_",), "growth": ("3_",), "receipts": ("4_",),
+    "admission": ("1",), "pipeline": ("2_pipeline_throughput", "2_pipeline_cpu_per_item"),
+    "growth": ("3_",), "receipts": ("4_",),
     "harness": ("5_codex", "5_claude"), "bombs": ("6_bombs_b_get_p99", "6_bombs_rss_peak")}
 
 

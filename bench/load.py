@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 from aiokafka import AIOKafkaConsumer
@@ -108,12 +109,18 @@ class Throughput:
     errors: int
     statuses: dict[int, int]
     sent: int
+    # Items that arrived during the windows, and ``saturate``'s ``mark()`` at their start and end
+    window_items: int = 0
+    marks: tuple[Any, Any] | None = None
 
 
 async def saturate(target: Target, collector: Collector, *, clients: int, warmup: float,
-                   windows: int, window: float) -> Throughput:
+                   windows: int, window: float, mark: Callable[[], Any] | None = None
+                   ) -> Throughput:
     """Closed loop: ``clients`` httpx clients post as fast as answers come back. The rate is
-    Items seen on the Item topic per second, in ``windows`` consecutive windows after warmup."""
+    Items seen on the Item topic per second, in ``windows`` consecutive windows after warmup.
+    ``mark`` (e.g. the processes' CPU times) is called when the first window begins and when
+    the last ends."""
     stop = asyncio.Event()
     statuses: dict[int, int] = {}
     sent = 0
@@ -136,14 +143,19 @@ async def saturate(target: Target, collector: Collector, *, clients: int, warmup
     tasks = [asyncio.create_task(worker(k)) for k in range(clients)]
     await asyncio.sleep(warmup)
     rates = []
+    first = mark() if mark else None
+    start = len(collector.arrived)
     for _ in range(windows):
         c0, t0 = len(collector.arrived), time.monotonic()
         await asyncio.sleep(window)
         rates.append((len(collector.arrived) - c0) / (time.monotonic() - t0))
+    items = len(collector.arrived) - start
+    last = mark() if mark else None
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
     errors = sum(v for k, v in statuses.items() if k < 200 or k >= 300)
-    return Throughput(Spread.of(rates), errors, statuses, sent)
+    return Throughput(Spread.of(rates), errors, statuses, sent, items,
+                      (first, last) if mark else None)
 
 
 @dataclass

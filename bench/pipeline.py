@@ -16,6 +16,7 @@ import asyncio
 import json
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from uuid import uuid4
 
@@ -36,6 +37,7 @@ from bench.common import (
     progress,
     topics_ready,
 )
+from bench.cpu import cpu_snapshot, cpu_spent, stack_pids
 from bench.load import (
     Collector,
     Latency,
@@ -92,8 +94,7 @@ def _windows(quick: bool) -> tuple[float, int, float, float]:
     return (2.0, 3, 2.0, 6.0) if quick else (3.0, 5, 3.0, 15.0)
 
 
-async def _product(infra: Infra, quick: bool, profile: bool) -> tuple[float, Spread, Latency,
-                                                                        dict[int, int]]:
+async def _product(infra: Infra, quick: bool, profile: bool) -> Measured:
     tag = new_tag("pipe")
     port = free_port()
     settings = infra.settings(tag)
@@ -107,8 +108,8 @@ async def _product(infra: Infra, quick: bool, profile: bool) -> tuple[float, Spr
         base = f"http://127.0.0.1:{port}"
         sessions = await create_sessions(base, SESSIONS)
         await collector.start()
-        tp, half, lat = await _measure("product", Target(base, sessions), collector, quick)
-        return half, tp.rate, lat, tp.statuses
+        meter = CpuMeter(server.proc.pid, infra.mongodb_uri, collector)
+        return await _measure("product", Target(base, sessions), collector, quick, meter)
     finally:
         await collector.stop()
         server.stop()
@@ -117,7 +118,7 @@ async def _product(infra: Infra, quick: bool, profile: bool) -> tuple[float, Spr
                      f"{LOGS}/product.log")
 
 
-async def _baseline(infra: Infra, quick: bool, half: float) -> tuple[Spread, Latency]:
+async def _baseline(infra: Infra, quick: bool, half: float) -> Measured:
     tag = new_tag("base")
     port = free_port()
     await create_plain_topics(infra, [f"{tag}.in", f"{tag}.items"])
@@ -129,33 +130,91 @@ async def _baseline(infra: Infra, quick: bool, half: float) -> tuple[Spread, Lat
         base = f"http://127.0.0.1:{port}"
         await collector.start()
         target = Target(base, [f"session_{uuid4().hex}" for _ in range(SESSIONS)])
-        tp, _, lat = await _measure("baseline", target, collector, quick, half)
-        return tp.rate, lat
+        meter = CpuMeter(server.proc.pid, infra.mongodb_uri, collector)
+        return await _measure("baseline", target, collector, quick, meter, half)
     finally:
         await collector.stop()
         server.stop()
 
 
-async def _measure(who: str, target: Target, collector: Collector, quick: bool,
-                   half: float | None = None) -> tuple[Throughput, float, Latency]:
+@dataclass
+class CpuPerItem:
+    """CPU seconds per Item of the server's processes (``server``: the process and its
+    descendants), the store's and the broker's, over a span in which ``items`` Items came."""
+
+    items: int
+    seconds: float
+    spent: dict[str, float | None]
+
+    def per_item_ms(self, name: str) -> float | None:
+        s = self.spent.get(name)
+        return None if s is None or self.items <= 0 else 1000 * s / self.items
+
+    def text(self) -> str:
+        parts = ", ".join(f"{n} {self.per_item_ms(n):.3f}" if self.per_item_ms(n) is not None
+                          else f"{n} -" for n in self.spent)
+        return (f"ms CPU per Item {parts} ({self.items} Items in {self.seconds:.1f}s; CPU s "
+                + ", ".join(f"{n} {v:.2f}" if v is not None else f"{n} -"
+                            for n, v in self.spent.items()) + ")")
+
+
+class CpuMeter:
+    """``mark()``: the CPU seconds so far of the server's process tree, the store and the
+    broker (from /proc, as ``bench.cpu``), the Items seen so far and the time."""
+
+    def __init__(self, server_pid: int, store_uri: str, collector: Collector) -> None:
+        self.trees = {"server": server_pid}
+        self.processes = stack_pids(store_uri)
+        self.collector = collector
+
+    def mark(self) -> tuple[float, int, dict[str, float | None]]:
+        return (time.monotonic(), len(self.collector.arrived),
+                cpu_snapshot(self.trees, self.processes))
+
+    @staticmethod
+    def between(a: tuple[float, int, dict[str, float | None]],
+                b: tuple[float, int, dict[str, float | None]], items: int | None = None
+                ) -> CpuPerItem:
+        return CpuPerItem(b[1] - a[1] if items is None else items, b[0] - a[0],
+                          cpu_spent(a[2], b[2]))
+
+
+@dataclass
+class Measured:
+    tp: Throughput
+    half: float
+    lat: Latency
+    cpu_saturated: CpuPerItem
+    cpu_half: CpuPerItem
+
+
+async def _measure(who: str, target: Target, collector: Collector, quick: bool, meter: CpuMeter,
+                   half: float | None = None) -> Measured:
     """The throughput with ``CLIENTS`` closed-loop clients, then the latency in an open loop at
     ``half`` requests/s (by default half the throughput just measured): the same steps, with
-    the same pauses, for the product and the baseline."""
+    the same pauses, for the product and the baseline. The CPU per Item over the saturated
+    windows, and over the whole open loop (its lead-in and the stragglers' wait included)."""
     await preflight(target, collector)
     warmup, windows, window, lat_s = _windows(quick)
     progress(f"  {who}: saturating with {CLIENTS} clients over {len(target.sessions)} Sessions")
     tp = await saturate(target, collector, clients=CLIENTS, warmup=warmup, windows=windows,
-                        window=window)
-    progress(f"  {who}: {tp.rate.text('{:.1f}')} Items/s; statuses {tp.statuses}")
+                        window=window, mark=meter.mark)
+    assert tp.marks is not None
+    sat = CpuMeter.between(*tp.marks, items=tp.window_items)
+    progress(f"  {who}: {tp.rate.text('{:.1f}')} Items/s; statuses {tp.statuses}; "
+             f"{sat.text()}")
     if half is None:
         half = max(1.0, tp.rate.median / 2)
     # let the consumer drain what the HTTP side queued before timing latency
     await _drain(collector)
     progress(f"  {who}: open loop at {half:.1f}/s for {lat_s:.0f}s")
+    m0 = meter.mark()
     lat = await open_loop(target, collector, rate=half, duration=lat_s)
+    at_half = CpuMeter.between(m0, meter.mark())
     progress(f"  {who}: p50 {lat.p50:.1f} ms p99 {lat.p99:.1f} ms "
-             f"(n={len(lat.samples_ms)}, lost {lat.lost}, errors {lat.errors})")
-    return tp, half, lat
+             f"(n={len(lat.samples_ms)}, lost {lat.lost}, errors {lat.errors}); "
+             f"{at_half.text()}")
+    return Measured(tp, half, lat, sat, at_half)
 
 
 async def _drain(collector: Collector, quiet: float = 1.0, limit: float = 60) -> None:
@@ -217,13 +276,44 @@ async def _relay(infra: Infra, quick: bool) -> Spread:
     return Spread.of(rates)
 
 
+CPU_TARGET = "<= 1.5"
+
+
+def add_cpu_rows(run_: Run, prod: Measured, base: Measured) -> None:
+    """CPU per Item: the product's processes against the fair baseline's in the saturated
+    windows (the target: what one replica's cores carry at full load), then the store's and the
+    broker's in the same windows, and all three again at the same rate for both (the open
+    loop at half the product's rate)."""
+    ps, bs = prod.cpu_saturated, base.cpu_saturated
+    ph, bh = prod.cpu_half, base.cpu_half
+    common = (f"product {prod.tp.rate.median:.1f} Items/s, baseline {base.tp.rate.median:.1f}; "
+              f"product: {ps.text()}; baseline: {bs.text()}")
+    run_.add(Result("2_pipeline_cpu_per_item", ps.per_item_ms("server"),
+                    bs.per_item_ms("server"), CPU_TARGET, "ms CPU/Item",
+                    "CPU seconds (user+system, /proc) of all the product's processes (the "
+                    "server and its descendants) per Item, over the saturated windows, against "
+                    f"the fair baseline's process over its own; {common}"))
+    for part in ("store", "broker"):
+        run_.add(Result(f"2_pipeline_cpu_per_item_{part}", ps.per_item_ms(part),
+                        bs.per_item_ms(part), "info", "ms CPU/Item",
+                        f"the {part}'s CPU per Item over the saturated windows, while the "
+                        f"product ran against while the baseline ran; {common}"))
+    run_.add(Result("2_pipeline_cpu_per_item_half_rate", ph.per_item_ms("server"),
+                    bh.per_item_ms("server"), "info", "ms CPU/Item",
+                    f"the product's processes against the baseline's at the same rate "
+                    f"({prod.half:.1f}/s, the latency loop: its 2 s lead-in and the wait for "
+                    f"stragglers included); product: {ph.text()}; baseline: {bh.text()}"))
+
+
 def run(run_: Run, infra: Infra, quick: bool = False, profile: bool = False) -> float:
     # The relay first: on a stack the runner has just started, whichever side went first met
     # a broker whose JVM serves its first thousands of requests on cold code (case 5 measured
     # that: 1.55–1.80× with one warm-up pair). The relay's 40 000 records warm it for both.
     r_rate = asyncio.run(_relay(infra, quick))
-    half, p_rate, p_lat, statuses = asyncio.run(_product(infra, quick, profile))
-    b_rate, b_lat = asyncio.run(_baseline(infra, quick, half))
+    prod = asyncio.run(_product(infra, quick, profile))
+    half, p_rate, p_lat, statuses = prod.half, prod.tp.rate, prod.lat, prod.tp.statuses
+    base = asyncio.run(_baseline(infra, quick, half))
+    b_rate, b_lat = base.tp.rate, base.lat
     run_.add(Result("2_pipeline_throughput", p_rate.median, b_rate.median, ">= 0.5", "Items/s",
                     f"{CLIENTS} httpx clients, {SESSIONS} Sessions, admission+storage in one "
                     f"process (no dispatcher/receipts); product {p_rate.text('{:.1f}')}; "
@@ -243,6 +333,7 @@ def run(run_: Run, infra: Infra, quick: bool = False, profile: bool = False) -> 
     run_.add(Result("2_relay_ceiling", r_rate.median, None, "info", "records/s",
                     f"raw aiokafka consume→produce (acks=all), pre-queued records; "
                     f"{r_rate.text('{:.0f}')}"))
+    add_cpu_rows(run_, prod, base)
     png = plot_latencies(BENCH_DIR / "pipeline_latency.png",
                          f"HTTP → Item latency at {half:.0f} req/s",
                          {"product": p_lat.samples_ms, "baseline": b_lat.samples_ms})

@@ -167,3 +167,43 @@ def test_the_stolen_time_is_read_from_proc_stat_and_not_summed(
     assert s.last_steal == pytest.approx(0.4 / 3)  # what the growth case notes per phase
     assert s.phase() == "cpu: no samples" and s.last_steal is None
     assert s.window(10.5, 11.2)["steal_cores_per_second"] == [0.3, 0.1]
+
+
+
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\n"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_a_servers_cpu_counts_its_descendants_alive_and_reaped() -> None:
+    """CPU per Item counts all of a server's processes (admission's parse pool is a child of
+    the product's process): ``tree_cpu_s`` adds the descendants' CPU to the process's own, and
+    keeps a child's once it has exited and been reaped."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    me = os.getpid()
+    own0, tree0 = cpu.process_cpu_s(me), cpu.tree_cpu_s(me)
+    assert own0 is not None and tree0 is not None
+    child = subprocess.Popen([sys.executable, "-c", BURN + "time.sleep(30)\n"])
+    try:
+        alive = tree0
+        for _ in range(200):  # until the child has burnt its 0.4 s (alive, sleeping)
+            alive = cpu.tree_cpu_s(me) or 0.0
+            if alive - tree0 >= 0.35:
+                break
+            time.sleep(0.05)
+        own = cpu.process_cpu_s(me)
+        assert own is not None and own - own0 < 0.3  # not this process's own time
+        assert alive - tree0 >= 0.35
+    finally:
+        child.kill()
+        child.wait()
+    before = cpu.tree_cpu_s(me)
+    assert before is not None
+    subprocess.run([sys.executable, "-c", BURN], check=True)  # exits, reaped
+    after = cpu.tree_cpu_s(me)
+    assert after is not None and after - before >= 0.35
+    assert cpu.tree_cpu_s(2**22 + 12345) is None  # no such process
+    assert cpu.cpu_spent({"a": 1.0, "b": None}, {"a": 1.5, "b": 2.0}) == {"a": 0.5, "b": None}

@@ -49,9 +49,10 @@ def ok(case: str) -> Result:
 
 
 def test_a_case_without_a_row_fails_the_run() -> None:
-    assert run_failures(["pipeline"], [ok("2_pipeline_throughput")]) == []
-    assert run_failures(["pipeline", "growth"], [ok("2_pipeline_throughput")]) == [
-        "growth: no row 3_*"]
+    pipeline = [ok("2_pipeline_throughput"), ok("2_pipeline_cpu_per_item")]
+    assert run_failures(["pipeline"], pipeline) == []
+    assert run_failures(["pipeline"], pipeline[:1]) == ["pipeline: no row 2_pipeline_cpu_per_item*"]
+    assert run_failures(["pipeline", "growth"], pipeline) == ["growth: no row 3_*"]
     assert run_failures(["harness"], [ok("5_codex_runtime_turn_overhead")]) == [
         "harness: no row 5_claude*"]
     assert run_failures(["admission"], []) == ["admission: no row 1*"]
