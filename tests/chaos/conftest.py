@@ -57,6 +57,9 @@ def chaos_core(chaos_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> 
         # client's path — which the rows now refuse); the client retries
         "SESSION_CORE_STORAGE_REPLY_TIMEOUT_MS": "10000",
         "SESSION_CORE_BINDING_WAIT_TIMEOUT_S": "60",
+        # a burst puts hundreds of one tenant's requests in flight at once (docs/chaos.md);
+        # the per-tenant cap (256 by default, then 429) is not what these rows test
+        "SESSION_CORE_MAX_INFLIGHT_PER_TENANT": "4096",
     }
     with launched(chaos_stack, tmp_path_factory.mktemp("chaos-logs"), RUNTIMES, API_KEY, env,
                   prefix="c", label="chaos", show_logs=True) as c:

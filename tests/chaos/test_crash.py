@@ -25,7 +25,7 @@ import pytest
 from services.dispatcher.app import GROUP as DISPATCHER_GROUP
 from services.storage.app import GROUP as STORAGE_GROUP
 from shared.topics import topics_for
-from tests.support.chaos import API_KEY, Row, make_row, probe
+from tests.support.chaos import API_KEY, Row, assert_power, burst_then, make_row, probe
 from tests.support.chaosload import Load, excuse_late, topic_ends, verify
 from tests.support.groups import Member, describe, wait_joined
 from tests.support.processes import Core
@@ -64,20 +64,27 @@ async def run_scenario(core: Core, api: httpx.AsyncClient, record: Callable[[Row
                        fault: str, inject: Callable[[], None], restore: Callable[[], None],
                        allowed: frozenset[str], sessions: int = SESSIONS,
                        avoid_steer_race: bool = True, pace_s: float = 0.6,
-                       broker_outage: bool = False) -> Counter[Any]:
+                       broker_outage: bool = False,
+                       ready: Callable[[], None] | None = None) -> Counter[Any]:
     """``broker_outage``: the fault takes the broker away; a call whose delivery or receipt
     the outage held past the window may be ``uncertain`` (``chaosload.excuse_late``: only a call
     whose result was acknowledged within a window before the outage or during it), counted in
-    the row."""
+    the row. ``ready``: ``restore`` is a fault too (a rebalance's leave); ``ready`` runs first
+    (in a thread), then a burst meets ``restore`` as it met ``inject``."""
     load = Load(core.base_url, API_KEY, uuid.uuid4().hex[:8], sessions=sessions,
                 avoid_steer_race=avoid_steer_race, pace_s=pace_s)
     since = await topic_ends(core.settings)
     running = asyncio.create_task(load.run())
     await asyncio.sleep(WARMUP_S)
+    await load.all_created()
     t_fault = time.monotonic()
-    await asyncio.to_thread(inject)
+    faults_at = [await burst_then(load, inject)]
     await asyncio.sleep(DOWN_S)
-    await asyncio.to_thread(restore)
+    if ready is not None:
+        await asyncio.to_thread(ready)
+        faults_at.append(await burst_then(load, restore))
+    else:
+        await asyncio.to_thread(restore)
     t_restored = time.monotonic()
     recovered = await probe(api)
     try:
@@ -87,7 +94,7 @@ async def run_scenario(core: Core, api: httpx.AsyncClient, record: Callable[[Row
     t_load = time.monotonic()
     assert core.dead() == [], core.logs_tail()
 
-    v = await verify(api, core, load, since)
+    v = await verify(api, core, load, since, faults_at)
     if broker_outage:
         excuse_late(v, load, t_fault, t_restored, core.settings.receipt_window_s)
     sys.stderr.write(f"\n[chaos] {fault}: load {t_load - t_fault + WARMUP_S:.0f} s, "
@@ -96,6 +103,9 @@ async def run_scenario(core: Core, api: httpx.AsyncClient, record: Callable[[Row
     answers = Counter(s for t, s in load.statuses if t >= t_fault)
     before = Counter(s for t, s in load.statuses if t < t_fault)
     record(make_row(fault, v, t_restored - t_fault, recovered - t_restored, answers, allowed))
+    if v.problems and core.log_dir is not None:  # all of them, where the logs are
+        (core.log_dir / f"problems-{uuid.uuid4().hex[:6]}.txt").write_text(
+            f"{fault}\n" + "\n".join(v.problems) + "\n")
     assert load.problems == []
     assert set(before) <= EVERY_ROW, before
     assert set(answers) <= allowed, (answers, sorted(allowed), [
@@ -103,6 +113,7 @@ async def run_scenario(core: Core, api: httpx.AsyncClient, record: Callable[[Row
     assert v.acked == v.sent, [i for i in load.inputs if not i.acked]
     assert v.problems == [], v.problems
     assert v.agent_messages > 0  # each an agent Item exactly once: a check that ran
+    assert_power(fault, v)
     return answers
 
 
@@ -174,7 +185,7 @@ async def test_rebalance(chaos_core: Core, api: httpx.AsyncClient,
         chaos_core.spawn("storage-2", "storage")
         chaos_core.spawn("dispatcher-2", "dispatcher")
 
-    def go() -> None:
+    def joined() -> None:
         # they leave only once the broker's coordinator shows each replica in its groups with
         # partitions of its own, and every member of each group (the first replicas too)
         # owning some: otherwise the row would prove nothing about a rebalance
@@ -183,6 +194,8 @@ async def test_rebalance(chaos_core: Core, api: httpx.AsyncClient,
                          f"{took:.1f} s: " + "; ".join(
                              f"{g}: {[len(m.partitions) for m in ms]}" for g, ms in now.items())
                          + "\n")
+
+    def go() -> None:
         for name in ("storage-2", "dispatcher-2"):
             if leave == "kill":
                 chaos_core.kill(name)
@@ -192,4 +205,4 @@ async def test_rebalance(chaos_core: Core, api: httpx.AsyncClient,
     how = "leave (SIGTERM)" if leave == "sigterm" else "are killed (kill -9)"
     await run_scenario(chaos_core, api, record,
                        f"rebalance: storage + dispatcher replica join, then {how}", join, go,
-                       EVERY_ROW)
+                       EVERY_ROW, ready=joined)

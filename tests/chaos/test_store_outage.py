@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaProducer
 from shared.kafka import assigned_consumer, encode
 from shared.topics import topics_for
 from tests.support.builders import admitted_event
-from tests.support.chaos import API_KEY, Row, make_row, probe
+from tests.support.chaos import API_KEY, Row, assert_power, burst_then, make_row, probe
 from tests.support.chaosload import Load, read_items, topic_ends, verify
 from tests.support.processes import TENANT, Core
 from tests.support.stack import Stack
@@ -56,8 +56,9 @@ async def test_store_outage(chaos_core: Core, chaos_stack: Stack, api: httpx.Asy
     since = await topic_ends(core.settings)
     running = asyncio.create_task(load.run())
     await asyncio.sleep(2.5)
+    await load.all_created()
     t_stop = time.monotonic()
-    await asyncio.to_thread(chaos_stack.stop, "ferretdb", True)
+    at = await burst_then(load, lambda: chaos_stack.stop("ferretdb", True))
 
     # /readyz turns 503 (its ping waits at most store_request_timeout_ms)
     while (await api.get("/readyz")).status_code != 503:
@@ -129,7 +130,7 @@ async def test_store_outage(chaos_core: Core, chaos_stack: Stack, api: httpx.Asy
     assert len(mine) == 1, mine
 
     assert core.dead() == [], core.logs_tail()
-    v = await verify(api, core, load, since)
+    v = await verify(api, core, load, since, [at])
     during = Counter(s for t, s in load.statuses if t_stop <= t <= t_back)
     after = Counter(s for t, s in load.statuses if t >= t_stop)
     before = Counter(s for t, s in load.statuses if t < t_stop)
@@ -142,6 +143,7 @@ async def test_store_outage(chaos_core: Core, chaos_stack: Stack, api: httpx.Asy
     assert set(after) <= ALLOWED, after
     assert v.acked == v.sent
     assert v.problems == [], v.problems
+    assert_power("store outage", v)
 
 
 async def core_publish(core: Core, topic: str, record: dict[str, object], key: str) -> None:

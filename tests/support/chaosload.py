@@ -35,17 +35,11 @@ from aiokafka import TopicPartition
 from PIL import Image
 
 from shared.domain.agent_output import AgentSaid, said_all
-from shared.domain.observations import CallOpened, classify_all
-from shared.domain.receipts import (
-    REASON_LATE,
-    REASON_TIMEOUT,
-    Confirmed,
-    expect,
-    match_observation,
-)
+from shared.domain.receipts import REASON_LATE, REASON_TIMEOUT
 from shared.kafka import assigned_consumer
 from shared.settings import Settings
 from shared.topics import topics_for
+from tests.support import receipt_rules as rules
 
 Json = dict[str, Any]
 OK = (200, 201, 202)
@@ -120,6 +114,9 @@ class Input:
     output: str | list[Json] | None = None  # a result: its output, as sent
     attempts: list[str] = field(default_factory=list)  # status codes / error names, in order
     acked_at: float | None = None
+    sent_at: float | None = None  # wall clock (time.time()) of the first attempt
+    # sent beside other inputs of its Session (a burst): no order among them to check
+    concurrent: bool = False
 
     @property
     def acked(self) -> bool:
@@ -157,6 +154,16 @@ class Load:
         self.avoid_steer_race = avoid_steer_race
         self.problems: list[str] = []  # answers a correct Core never gives (4xx to valid input)
         self.statuses: list[tuple[float, str]] = []  # (time, status) of every attempt
+        self.http: httpx.AsyncClient | None = None  # while ``run`` runs
+        self.bursts: list[asyncio.Task[Json | None]] = []
+        self.burst_rounds = 0
+        # a fault on the harness itself (chaosreal): the calls whose result was in flight then
+        # may end ``uncertain`` — only when the harness printed no receipt for it — or
+        # ``failed`` — only when the Runtime also refused the result (the dead harness was no
+        # longer waiting for it) — and a Turn may fail, when the harness says so too (or,
+        # killed, printed no end)
+        self.fault_calls: set[str] = set()
+        self.turns_may_fail = False
 
     def text(self, run: SessionRun, step: Step) -> str:
         t = f"chaos {self.tag} s{run.index} {step.key}"
@@ -178,9 +185,48 @@ class Load:
         return [i for r in self.runs for i in r.inputs]
 
     async def run(self) -> None:
+        # no pool limit: a burst has hundreds of requests open at once, like as many clients
         async with httpx.AsyncClient(base_url=self.base_url, headers=self.headers,
-                                     timeout=REQUEST_TIMEOUT_S) as http:
-            await asyncio.gather(*(self._session(http, r) for r in self.runs))
+                                     timeout=REQUEST_TIMEOUT_S,
+                                     limits=httpx.Limits(max_connections=None,
+                                                         max_keepalive_connections=64)
+                                     ) as http:
+            self.http = http
+            try:
+                await asyncio.gather(*(self._session(http, r) for r in self.runs))
+                # the bursts' inputs too get their 201/202 (or their retry budget ends)
+                while any(not t.done() for t in self.bursts):
+                    await asyncio.gather(*self.bursts)
+            finally:
+                self.http = None
+
+    async def all_created(self, timeout: float = 120.0) -> None:
+        """Until every Session of the load exists (its create acked)."""
+        deadline = time.monotonic() + timeout
+        while any(r.session_id is None for r in self.runs):
+            assert time.monotonic() < deadline, f"Sessions not created: {self.progress()}"
+            await asyncio.sleep(0.1)
+
+    def burst(self, total: int) -> int:
+        """Send ``total`` messages at once, spread over the Sessions (``b<round>.<k>``, text
+        only, no call): hundreds of inputs in flight at the moment of a fault, each retried
+        with its id like every input. Returns how many were started; ``run`` waits for them."""
+        assert self.http is not None, "burst while the load runs"
+        runs = [r for r in self.runs if r.session_id is not None]
+        self.burst_rounds += 1
+        for k in range(total):
+            run = runs[k % len(runs)]
+            text = f"chaos {self.tag} s{run.index} b{self.burst_rounds}.{k}"
+            content = [{"type": "input_text", "text": text}]
+            inp = Input(run.index, "message", text, str(uuid.uuid4()), content=content,
+                        concurrent=True)
+            run.inputs.append(inp)
+            payload = {"type": "agent.session.input.message",
+                       "input": [{"role": "user", "content": content}],
+                       "client_event_id": inp.idem}
+            self.bursts.append(asyncio.create_task(
+                self._send(self.http, inp, f"/v1/sessions/{run.session_id}/events", payload)))
+        return total
 
     async def _session(self, http: httpx.AsyncClient, run: SessionRun) -> None:
         await asyncio.sleep(run.index * self.stagger_s)
@@ -237,6 +283,8 @@ class Load:
                     ) -> Json | None:
         """POST until a 2xx, with the same body (so the same idempotency id) every time."""
         deadline = time.monotonic() + RETRY_BUDGET_S
+        if inp.sent_at is None:
+            inp.sent_at = time.time()
         while True:
             wait = 0.5
             try:
@@ -345,6 +393,8 @@ async def read_items(http: httpx.AsyncClient, sid: str, after: int = 0) -> list[
         after = page["next_after"]
 
 
+# The key ``read_topic`` adds to each record: its Kafka timestamp (the producer's wall clock, s)
+TS = "_kafka_ts"
 # The topics read from outside, by their name in ``Topics``.
 WATCHED = ("session_items", "runtime_deliveries", "runtime_observations")
 Offsets = dict[str, dict[int, int]]  # topic → partition → offset
@@ -386,6 +436,7 @@ async def read_topic(settings: Settings, topic: str, since: Offsets | None = Non
                 for r in recs:
                     rec = json.loads(r.value)
                     if isinstance(rec, dict) and isinstance(rec.get("session_id"), str):
+                        rec[TS] = r.timestamp / 1000  # the producer's wall clock
                         out[rec["session_id"]].append(rec)
             for tp in list(left):
                 if await c.position(TopicPartition(tp.topic, tp.partition)) >= end[tp]:
@@ -417,7 +468,7 @@ class Verdict:
     # tracker read the delivery overdue, or its timer fired first); ``excuse_late`` decides
     # whether a fault explains it
     late: dict[str, tuple[int, str]] = field(default_factory=dict)  # its problem → the call
-    # of those, the calls whose native receipt is on runtime.observations (``receipt_seen``):
+    # of those, the calls whose native receipt is on runtime.observations (``receipt_counts``):
     # the harness did apply the result, only not within the window
     applied_late: set[tuple[int, str]] = field(default_factory=set)
     excused: list[str] = field(default_factory=list)  # late verdicts a broker outage explains
@@ -428,13 +479,24 @@ class Verdict:
     # printed but not an Item exactly once (missing, twice, altered)
     agent_problems: list[str] = field(default_factory=list)
     unsettled: list[str] = field(default_factory=list)  # still open after SETTLE_S
+    # fault calls ``uncertain`` or ``failed``: allowed only when the harness printed no
+    # receipt for them (and, ``failed``, the Runtime refused the result: the harness was not
+    # waiting for it any more)
+    fault_undecided: dict[str, str] = field(default_factory=dict)
+    # calls whose result the harness applied more than once (receipt_rules: 2+ receipts)
+    double_applied: list[str] = field(default_factory=list)
+    # Turns whose end Core and the harness do not agree on (``turn_disagreements``)
+    turn_disagreements: list[str] = field(default_factory=list)
+    # at each fault's moment: inputs in flight or being processed then (``in_flight_at``)
+    in_flight: list[int] = field(default_factory=list)
     handovers: int = 0  # deliveries ``…_r<n>``: refused steers handed over again
 
     @property
     def problems(self) -> list[str]:
         return (self.lost + self.duplicated + self.gaps + self.undelivered
                 + self.delivery_problems + self.verdict_problems + self.turn_problems
-                + self.agent_problems + self.unsettled)
+                + self.agent_problems + self.unsettled + self.double_applied
+                + self.turn_disagreements)
 
 
 def _occurrences(items: list[Json], inp: Input) -> list[int]:
@@ -466,7 +528,8 @@ def _base(delivery_id: str) -> tuple[str, int]:
 
 
 def _check_deliveries(v: Verdict, run: SessionRun, deliveries: list[Json],
-                      observations: list[Json]) -> None:
+                      observations: list[Json],
+                      fault_calls: frozenset[str] | set[str] = frozenset()) -> None:
     """Every acked input has a delivery record carrying it exactly as sent (a ``start`` or
     ``steer`` holding the message, or a ``function_result`` for its call with its output as
     content), all under one delivery (a republication after a crash repeats the same
@@ -513,12 +576,16 @@ def _check_deliveries(v: Verdict, run: SessionRun, deliveries: list[Json],
             if not any(_base(i)[0] == base and _base(i)[1] > n for i in ids):
                 v.delivery_problems.append(f"s{run.index}: steer {did} refused "
                                            "(turn ended) and never handed over again")
+        elif refusal.get("call_id") in fault_calls and refusal.get("kind") == "function_result":
+            continue  # a result for a call the killed harness can no longer take
         else:
             v.delivery_problems.append(f"s{run.index}: the Runtime refused {did}: "
                                        f"{refusal.get('reason')}")
 
 
-def _check_verdicts_and_turns(v: Verdict, run: SessionRun, items: list[Json]) -> None:
+def _check_verdicts_and_turns(v: Verdict, run: SessionRun, items: list[Json],
+                              fault_calls: frozenset[str] | set[str] = frozenset(),
+                              turns_may_fail: bool = False) -> None:
     """Exactly one ``function_call_application`` per call, ``applied`` (every result reaches a
     live Runtime that applies it; a restarted tracker still counts a receipt that came in the
     window, docs/receipts.md), none for a call that does not exist; every Turn started once and
@@ -540,6 +607,9 @@ def _check_verdicts_and_turns(v: Verdict, run: SessionRun, items: list[Json]) ->
         elif len(got) != 1:
             v.verdict_problems.append(f"s{run.index}: call {cid} has {len(got)} verdicts "
                                       f"{[a.get('state') for a in got]}")
+        elif got[0].get("state") in ("uncertain", "failed") and cid in fault_calls:
+            # _check_receipts: only with no receipt printed (failed: and a Runtime refusal)
+            v.fault_undecided[cid] = str(got[0].get("state"))
         elif got[0].get("state") != "applied":
             problem = f"s{run.index}: call {cid} {got[0].get('state')}: {got[0].get('reason')}"
             v.verdict_problems.append(problem)
@@ -559,7 +629,7 @@ def _check_verdicts_and_turns(v: Verdict, run: SessionRun, items: list[Json]) ->
             v.turn_problems.append(f"s{run.index}: Turn {tid} {states}")
             continue
         v.turns_ended += 1
-        if ends[0].get("state") == "failed":
+        if ends[0].get("state") == "failed" and not turns_may_fail:
             v.turn_problems.append(f"s{run.index}: Turn {tid} failed: {ends[0].get('reason')}")
 
 
@@ -655,13 +725,15 @@ def check(load: Load, store: dict[str, list[Json]], topic: dict[str, list[Json]]
                            f"sessions {everywhere[inp.key]})")
             if _altered(items, inp, in_store[0]):
                 gaps.append(f"{label}: stored altered (text or images not as sent)")
+            if inp.concurrent:
+                continue  # sent beside others: no order among them
             if in_store[0] <= last:
                 gaps.append(f"{label}: at sequence {in_store[0]}, not after {last}")
             last = in_store[0]
         mine = (deliveries or {}).get(sid, []), (observations or {}).get(sid, [])
         if deliveries is not None:
-            _check_deliveries(v, run, *mine)
-        _check_verdicts_and_turns(v, run, items)
+            _check_deliveries(v, run, *mine, fault_calls=load.fault_calls)
+        _check_verdicts_and_turns(v, run, items, load.fault_calls, load.turns_may_fail)
         if deliveries is not None:  # after the verdicts: it reads ``v.late``
             _check_receipts(v, run, items, *mine)
         if observations is not None:
@@ -699,57 +771,91 @@ def _check_agent_messages(v: Verdict, run: SessionRun, items: list[Json],
 
 def _check_receipts(v: Verdict, run: SessionRun, items: list[Json], deliveries: list[Json],
                     observations: list[Json]) -> None:
-    """An ``applied`` verdict stands on the harness's receipt: the call's native receipt of the
-    delivered result is on ``runtime.observations`` (``receipt_seen``). Of the overdue calls,
-    those with one are ``applied_late`` (for ``excuse_late``)."""
-    sid = str(run.session_id)
-    announced = announcements(observations)  # classified once, not once per call
-
-    def seen(cid: str) -> bool:
-        return receipt_seen(sid, cid, deliveries, observations, announced)
-
+    """From the harness's own records (``runtime.observations``), judged by the seed's rules
+    coded again here (``tests.support.receipt_rules``, not the tracker's matcher): how often
+    each call's delivered result was applied. An ``applied`` verdict needs a receipt; two or
+    more receipts of one call is a result applied twice (``double_applied``). Of the overdue
+    calls, those with a receipt are ``applied_late`` (for ``excuse_late``). And every Turn's
+    end as Core stored it must be the end the harness printed for it (the Runtime's word,
+    ``synthesized``, for a harness that died): ``turn_disagreements``."""
+    counts = receipt_counts(run.harness, items, deliveries, observations)
     for it in items:
-        if (it.get("type") == "function_call_application" and it.get("state") == "applied"
-                and not seen(str(it["call_id"]))):
-            v.verdict_problems.append(f"s{run.index}: call {it['call_id']} applied, but no "
-                                      "native receipt of its result on runtime.observations")
+        if it.get("type") != "function_call_application":
+            continue
+        cid = str(it["call_id"])
+        if it.get("state") == "applied" and not counts.get(cid):
+            v.verdict_problems.append(f"s{run.index}: call {cid} applied, but no native "
+                                      "receipt of its result on runtime.observations")
+    refused = {o["refusal"].get("call_id") for o in observations
+               if isinstance(o.get("refusal"), dict)}
+    for cid, state in sorted(v.fault_undecided.items()):
+        if counts.get(cid):  # the harness printed it: the Runtime forwarded it, in the window
+            v.verdict_problems.append(f"s{run.index}: call {cid} {state}, but the harness "
+                                      "printed its receipt")
+        elif state == "failed" and cid not in refused:
+            v.verdict_problems.append(f"s{run.index}: call {cid} failed, but the Runtime "
+                                      "never refused its result")
+    for cid, n in counts.items():
+        if n > 1:
+            v.double_applied.append(f"s{run.index}: call {cid}: {n} native receipts")
     for index, cid in v.late.values():
-        if index == run.index and seen(cid):
+        if index == run.index and counts.get(cid):
             v.applied_late.add((index, cid))
+    v.turn_disagreements += turn_disagreements(run.harness, items, observations,
+                                               f"s{run.index}")
 
 
-def announcements(observations: list[Json]) -> dict[str, tuple[Json, CallOpened]]:
-    """Each call's first native announcement (the observation and its ``CallOpened``)."""
-    out: dict[str, tuple[Json, CallOpened]] = {}
-    for o in observations:
-        for c in classify_all(str(o.get("harness") or ""), o.get("native")):
-            if isinstance(c, CallOpened):
-                out.setdefault(c.call_id, (o, c))
+def receipt_counts(harness: str, items: list[Json], deliveries: list[Json],
+                   observations: list[Json]) -> dict[str, int]:
+    """Per call of the Session (its ``function_call`` Items): how many of the harness's
+    records (distinct observations) confirm the result delivered for it
+    (``receipt_rules.confirms``, with the native ids the call was announced with)."""
+    natives = [(o.get("observation_id"), o["native"]) for o in observations
+               if isinstance(o.get("native"), dict)]
+    ids = {str(it["call_id"]) for it in items if it.get("type") == "function_call"}
+    calls = rules.announced(harness, [n for _, n in natives], ids)
+    out: dict[str, int] = {}
+    for it in items:
+        if it.get("type") != "function_call":
+            continue
+        cid = str(it["call_id"])
+        call = calls.get(cid)
+        results = {json.dumps([d.get("success") is True, d.get("content") or []])
+                   for d in deliveries
+                   if d.get("kind") == "function_result" and d.get("call_id") == cid}
+        found: set[str] = set()
+        for raw in results if call is not None else ():
+            success, content = json.loads(raw)
+            assert call is not None
+            found |= {str(oid) for oid, n in natives
+                      if rules.confirms(call, success, content, n)}
+        out[cid] = len(found)
     return out
 
 
-def receipt_seen(sid: str, cid: str, deliveries: list[Json], observations: list[Json],
-                 announced: dict[str, tuple[Json, CallOpened]] | None = None) -> bool:
-    """Whether one of the Session's observations is the native receipt of the call's delivered
-    result, by the receipt tracker's own matcher (``match_observation``) with the native ids the
-    call was announced with (its ``CallOpened``) — the harness applied the result, whenever.
-    ``announced``: ``announcements(observations)``, when the caller has it already."""
-    opened = (announced if announced is not None else announcements(observations)).get(cid)
-    if opened is None:
-        return False
-    announcement, call = opened
-    for d in deliveries:
-        if d.get("kind") != "function_result" or d.get("call_id") != cid:
-            continue
-        want = expect(harness=str(announcement.get("harness")), session_id=sid, call_id=cid,
-                      name=call.name, success=d.get("success") is True,
-                      content=d.get("content") or [],
-                      native_session_id=call.native_ids.get("session_id"),
-                      thread_id=call.native_ids.get("thread_id"),
-                      turn_id=call.native_ids.get("turn_id"))
-        if any(isinstance(match_observation(want, o), Confirmed) for o in observations):
-            return True
-    return False
+def turn_disagreements(harness: str, items: list[Json], observations: list[Json],
+                       label: str) -> list[str]:
+    """Turns whose end Core stored (``completed`` / ``failed``) is not the one end the harness
+    printed for that Turn (``receipt_rules.turn_end`` of the observations the Runtime tagged
+    with the Core Turn's id), or that only one side ended — but a Turn Core failed and the
+    harness printed no end for agrees: the harness was killed in it."""
+    core: dict[str, str] = {}
+    for it in items:
+        if it.get("type") == "turn" and it.get("state") in ("completed", "failed"):
+            core.setdefault(it["turn_id"], it["state"])
+    native: dict[str, dict[str, str]] = defaultdict(dict)
+    for o in observations:
+        end = rules.turn_end(harness, o)
+        if end is not None and isinstance(o.get("turn_id"), str):
+            native[o["turn_id"]][str(o.get("observation_id"))] = end
+    out = []
+    for tid in sorted(core.keys() | native.keys()):
+        ends = sorted(native.get(tid, {}).values())
+        if ends == [] and core.get(tid) == "failed":
+            continue  # a harness killed mid-Turn prints no end; Core failed the Turn
+        if ends != [core.get(tid)]:
+            out.append(f"{label}: Turn {tid}: Core {core.get(tid)}, the harness {ends}")
+    return out
 
 
 async def settle(api: httpx.AsyncClient, load: Load, timeout: float = SETTLE_S,
@@ -785,11 +891,13 @@ async def settle(api: httpx.AsyncClient, load: Load, timeout: float = SETTLE_S,
         await asyncio.sleep(1.0)
 
 
-async def verify(api: httpx.AsyncClient, core: Any, load: Load, since: Offsets) -> Verdict:
+async def verify(api: httpx.AsyncClient, core: Any, load: Load, since: Offsets,
+                 faults_at: list[float] | None = None) -> Verdict:
     """Let the Sessions settle (every Turn ended, every call decided), read the store, then
     ``session.items`` (again, until it has caught up with the store: storage publishes after
     it writes), ``runtime.deliveries`` and ``runtime.observations`` from where they stood when
-    the load began, and check."""
+    the load began, and check. ``faults_at``: the wall-clock moments of the faults; how many
+    inputs were in flight at each is counted (``Verdict.in_flight``)."""
     for _ in range(3):  # settled, yet a Turn opened meanwhile (a late hand-over): once more
         unsettled = await settle(api, load)
         store = {}
@@ -813,4 +921,43 @@ async def verify(api: httpx.AsyncClient, core: Any, load: Load, since: Offsets) 
     observations = await read_topic(core.settings, topics.runtime_observations, since)
     v = check(load, store, topic, deliveries, observations)
     v.unsettled = unsettled
+    v.in_flight = [in_flight_at(load, t, topic, deliveries) for t in faults_at or []]
     return v
+
+
+def done_at(inp: Input, topic: list[Json], deliveries: list[Json]) -> float:
+    """When the system had finished with ``inp`` (wall clock, from the records' Kafka
+    timestamps): the latest of its Item's first publication on ``session.items``, the first
+    ``runtime.deliveries`` record carrying it and, for a function result, its call's verdict's
+    first publication. ``inf`` when one of them is missing (a loss: the checks report it)."""
+    def first(stamps: list[float]) -> float:
+        return min(stamps) if stamps else float("inf")
+
+    if inp.kind == "result":
+        item = first([it[TS] for it in topic if it.get("type") == "function_call_output"
+                      and it.get("call_id") == inp.call_id])
+        verdict = first([it[TS] for it in topic if it.get("type") == "function_call_application"
+                         and it.get("call_id") == inp.call_id])
+        delivered = first([d[TS] for d in deliveries if d.get("kind") == "function_result"
+                           and d.get("call_id") == inp.call_id])
+        return max(item, verdict, delivered)
+    item = first([it[TS] for it in topic if it.get("type") == "message"
+                  and inp.key in [p.get("text") for p in it.get("content", [])]])
+    delivered = first([d[TS] for d in deliveries if d.get("kind") in ("start", "steer")
+                       and any(m.get("content") == inp.content for m in d.get("messages", []))])
+    return max(item, delivered)
+
+
+def in_flight_at(load: Load, at: float, topic: dict[str, list[Json]],
+                 deliveries: dict[str, list[Json]]) -> int:
+    """How many of the load's inputs were in flight or being processed at wall-clock time
+    ``at`` (a fault): sent (first attempt begun) before it, and not yet done with (``done_at``:
+    stored, published, delivered to the Runtime and, for a result, decided) by then."""
+    n = 0
+    for run in load.runs:
+        sid = run.session_id or ""
+        mine, dl = topic.get(sid, []), deliveries.get(sid, [])
+        for inp in run.inputs:
+            if inp.sent_at is not None and inp.sent_at <= at < done_at(inp, mine, dl):
+                n += 1
+    return n

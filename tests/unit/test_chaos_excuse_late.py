@@ -1,8 +1,10 @@
 """The chaos verifier's one allowance for a broker outage (``chaosload.excuse_late``): a call's
 ``uncertain`` verdict because its window ran out — its receipt came after the window, or none came
 in it — is excused only when the harness did apply the result (its native receipt is on
-``runtime.observations``, by the tracker's own matcher: ``receipt_seen``) and its result was
-acknowledged within one window before the broker went away, or while it was away."""
+``runtime.observations``, judged by the checker's own rules: ``receipt_counts``) and its result
+was acknowledged within one window before the broker went away, or while it was away. And the
+checker's counts from the harness's records: receipts per call (a result applied twice) and
+each Turn's end as Core and the harness report it."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from tests.support.chaosload import (
     Verdict,
     _check_verdicts_and_turns,
     excuse_late,
-    receipt_seen,
+    receipt_counts,
+    turn_disagreements,
 )
 from tests.support.fakes.receipts import announced, delivery, receipt
 
@@ -34,7 +37,7 @@ def _late_verdict(load: Load, acked_at: float, cid: str, reason: str,
               "state": "uncertain", "reason": reason}]
     v = Verdict(sent=1, acked=1, retried=0, lost=[], duplicated=[], gaps=[])
     _check_verdicts_and_turns(v, run, items)
-    if applied:  # what ``check`` records when ``receipt_seen`` holds
+    if applied:  # what ``check`` records when ``receipt_counts`` finds the receipt
         v.applied_late.add((run.index, cid))
     return v
 
@@ -76,14 +79,57 @@ def test_an_overdue_call_whose_result_the_harness_never_applied_is_not_excused(
     assert "no native receipt" in v.verdict_problems[0]
 
 
-def test_receipt_seen_takes_only_the_calls_own_receipt_of_the_delivered_result() -> None:
+def _obs(o: dict[str, object], n: int) -> dict[str, object]:
+    return {**o, "observation_id": f"obs_{n}"}
+
+
+def test_receipt_counts_take_only_the_calls_own_receipts_of_the_delivered_result() -> None:
     sid, cid = "s1", "toolu_1"
-    deliveries = [delivery(sid, cid, "ok")]
-    assert receipt_seen(sid, cid, deliveries, [announced(sid, cid), receipt(sid, cid, "ok")])
-    assert not receipt_seen(sid, cid, deliveries, [announced(sid, cid)])  # no receipt
-    assert not receipt_seen(sid, cid, deliveries, [receipt(sid, cid, "ok")])  # never announced
-    assert not receipt_seen(sid, cid, deliveries,  # another text than delivered
-                            [announced(sid, cid), receipt(sid, cid, "other")])
-    assert not receipt_seen(sid, cid, deliveries,  # another native session
-                            [announced(sid, cid), receipt(sid, cid, "ok", native_session="n2")])
-    assert not receipt_seen(sid, cid, [], [announced(sid, cid), receipt(sid, cid, "ok")])
+    items = [{"type": "function_call", "call_id": cid, "sequence": 1}]
+    dl = [delivery(sid, cid, "ok")]
+    ann = _obs(announced(sid, cid), 0)
+
+    def count(deliveries: list[dict[str, object]], *obs: dict[str, object]) -> int:
+        """Receipts of the call among its announcement and ``obs``."""
+        return receipt_counts("claude_code", items, deliveries,
+                              [ann, *(_obs(o, n + 1) for n, o in enumerate(obs))])[cid]
+
+    assert count(dl, receipt(sid, cid, "ok")) == 1
+    assert count(dl) == 0  # no receipt
+    assert receipt_counts("claude_code", items, dl, [_obs(receipt(sid, cid, "ok"), 1)]
+                          )[cid] == 0  # never announced
+    assert count(dl, receipt(sid, cid, "other")) == 0  # another text than delivered
+    assert count(dl, receipt(sid, cid, "ok", native_session="n2")) == 0  # another session
+    assert count([], receipt(sid, cid, "ok")) == 0  # nothing delivered
+    # applied twice: two records of the harness confirm the one result
+    assert count(dl, receipt(sid, cid, "ok"), receipt(sid, cid, "ok", uuid="u-again")) == 2
+    # the same observation read twice (a republication) is one receipt
+    rec = _obs(receipt(sid, cid, "ok"), 7)
+    assert receipt_counts("claude_code", items, dl, [ann, rec, rec])[cid] == 1
+
+
+def test_turn_ends_core_and_the_harness_must_agree() -> None:
+    def end(tid: str, status: str, n: int) -> dict[str, object]:
+        return {"observation_id": f"obs_{n}", "turn_id": tid,
+                "native": {"method": "turn/completed", "params": {"turn": {"status": status}}}}
+
+    items = [{"type": "turn", "turn_id": "t1", "state": "started"},
+             {"type": "turn", "turn_id": "t1", "state": "completed"},
+             {"type": "turn", "turn_id": "t2", "state": "started"},
+             {"type": "turn", "turn_id": "t2", "state": "failed"}]
+    assert turn_disagreements("codex", items, [end("t1", "completed", 1),
+                                               end("t2", "interrupted", 2)], "s0") == []
+    assert turn_disagreements("codex", items, [end("t1", "completed", 1),
+                                               end("t2", "completed", 2)], "s0") != []
+    # a Turn Core failed with no end from the harness: the harness was killed in it
+    assert turn_disagreements("codex", items, [end("t1", "completed", 1)], "s0") == []
+    # a Turn Core completed with no end from the harness
+    assert turn_disagreements("codex", items, [end("t2", "failed", 2)], "s0") != []
+    # the reference Runtime's simulation prints the status flat in params
+    flat = {"observation_id": "obs_9", "turn_id": "t1",
+            "native": {"method": "turn/completed", "params": {"status": "completed"}}}
+    assert turn_disagreements("codex", items[:2], [flat], "s0") == []
+    assert turn_disagreements("codex", items, [end("t1", "completed", 1), end("t1", "completed", 3),
+                                               end("t2", "failed", 2)], "s0") != []
+    assert turn_disagreements("codex", items[:2], [end("t1", "completed", 1),
+                                                   end("t9", "completed", 2)], "s0") != []
