@@ -24,6 +24,7 @@ part of the input counted as cached) so tests compare a Turn's usage with what w
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -104,12 +105,15 @@ class RecordedRequest:
 
 
 class Scripts:
-    """The registry and the request log; thread-safe (the server may run in a thread)."""
+    """The registry and the request log; thread-safe (the server may run in a thread).
+    ``log``: a file every recorded request is also appended to (one JSON line, flushed before
+    the answer is played), so the log outlives a killed server."""
 
-    def __init__(self) -> None:
+    def __init__(self, log: str | None = None) -> None:
         self._lock = threading.Lock()
         self._scripts: dict[str, Script] = {}
         self.requests: list[RecordedRequest] = []
+        self._log = open(log, "a", encoding="utf-8") if log else None
 
     def register(self, key: str, replies: list[Any]) -> None:
         if not key:
@@ -137,8 +141,12 @@ class Scripts:
             reply = script.next_reply() if script else None
             reply = reply if reply is not None else DEFAULT_REPLY
             usage = token_usage(raw_body, reply)
-            self.requests.append(RecordedRequest(api, path, body, script.key if script else None,
-                                                 side=side, usage=usage))
+            rec = RecordedRequest(api, path, body, script.key if script else None, side=side,
+                                  usage=usage)
+            self.requests.append(rec)
+            if self._log is not None:
+                self._log.write(json.dumps(rec.as_json()) + "\n")
+                self._log.flush()
         return reply, usage
 
     def recorded(self, key: str | None = None) -> list[RecordedRequest]:

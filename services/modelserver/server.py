@@ -108,8 +108,10 @@ def main(argv: list[str] | None = None) -> int:
                                      description="the scripted local model server")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--log", default=None, metavar="FILE",
+                        help="also append every recorded request to FILE (JSON lines)")
     args = parser.parse_args(argv)
-    config = uvicorn.Config(build_app(Scripts()), host=args.host, port=args.port,
+    config = uvicorn.Config(build_app(Scripts(args.log)), host=args.host, port=args.port,
                             log_level="warning", lifespan="off")
     asyncio.run(uvicorn.Server(config).serve())
     return 0
