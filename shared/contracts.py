@@ -368,7 +368,8 @@ class DeadLetter(BaseModel):
     partition: int | None = Field(description="the partition it was read from")
     offset: int | None = Field(description="its offset there")
     reason: Literal["undecodable", "missing_schema", "unexpected_schema", "invalid_fields",
-                    "unprocessable", "too_large", "not_bound_runtime"] = Field(
+                    "unprocessable", "too_large", "not_bound_runtime",
+                    "wrong_tenant"] = Field(
         description="the reason code (shared/domain/poison.py; the label of "
                     "session_core_dlq_records_total)")
     detail: str = Field(description="the reason in words (up to 300 characters)")

@@ -20,7 +20,7 @@ from services.dispatcher.repository import DispatcherRepository
 from shared import tracing, typedrecords
 from shared.coreservice import CoreService
 from shared.domain.binding import RuntimeInfo
-from shared.domain.poison import Poison
+from shared.domain.poison import NOT_BOUND, Poison
 from shared.failures import settle
 from shared.ids import new_id
 from shared.kafka import broker_ping, ensure_topics
@@ -104,8 +104,17 @@ class DispatcherService(CoreService):
 
     async def on_observation(self, body: Any, msg: KafkaMessage) -> None:
         batch = await decode_records(self.dlq, msg.raw_message, self.types)
-        await settle(self.dlq, [(raw, got.value) for raw, got in batch], self._observe,
-                     what="dispatcher.observe")
+        taken = []
+        for raw, got in batch:
+            # a refusal from a Runtime the Session is not bound to fails nothing: to the DLQ
+            why = await self.binder.not_bound(got.value)
+            if why is None:
+                taken.append((raw, got.value))
+            else:
+                log.warning("dispatcher.refusal_not_bound", session_id=got.model.session_id,
+                            runtime_id=got.model.runtime_id)
+                await self.dlq.record(raw, Poison(NOT_BOUND, why))
+        await settle(self.dlq, taken, self._observe, what="dispatcher.observe")
 
     async def _observe(self, recs: list[dict[str, Any]]) -> None:
         for rec in recs:

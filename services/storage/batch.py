@@ -19,6 +19,7 @@ from pymongo.errors import AutoReconnect, ConnectionFailure, ServerSelectionTime
 
 from services.storage.decided import DecidedState, Shard, shard
 from services.storage.handler import (
+    NotBoundYet,
     Outputs,
     StorageHandler,
     inputs_of,
@@ -29,7 +30,7 @@ from services.storage.offsets import OffsetCommits
 from services.storage.repository import StaleDecision, StorageRepository
 from services.storage.sessionwriter import SessionWriter
 from shared import records, tracing, typedrecords
-from shared.domain.poison import UNPROCESSABLE, Poison
+from shared.domain.poison import NOT_BOUND, UNPROCESSABLE, Poison
 from shared.failures import poison_of
 from shared.kafka import DeadLetters, encode
 from shared.logging import get_logger
@@ -163,15 +164,20 @@ class BatchWriter:
         self.repo.session_writer.took_batch(len(mine))  # behind its input: writes held back
         try:
             with Stopwatch(STORAGE_BATCH_SECONDS):
-                await self.write(mine)
+                held = await self.write(mine, consumer)
         except BaseException as exc:  # the batch will be redelivered, perhaps decided in part
             self.decided.batch_failed(positions(mine))
             self._end_spans(exc)
             raise
-        self.decided.batch_done(positions(mine))
+        # records held back (``_handle``) are read again: their offsets are not committed
+        self.decided.batch_done([(tp, off) for tp, off in positions(mine)
+                                 if not (tp in held and off >= held[tp])])
         self._end_spans(None)
 
-    async def write(self, raws: tuple[Any, ...]) -> None:
+    async def write(self, raws: tuple[Any, ...], consumer: Any = None
+                    ) -> dict[TopicPartition, int]:
+        """Decide and write ``raws``; what was held back to be read again (partition → the
+        first offset held: ``_handle``)."""
         # in partition order: the first record of a just-assigned partition opens its window
         for tp, off in positions(raws):
             self.decided.arrived(tp, off)
@@ -200,9 +206,11 @@ class BatchWriter:
                   for inp in found}
         current = frozenset(sid for sid, tp in sessions.items()
                             if self.decided.trusts_document(sid, tp))
+        by_key = {source_key(inp): source[id(inp)] for inp in inputs}
+        back: dict[TopicPartition, int] = {}
         try:
-            out = await self.handler.handle(inputs, frozenset(verify), defer_rest=True,
-                                            current=current)
+            out = await self._handle(inputs, by_key, consumer, back, verify=frozenset(verify),
+                                     defer_rest=True, current=current)
         except StaleDecision as exc:
             log.warning("storage.stale_decision", error=str(exc))
             raise
@@ -219,7 +227,8 @@ class BatchWriter:
             everything = frozenset(source_key(i) for i in inputs)
             for inp in inputs:
                 try:
-                    one = await self.handler.handle([inp], everything)
+                    one = await self._handle([inp], by_key, consumer, back,
+                                             verify=everything)
                 except RETRY_ERRORS:
                     raise
                 except Exception as exc:
@@ -242,6 +251,12 @@ class BatchWriter:
             handing.cancel()  # the batch is retried from the start: its Items go again
             raise
         sent = await handing
+        dead = set()
+        for key, why in out.refused.items():  # one DLQ record per observation refused
+            raw = by_key[key]
+            if id(raw) not in dead:
+                dead.add(id(raw))
+                await self.dlq.record(raw, Poison(NOT_BOUND, why))
         for reply in out.replies:
             parent = self._parent(out, reply, reply.get("request_id"))
             reply = await load_reply_items(self.repo, reply)
@@ -251,6 +266,49 @@ class BatchWriter:
         await asyncio.gather(*sent)
         if inputs:
             log.debug("storage.batch", records=len(inputs), items=len(out.items))
+        return back
+
+    async def _handle(self, inputs: list[Any], by_key: dict[str, Any], consumer: Any,
+                      held: dict[TopicPartition, int], **kw: Any) -> Outputs:
+        """``handler.handle``, with observations of a Runtime their Session is not bound to
+        (``NotBoundYet``) settled per partition: where ``core.facts`` is read to its end (the
+        binding published before the delivery they answer would have been read), they are
+        refused; elsewhere they and the records after them on their partition are held back —
+        left out of this batch and read again (``consumer.seek``; ``held`` names them) — while
+        the rest of the batch, the facts that may bind them included, is decided."""
+        try:
+            return await self.handler.handle(inputs, **kw)
+        except NotBoundYet as exc:
+            raws = {k: by_key[k] for k in exc.keys}
+            behind = await self._facts_behind({r.partition for r in raws.values()}, consumer)
+            refuse = frozenset(k for k, r in raws.items() if r.partition not in behind)
+            for r in raws.values():
+                if r.partition in behind:
+                    tp = TopicPartition(r.topic, r.partition)
+                    held[tp] = min(held.get(tp, r.offset), r.offset)
+            if held:
+                log.info("storage.bindings_behind", sessions=sorted(exc.session_ids)[:5],
+                         held={f"{tp.topic}/{tp.partition}": o for tp, o in held.items()})
+                for tp, offset in held.items():
+                    consumer.seek(tp, offset)
+
+            def kept(inp: Any) -> bool:
+                r = by_key[source_key(inp)]
+                tp = TopicPartition(r.topic, r.partition)
+                return not (tp in held and r.offset >= held[tp])
+
+            return await self.handler.handle([i for i in inputs if kept(i)], refuse=refuse,
+                                             **kw)
+
+    async def _facts_behind(self, partitions: set[int], consumer: Any) -> set[int]:
+        """Those of ``partitions`` (the observations' partitions: the same index holds their
+        Sessions' facts) where ``consumer`` has not read ``core.facts`` to its end, asked of
+        the broker now."""
+        if consumer is None:
+            return set()  # records handed in directly: nothing else to read
+        tps = [TopicPartition(self.topics.core_facts, p) for p in sorted(partitions)]
+        ends = await consumer.end_offsets(tps)
+        return {tp.partition for tp in tps if await consumer.position(tp) < ends[tp]}
 
     async def _hand_over(self, out: Outputs) -> list[Awaitable[Any]]:
         """The batch's Items and stored inputs handed to the producer, in order; their acks."""

@@ -41,6 +41,29 @@ from shared.storekeys import (
 log = get_logger(__name__)
 Json = dict[str, Any]
 STEER_LOOKBACK = 1_000  # Items read back at most to find a refused steer's messages
+# The field of a fact read from an observation that names the Runtime which sent it (facts read
+# from observations never leave storage: the name is storage's own).
+OBSERVED_BY = "observed_by"
+
+
+class NotBoundYet(Exception):
+    """Facts of observations whose Runtime is not the one their Session is bound to, as far as
+    the Sessions decided so far show. Raised before anything of the batch is written: the
+    binding may be on ``core.facts``, not read yet (it is published before the delivery that
+    the observation answers, but the two topics are read independently). The caller finds out
+    whether that partition of ``core.facts`` is read to its end; if it is, the observations
+    are refused (``handle(…, refuse=…)``), otherwise the batch is read again later."""
+
+    def __init__(self, keys: frozenset[str], session_ids: frozenset[str]) -> None:
+        super().__init__(f"observations from a Runtime the Session is not bound to: "
+                         f"{sorted(session_ids)[:5]}")
+        self.keys, self.session_ids = keys, session_ids
+
+
+def not_bound_reason(runtime_id: str, state: SessionState) -> str:
+    bound_to = (state.binding or {}).get("runtime_id")
+    return (f"runtime {runtime_id} is not the Runtime Session {state.session_id} is bound to "
+            f"({bound_to or 'none'}): its observation is refused")
 
 
 @dataclass
@@ -60,6 +83,8 @@ class Outputs:
     # from, so that each record's trace goes on in what it caused (``BatchWriter``; answers
     # given before a decision are found by their request_id)
     origins: dict[int, str] = field(default_factory=dict)
+    # source key → why: facts of observations refused (not the Session's Runtime), for the DLQ
+    refused: dict[str, str] = field(default_factory=dict)
 
     def mark(self) -> tuple[int, int]:
         return len(self.items), len(self.to_deliver)
@@ -80,6 +105,7 @@ class Outputs:
         self.replies += other.replies
         self.tenants.update(other.tenants)
         self.rest += other.rest
+        self.refused.update(other.refused)
 
 
 # What storage reads from each of its topics' schemas.
@@ -116,6 +142,9 @@ def _observed_facts(obs: typedrecords.Observation, rec: Json) -> list[Json]:
     reported, then the Turn's end."""
     out: list[Json] = []
     sid = obs.session_id
+    # every fact an observation shows names its Runtime: only the Session's bound Runtime's
+    # are decided (``StorageHandler._decide``, ``NotBoundYet``)
+    by = {OBSERVED_BY: obs.runtime_id}
     native = rec.get("native")
     obs_id = rec.get("observation_id") or (native or {}).get("uuid")
     root = rec.get("root_thread_id")
@@ -134,6 +163,7 @@ def _observed_facts(obs: typedrecords.Observation, rec: Json) -> list[Json]:
                 "turn_id": rec.get("turn_id"),
                 "text": c.text,
                 "phase": c.phase,
+                **by,
             })
         if isinstance(c, UsageReported):
             out.append({
@@ -143,6 +173,7 @@ def _observed_facts(obs: typedrecords.Observation, rec: Json) -> list[Json]:
                 "kind": "usage",
                 "turn_id": rec.get("turn_id"),
                 "usage": c.usage,
+                **by,
             })
         if isinstance(c, CallOpened):
             out.append({
@@ -154,6 +185,7 @@ def _observed_facts(obs: typedrecords.Observation, rec: Json) -> list[Json]:
                 "name": c.name,
                 "arguments": c.arguments,
                 "native_ids": c.native_ids,
+                **by,
             })
         if isinstance(c, TurnEnded) and not rec.get("native_turn_continues"):
             # (a Claude Code bridge forwards an intermediate ``result`` — a queued steer runs
@@ -167,6 +199,7 @@ def _observed_facts(obs: typedrecords.Observation, rec: Json) -> list[Json]:
                 "turn_id": rec.get("turn_id"),
                 "state": c.state,
                 "reason": _end_reason(c.state, rec.get("end_reason")),
+                **by,
             })
     return out
 
@@ -249,14 +282,17 @@ class StorageHandler:
         return states
 
     async def handle(self, inputs: list[Json], verify: frozenset[str] = frozenset(),
-                     defer_rest: bool = False, current: frozenset[str] = frozenset()
-                     ) -> Outputs:
+                     defer_rest: bool = False, current: frozenset[str] = frozenset(),
+                     refuse: frozenset[str] = frozenset()) -> Outputs:
         """``verify``: source keys that another writer may have decided although memory is
         trusted (``DecidedState.arrived``). ``defer_rest``: return after the commit point (Items
         and journal written) with the derived writes in ``Outputs.rest``; the caller must
         ``repo.apply_rest`` them before it answers anyone or decides the next batch.
         ``current``: Sessions whose documents, read from the store, need no look-up of Items
-        past them (their shard was handed over clean: ``DecidedState``)."""
+        past them (their shard was handed over clean: ``DecidedState``). ``refuse``: source
+        keys of observed facts whose Runtime is known not to be their Session's (``NotBoundYet``
+        was raised for them and ``core.facts`` is read to its end): decided as refused, nothing
+        written to the Session (``Outputs.refused``)."""
         out = Outputs()
         if not inputs:
             return out
@@ -278,6 +314,10 @@ class StorageHandler:
         idem = await self.repo.idempotency(idem_keys)
         calls = await self.repo.calls(call_keys)
         refused = await self._refused_steers(inputs, states)
+        unbound = self._not_bound(inputs, keys, states, journal)
+        if unbound - refuse:
+            raise NotBoundYet(frozenset(unbound - refuse), frozenset(
+                r["session_id"] for r, k in zip(inputs, keys, strict=True) if k in unbound))
 
         replayed: list[Json] = []
         replayed_keys: list[str] = []
@@ -297,9 +337,15 @@ class StorageHandler:
                 if j["state"] is not None:
                     _forward(states, SessionState.from_doc(j["state"]))
                 continue
-            with bound(session_id=r["session_id"], request_id=r.get("request_id"),
-                       call_id=r.get("call_id")):
-                d = self._decide(r, states, idem, calls, refused, out)
+            if key in unbound:  # (in ``refuse``: a tombstone, the reason to the DLQ)
+                held = states[r["session_id"]]
+                assert held is not None
+                out.refused[key] = not_bound_reason(str(r[OBSERVED_BY]), held)
+                d = None
+            else:
+                with bound(session_id=r["session_id"], request_id=r.get("request_id"),
+                           call_id=r.get("call_id")):
+                    d = self._decide(r, states, idem, calls, refused, out)
             if d is None:
                 tomb = self.repo.tombstone(key, r["session_id"])
                 skipped.append(tomb)
@@ -354,6 +400,31 @@ class StorageHandler:
         for item in out.items:
             state = states.get(item["session_id"])
             out.tenants[item["session_id"]] = state.tenant if state else DEFAULT_TENANT
+        return out
+
+    @staticmethod
+    def _not_bound(inputs: list[Json], keys: list[str], states: dict[str, Any],
+                   journal: dict[str, Json]) -> set[str]:
+        """Source keys of facts read from observations of a Runtime their Session is not bound
+        to: not by the state decided so far, nor by a binding fact in this batch (which is
+        decided in its place; its Runtime's observations beside it are its Session's).
+        Journaled ones are replayed as decided."""
+        binds = {(r["session_id"], r.get("runtime_id")) for r in inputs
+                 if r["schema"] == records.FACT and r.get("kind") == "binding"
+                 and r.get("status") == "bound"}
+        out = set()
+        for r, key in zip(inputs, keys, strict=True):
+            by = r.get(OBSERVED_BY)
+            if by is None or key in journal:
+                continue
+            state = states.get(r["session_id"])
+            if state is None:
+                continue  # no such Session: decided as before (a logged no-op)
+            if (state.binding or {}).get("runtime_id") == by:
+                continue
+            if (r["session_id"], by) in binds:
+                continue
+            out.add(key)
         return out
 
     async def _refused_steers(self, inputs: list[Json], states: dict[str, SessionState]

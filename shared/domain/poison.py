@@ -15,6 +15,10 @@ INVALID_FIELDS = "invalid_fields"  # a required field missing or of the wrong ty
 UNPROCESSABLE = "unprocessable"  # well-formed, but the consumer could not process it
 # well-formed, but too large for the store's document or a topic's record (shared/failures.py)
 TOO_LARGE = "too_large"
+# an observation from a Runtime its Session is not bound to (services/storage/handler.py)
+NOT_BOUND = "not_bound_runtime"
+# a record on a tenant's own input topic that names another tenant (services/admission)
+WRONG_TENANT = "wrong_tenant"
 
 
 @dataclass(frozen=True)

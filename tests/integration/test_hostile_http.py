@@ -41,6 +41,7 @@ from hypothesis import strategies as st
 
 from shared.domain.tenancy import key_entry
 from shared.kafka import encode
+from tests.support.binding import bind
 from tests.support.builders import png_data_uri
 from tests.support.system import System, SystemFactory
 
@@ -424,6 +425,7 @@ async def _open_call(core: System, sid: str) -> None:
     """The Session's Runtime opens ``OPEN_CALL`` (a Codex ``item/started`` observation, which
     storage turns into the call), so the tool-result cases reach the content rules instead of
     the 404 for an unknown call."""
+    await bind(core.settings, sid, "rt_" + "0" * 32)  # playing the dispatcher: its Runtime
     producer = AIOKafkaProducer(bootstrap_servers=core.settings.kafka_bootstrap_servers,
                                 acks="all")
     await producer.start()

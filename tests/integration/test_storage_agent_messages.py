@@ -14,6 +14,7 @@ from aiokafka import AIOKafkaProducer
 
 from shared import records
 from shared.kafka import encode, max_record_bytes
+from tests.support.binding import binding_fact
 from tests.support.builders import admitted_create
 from tests.support.system import System, SystemFactory
 
@@ -29,11 +30,26 @@ async def core(make_system: SystemFactory) -> System:
     return await make_system(services=("storage", "admission"), http_port=0)
 
 
+BOUND: set[tuple[str, str | None]] = set()  # (Session, Runtime) bindings published here
+
+
 async def publish(system: System, topic: str, *recs: Json) -> None:
+    """``recs`` on ``topic``; observations after the binding of their Session to their Runtime
+    (the test plays the dispatcher too: storage takes only the bound Runtime's)."""
     producer = AIOKafkaProducer(bootstrap_servers=system.settings.kafka_bootstrap_servers,
                                 acks="all", max_request_size=max_record_bytes(system.settings))
     await producer.start()
     try:
+        if topic == system.topics.core_facts:
+            BOUND.update((r["session_id"], r.get("runtime_id")) for r in recs
+                         if r.get("kind") == "binding")
+        if topic == system.topics.runtime_observations:
+            for sid, rt in dict.fromkeys((r["session_id"], r["runtime_id"]) for r in recs):
+                if (sid, rt) not in BOUND:
+                    BOUND.add((sid, rt))
+                    await producer.send_and_wait(system.topics.core_facts,
+                                                 encode(binding_fact(sid, rt)),
+                                                 key=sid.encode())
         for rec in recs:
             await producer.send_and_wait(topic, encode(rec), key=rec["session_id"].encode())
     finally:

@@ -20,6 +20,7 @@ from aiokafka import AIOKafkaProducer
 from shared import records
 from shared.kafka import encode, now_rfc3339
 from shared.settings import Settings
+from tests.support.binding import bind, binding_fact
 from tests.support.system import System, SystemFactory
 
 pytestmark = pytest.mark.integration
@@ -39,14 +40,18 @@ def tool_use(call_id: str, **flags: Any) -> Json:
                                      "input": {"q": 1}}]}}
 
 
+RT = "rt_" + "5" * 32  # the Runtime the test plays: each Session is bound to it first
+
+
 async def observe(system: System, sid: str, *natives: Json) -> None:
+    await bind(system.settings, sid, RT)  # (a repeat changes nothing)
     producer = AIOKafkaProducer(bootstrap_servers=system.settings.kafka_bootstrap_servers,
                                 acks="all")
     await producer.start()
     try:
         for native in natives:
             await producer.send_and_wait(system.topics.runtime_observations, encode({
-                "schema": records.OBSERVATION, "runtime_id": "rt_" + "5" * 32,
+                "schema": records.OBSERVATION, "runtime_id": RT,
                 "session_id": sid, "harness": "claude_code", "observed_at": now_rfc3339(),
                 "native": native}), key=sid.encode())
     finally:
@@ -126,10 +131,10 @@ async def test_the_storage_handler_opens_no_call_from_a_replayed_tool_use(
 
         def obs(native: Json) -> list[Json]:
             return record_to_inputs({"schema": records.OBSERVATION, "session_id": sid,
-                                     "runtime_id": "rt_" + "5" * 32, "harness": "claude_code",
+                                     "runtime_id": RT, "harness": "claude_code",
                                      "native": native})
 
-        await handler.handle([create])
+        await handler.handle([create, binding_fact(sid, RT)])
         opened = await handler.handle(obs(tool_use("toolu_1")))
         assert [i["type"] for i in opened.items] == ["function_call"]
         answered = await handler.handle([_tool_result(sid, "toolu_1")])
