@@ -12,9 +12,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.common import REPO, RESULTS_CSV, migrate_header
+from bench.common import BENCH_DIR, RESULTS_CSV, migrate_header
 
-DOC = REPO / "docs" / "benchmarks.md"
+# the working tree's page, also when the run measures a snapshot (``--ref``: BENCH_OUTPUT_DIR)
+DOC = BENCH_DIR.parent / "docs" / "benchmarks.md"
 BEGIN = ("<!-- bench-results:begin — written by `python -m bench.report` from "
          "bench/results.csv; not edited by hand -->")
 END = "<!-- bench-results:end -->"
