@@ -1,9 +1,10 @@
 """Reading stored Items back, for every service that does: by primary key only (an Item's
-``_id`` is ``<session_id>/<sequence>``, an image chunk's ``<sha256>:<n>``), with the exact
-original image URIs put back."""
+``_id`` is ``<session_id>/<sequence>``, a chunk's ``<sha256>:<n>``), with the exact original
+image URIs and long agent texts put back (``shared/image_store.py``)."""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -31,6 +32,16 @@ async def rehydrate(db: Any, items: list[Doc]) -> list[Doc]:
         for sha, r in refs.items()
     }
     return [image_store.rehydrate(it, joined) for it in items]
+
+
+async def whole(db: Any, items: list[Doc]) -> list[Doc]:
+    """``items`` as they are published: an Item decided from a stored reference (a held agent
+    message's text read back from the store as ``{"text_ref": …}``) gets its text back, in a
+    copy. Without any reference (nearly always) the list itself is returned."""
+    if not any(image_store.refs(it) for it in items):
+        return items
+    return [(await rehydrate(db, [copy.deepcopy(it)]))[0] if image_store.refs(it) else it
+            for it in items]
 
 
 async def items_by_keys(db: Any, keys: list[str]) -> list[Doc]:

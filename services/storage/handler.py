@@ -244,6 +244,16 @@ def _create_key(r: Json) -> str:
     return create_key(r.get("tenant") or DEFAULT_TENANT, r["client_request_id"])
 
 
+def _whole_reply(reply: Json, items: list[Json]) -> Json:
+    """``reply`` with its Items replaced by their whole form (``items``, by id)."""
+    body = reply.get("body")
+    if not isinstance(body, dict) or not isinstance(body.get("items"), list):
+        return reply
+    by_id = {it.get("id"): it for it in items}
+    return {**reply, "body": {**body, "items": [by_id.get(it.get("id"), it)
+                                                 for it in body["items"]]}}
+
+
 def _reply(request_id: str, err: errors.ApiError) -> Json:
     return {"request_id": request_id, "status": err.status, "body": err.body()}
 
@@ -390,11 +400,14 @@ class StorageHandler:
         traced = self.traced
         for d in fresh + repeats:  # a repeat answers again, with the same Items (same ids)
             since = out.mark() if traced else (0, 0)
-            out.items.extend(d.items)
+            # published whole: an agent message decided from a held text read back from the
+            # store holds a chunk reference (shared/image_store.py, externalize_state)
+            items = await self.repo.whole(d.items)
+            out.items.extend(items)
             if d.to_deliver is not None:
                 out.to_deliver.append(d.to_deliver)
             if d.reply is not None:
-                out.replies.append(d.reply)
+                out.replies.append(d.reply if items is d.items else _whole_reply(d.reply, items))
             if traced:
                 out.came_from(d.source_key, since, d.reply)
         for item in out.items:

@@ -123,13 +123,17 @@ class StorageRepository:
             ext, ch = images.externalize(it, self.inline_max, self.chunk_bytes)
             stored_items.append(ext)
             chunks.extend(ch)
+        # a held agent message's long text: in chunks, not in the state (shared/image_store.py)
+        state, ch = images.externalize_state(d.state.to_doc() if d.state else None,
+                                             self.inline_max, self.chunk_bytes)
+        chunks.extend(ch)
         stored = None
         if d.to_deliver is not None:
             stored = dict(d.to_deliver)
         doc: Doc = {
             "_id": d.source_key,
             "session_id": d.session_id,
-            "state": d.state.to_doc() if d.state else None,
+            "state": state,
             "items": stored_items,
             "reply": _strip_items(d.reply),
             "stored": _strip_stored(stored),
@@ -348,6 +352,9 @@ class StorageRepository:
     # ---- image rehydration for published / read Items ------------------------------
     async def rehydrate(self, items: list[Doc]) -> list[Doc]:
         return await itemstore.rehydrate(self.db, items)
+
+    async def whole(self, items: list[Doc]) -> list[Doc]:
+        return await itemstore.whole(self.db, items)
 
 
 def _journal_row(j: Doc) -> Doc:

@@ -173,7 +173,9 @@ def _agent_item(b: _Builder, turn_id: str, text: str, phase: str, source: str) -
 def _flush_said(b: _Builder, phase: str) -> None:
     """The held agent message (``SessionState.said``), published with the phase what followed
     it decided: ``commentary`` when a function call or another message of its Turn follows,
-    ``final_answer`` when its Turn ends first."""
+    ``final_answer`` when its Turn ends first. Its text is opaque here: read back from the
+    store, a long one is a chunk reference (``{"text_ref": …}``, shared/image_store.py), and
+    storage makes the Item whole before publishing it."""
     said = b.state.said
     if said is not None:
         b.state = b.state.evolve(said=None)

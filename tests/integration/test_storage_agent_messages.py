@@ -150,3 +150,83 @@ async def test_a_2_mb_answer_is_stored_and_published_whole(core: System) -> None
     assert [i["type"] for i in stored] == ["message", "turn", "message", "turn"]
     assert stored[2]["content"] == [{"type": "output_text", "text": big}]
     assert stored[3]["usage"] is None  # the harness reported none
+
+
+STORE_DOCUMENT = 16 * 1024 * 1024  # MongoDB's BSON limit (FerretDB stores larger ones)
+RT = "rt_" + "3" * 32
+
+
+async def _documents_of(system: System, sid: str) -> list[tuple[str, int]]:
+    """Every document storage keeps for the Session (its document, Items, journal entries,
+    and the chunks they point to) with its BSON size."""
+    import bson
+
+    db = system.storage.repo.db
+    out = []
+    for coll, query in ((db.sessions, {"_id": sid}), (db.items, {"_id": {"$regex": f"^{sid}/"}}),
+                        (db.journal, {"session_id": sid}), (db.image_chunks, {})):
+        async for d in coll.find(query, batch_size=1):  # one a reply: each may be large
+            out.append((str(d["_id"]), len(bson.encode(d))))
+    return out
+
+
+@pytest.mark.slow  # ~3 min on the 2-core machine: 20 MiB through Kafka and the store, twice
+async def test_an_answer_over_16_mib_is_stored_in_parts_and_published_whole(
+        make_system: SystemFactory) -> None:
+    """Issue 56: a 20 MiB answer without a harness phase (held in the Session's state until the
+    Turn's end decides it is the final answer) never makes a document over the store's 16 MiB
+    limit — the held text and the Item's text live in ordered chunks — and it is published and
+    read back whole; storage restarted in between reads the held text back from its chunks."""
+    core = await make_system(services=("storage", "admission"), http_port=0)
+    rec = admitted_create("write a whole book", harness="codex")
+    sid = rec["session_id"]
+    await publish(core, core.topics.session_admitted, rec)
+    turn_id = (await core.items.wait_for(sid, lambda i: i["type"] == "turn"))["turn_id"]
+    # the test plays the dispatcher: the Session's Runtime, whose observations storage takes
+    await publish(core, core.topics.core_facts, records.fact_record(
+        sid, f"dsp:bind:{sid}:{RT}:1", {"kind": "binding", "status": "bound",
+                                         "runtime_id": RT, "reason": None}))
+    big = ("a line of the answer, with ünïcode 𝄞\n\n" * 600_000)[: 20 * 1024 * 1024]
+    assert len(big.encode()) > 20 * 1024 * 1024
+    said = {"method": "item/completed", "params": {"threadId": "th", "turnId": "tu", "item": {
+        "type": "agentMessage", "id": "msg_huge", "text": big}}}
+    await publish(core, core.topics.runtime_observations, records.observation_record(
+        runtime_id=RT, session_id=sid, harness="codex", native=said,
+        turn_id=turn_id, observation_id=f"obs_{uuid.uuid4().hex}"))
+    db = core.storage.repo.db
+    # journaled: the create, the binding, the held message (a change without an Item: its
+    # Session document is written with it, not later)
+    for _ in range(1200):
+        if await db.journal.count_documents({"session_id": sid}) >= 3:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the held message was never journaled")
+    await asyncio.sleep(1.0)
+    too_big = [(k, n) for k, n in await _documents_of(core, sid) if n > STORE_DOCUMENT]
+    assert too_big == [], too_big
+    # a fresh storage: the held text comes back from the store, not from memory
+    from services.storage.app import StorageService
+
+    await core.stop_service("storage")
+    core.storage = StorageService(core.settings)
+    await core.storage.start()
+    try:
+        end = {"method": "turn/completed", "params": {"threadId": "th", "turn": {
+            "id": "tu", "status": "completed"}}}
+        await publish(core, core.topics.runtime_observations, records.observation_record(
+            runtime_id=RT, session_id=sid, harness="codex", native=end,
+            turn_id=turn_id, observation_id=f"obs_{uuid.uuid4().hex}"))
+        published = await core.items.wait_for(sid, lambda i: i["type"] == "message"
+                                              and i["role"] == "agent", timeout=120)
+        assert published["content"] == [{"type": "output_text", "text": big}]
+        assert published["phase"] == "final_answer"
+        await core.items.wait_for(sid, lambda i: i["type"] == "turn"
+                                  and i["state"] == "completed", timeout=60)
+        stored = await items_of(core, sid)
+        assert [i["type"] for i in stored] == ["message", "turn", "message", "turn"]
+        assert stored[2]["content"] == [{"type": "output_text", "text": big}]
+        too_big = [(k, n) for k, n in await _documents_of(core, sid) if n > STORE_DOCUMENT]
+        assert too_big == [], too_big
+    finally:
+        await core.storage.stop()
