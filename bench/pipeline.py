@@ -115,7 +115,9 @@ async def _product(infra: Infra, quick: bool, profile: bool) -> Measured:
         server.stop()
         if profile:
             progress(f"  profile and await timings: {LOGS}/profile_pipeline.txt|.html, "
-                     f"{LOGS}/product.log")
+                     f"{LOGS}/product.log; {len(collector.arrived)} Items in all: python -m "
+                     f"bench.summarize_profile {LOGS}/profile_pipeline.pyisession --items "
+                     f"{len(collector.arrived)}")
 
 
 async def _baseline(infra: Infra, quick: bool, half: float) -> Measured:

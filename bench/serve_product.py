@@ -180,7 +180,9 @@ def main() -> None:
             f.write(profiler.output_text(unicode=True, color=False, show_all=False))
         with open(args.profile + ".html", "w") as f:
             f.write(profiler.output_html())
-        print(f"profile written to {args.profile}.txt/.html", file=sys.stderr)
+        if profiler.last_session is not None:  # for python -m bench.summarize_profile
+            profiler.last_session.save(args.profile + ".pyisession")
+        print(f"profile written to {args.profile}.txt/.html/.pyisession", file=sys.stderr)
 
 
 if __name__ == "__main__":
