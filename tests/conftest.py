@@ -15,11 +15,17 @@ Where the stack comes from, in order:
    one of the two variables is set, only the other component is started.
    ``SESSION_CORE_TEST_STATE_DIR`` pins the state dir (``.ci/run`` uses it to clean up after a
    killed run).
+
+Under pytest-xdist (``make test`` runs ``-n``) the controller starts that one local stack before
+the workers exist and exports ``KAFKA_BOOTSTRAP_SERVERS`` / ``MONGODB_URI``, so every worker
+takes case 1: one stack per test run, shared by the workers, each test on its own topics and
+databases (the ``settings`` fixture). A run that names only ``tests/unit`` starts nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -50,10 +56,79 @@ hypothesis_settings.load_profile("default" if FULL else "everyday")
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every Hypothesis test (``@given`` or a state machine's TestCase) is ``deep``: `make test`
-    runs it at its everyday budget and `make test-slow` selects it again at full budget."""
+    runs it at its everyday budget and `make test-slow` selects it again at full budget.
+    Under xdist's ``--dist loadgroup`` the tests that share an expensive fixture run on one
+    worker (``_xdist_group``); the others go wherever a worker is free."""
     for item in items:
         if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             item.add_marker(pytest.mark.deep)
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """One group per launched e2e Core (``tests/e2e``, ``tests/e2e/real_codex``,
+    ``tests/e2e/real_claude``: each directory's session fixture starts its own processes), and
+    one per module with a module-scoped fixture; a worker would otherwise start each again."""
+    try:
+        rel = Path(item.path).resolve().relative_to(TESTS)
+    except ValueError:
+        return None
+    if rel.parts[0] == "e2e":
+        return "/".join(rel.parts[:-1])
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    if any(d.scope in ("module", "package", "class") for ds in defs for d in ds):
+        return str(rel)
+    return None
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
+def _only_unit_tests(config: pytest.Config) -> bool:
+    args = [a.split("::")[0] for a in config.args if not a.startswith("-")]
+    return bool(args) and all(Path(a).resolve().is_relative_to(Path(__file__).parent / "unit")
+                              for a in args)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The xdist controller's one shared stack (see the module's docstring)."""
+    if not _xdist_controller(config) or _only_unit_tests(config):
+        return
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS") and os.environ.get("MONGODB_URI"):
+        return
+    pinned = os.environ.get("SESSION_CORE_TEST_STATE_DIR")
+    state_dir = Path(pinned) if pinned else Path(tempfile.mkdtemp(prefix="session-core-stack-"))
+    st = local_stack(state_dir)
+    config.stash[_SHARED_STACK] = (st, state_dir, bool(pinned))
+    os.environ["KAFKA_BOOTSTRAP_SERVERS"] = st.bootstrap
+    os.environ["MONGODB_URI"] = st.mongodb_uri
+    os.environ[_SHARED_STACK_ENV] = json.dumps(
+        {"state_dir": str(state_dir), "kafka_port": st.kafka_port, "mongo_port": st.mongo_port})
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shared = config.stash.get(_SHARED_STACK, None)
+    if shared is None:
+        return
+    st, state_dir, pinned = shared
+    os.environ.pop("KAFKA_BOOTSTRAP_SERVERS", None)
+    os.environ.pop("MONGODB_URI", None)
+    os.environ.pop(_SHARED_STACK_ENV, None)
+    st.down()
+    if not pinned:
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+_SHARED_STACK = pytest.StashKey[tuple[Stack, Path, bool]]()
+# what a worker knows of the controller's stack: its state dir and ports (never to stop it)
+_SHARED_STACK_ENV = "SESSION_CORE_TEST_SHARED_STACK"
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +136,11 @@ def stack() -> Iterator[Stack]:
     kafka_env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     mongo_env = os.environ.get("MONGODB_URI")
     if kafka_env and mongo_env:
-        yield Stack(bootstrap=kafka_env, mongodb_uri=mongo_env, kind="external")
+        shared = json.loads(os.environ.get(_SHARED_STACK_ENV) or "{}")
+        yield Stack(bootstrap=kafka_env, mongodb_uri=mongo_env,
+                    kind="shared-local" if shared else "external",
+                    state_dir=Path(shared["state_dir"]) if shared else None,
+                    kafka_port=shared.get("kafka_port", 0), mongo_port=shared.get("mongo_port", 0))
         return
     if os.environ.get("SESSION_CORE_USE_TESTCONTAINERS") == "1" and docker_reachable():
         st = testcontainers_stack()

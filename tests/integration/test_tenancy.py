@@ -196,7 +196,8 @@ async def test_storage_refuses_another_tenants_event_that_bypassed_admission(
     assert await store_counts(t.system.settings) == before
 
 
-@pytest.mark.parametrize("auth", [None, "Bearer wrong-key", f"Basic {KEY_A}"])
+@pytest.mark.parametrize("auth", [None, "Bearer wrong-key", f"Basic {KEY_A}"],
+                         ids=["no-header", "wrong-bearer", "basic-with-a-key"])
 async def test_without_a_valid_key_nothing_is_admitted(t: Tenants, auth: str | None) -> None:
     before = await store_counts(t.system.settings)
     async with _client(t.system, None) as c:

@@ -23,7 +23,9 @@ STACK_CLI = [sys.executable, "-m", "deploy.local.stack"]
 
 @dataclass
 class Stack:
-    """Where the infrastructure is. ``kind`` is ``external``, ``testcontainers`` or ``local``."""
+    """Where the infrastructure is. ``kind`` is ``external``, ``testcontainers``, ``local``, or
+    ``shared-local``: the local stack an xdist controller started for its workers (its state dir
+    and ports are known; only the controller may stop it)."""
 
     bootstrap: str
     mongodb_uri: str
