@@ -67,6 +67,10 @@ class Settings(BaseSettings):
     topic_replication_factor: int = 1  # replication factor of created topics
     topic_retention_ms: int = 7 * 24 * 3600 * 1000  # retention.ms of created topics; -1 = forever
     create_topics: bool = True  # create missing topics at start (local); false in the chart
+    # comma-separated tenants with input topics of their own, ``session.input.<tenant>`` and
+    # ``session.input.results.<tenant>``: a record there is that tenant's, whatever it names
+    # (the broker's ACLs decide who may write there: docs/security.md)
+    input_tenants: str = ""
 
     # --- logging ---------------------------------------------------------------------
     log_level: str = "INFO"  # DEBUG | INFO | WARNING | ERROR

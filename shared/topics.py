@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shared.domain.tenancy import is_tenant
 from shared.settings import Settings
 
 
 @dataclass(frozen=True)
 class Topics:
     prefix: str = ""
+    # tenants with input topics of their own (``SESSION_CORE_INPUT_TENANTS``)
+    tenants: tuple[str, ...] = ()
 
     def _t(self, name: str) -> str:
         return f"{self.prefix}{name}"
@@ -22,6 +25,26 @@ class Topics:
     @property
     def session_input_results(self) -> str:
         return self._t("session.input.results")
+
+    def tenant_input(self, tenant: str) -> str:
+        """``session.input.<tenant>``: only that tenant's producers may write here (ACLs)."""
+        return self._t(f"session.input.{tenant}")
+
+    def tenant_input_results(self, tenant: str) -> str:
+        """``session.input.results.<tenant>``: the answers to that tenant's input topic."""
+        return self._t(f"session.input.results.{tenant}")
+
+    def input_tenant(self, topic: str) -> str | None:
+        """The tenant whose input topic ``topic`` is; None for the shared ``session.input``."""
+        for tenant in self.tenants:
+            if topic == self.tenant_input(tenant):
+                return tenant
+        return None
+
+    def input_results(self, topic: str) -> str:
+        """Where the answers to a record of the input topic ``topic`` go."""
+        tenant = self.input_tenant(topic)
+        return self.session_input_results if tenant is None else self.tenant_input_results(tenant)
 
     @property
     def session_admitted(self) -> str:
@@ -86,6 +109,8 @@ class Topics:
             self.core_facts,
             self.runtime_control,
         ]
+        for tenant in self.tenants:
+            base += [self.tenant_input(tenant), self.tenant_input_results(tenant)]
         return base + [self.dlq(t) for t in base]
 
     @property
@@ -94,7 +119,19 @@ class Topics:
 
 
 def topics_for(settings: Settings) -> Topics:
-    return Topics(prefix=settings.topic_prefix)
+    return Topics(prefix=settings.topic_prefix, tenants=input_tenants(settings))
+
+
+def input_tenants(settings: Settings) -> tuple[str, ...]:
+    """``SESSION_CORE_INPUT_TENANTS`` parsed: tenant names without a dot, and not ``results``
+    (``session.input.results`` is the shared answers' topic, and with dots one tenant's input
+    topic could be another's answers: ``results.acme``). ValueError for a bad one."""
+    out = tuple(t.strip() for t in settings.input_tenants.split(",") if t.strip())
+    bad = [n for n, t in enumerate(out) if not is_tenant(t) or "." in t or t == "results"]
+    if bad:
+        raise ValueError(f"SESSION_CORE_INPUT_TENANTS: entry {bad[0] + 1} is not a tenant name "
+                         "that can name a topic (letters, digits, _ and -; not 'results')")
+    return tuple(dict.fromkeys(out))
 
 
 # --- topics as declared state (``session-core topics``, the chart's topics Job) ---------------

@@ -15,7 +15,7 @@ from services.admission.serving import HttpServer
 from services.admission.tails import ItemTail, ReplyTail
 from shared import tracing
 from shared.coreservice import CoreService
-from shared.domain.poison import Poison
+from shared.domain.poison import WRONG_TENANT, Poison
 from shared.failures import settle
 from shared.kafka import broker_watch, ensure_topics, make_producer, publish
 from shared.logging import bound, get_logger
@@ -37,7 +37,10 @@ class AdmissionService(CoreService):
                                    self.items, self.watches, self.tracer)
         self.http = build_http_app(settings, lambda: self.admission, self.ready, self.tracer)
         self.server: HttpServer | None = None
-        self.subscriber(self.topics.session_input, group=GROUP)(self.on_input)
+        # the shared input topic and each tenant's own (SESSION_CORE_INPUT_TENANTS)
+        self.subscriber(self.topics.session_input,
+                        *(self.topics.tenant_input(t) for t in self.topics.tenants),
+                        group=GROUP)(self.on_input)
 
     async def on_input(self, body: Any, msg: KafkaMessage) -> None:
         """One ``session.input`` record → the same answer the HTTP API would give, or the DLQ
@@ -57,12 +60,20 @@ class AdmissionService(CoreService):
             return
         rid = value["request_id"]
         size = len(raw.value or b"")
+        # on a tenant's own input topic the tenant is the topic's; the answer goes to its own
+        # results topic (docs/security.md, "Tenants on Kafka")
+        tenant = self.topics.input_tenant(raw.topic)
+        results = self.topics.input_results(raw.topic)
+        forged = inputs.wrong_tenant(value, tenant)
+        if forged is not None:  # answered 400 below (its producer learns why), and kept
+            log.warning("admission.input_wrong_tenant", topic=raw.topic)
+            await self.dlq.record(raw, Poison(WRONG_TENANT, forged))
 
         async def answer(values: list[dict[str, Any]]) -> None:
             for v in values:
-                got = await inputs.answer(self.admission, v, size, self.settings.max_body_bytes)
-                await publish(self.broker, self.topics.session_input_results,
-                              inputs.result(rid, got), rid, self.tracer)
+                got = await inputs.answer(self.admission, v, size, self.settings.max_body_bytes,
+                                          topic_tenant=tenant)
+                await publish(self.broker, results, inputs.result(rid, got), rid, self.tracer)
 
         with bound(request_id=rid[:128]):
             # an answer that can never be published (too large for the results topic) goes

@@ -32,16 +32,32 @@ def addressed_value(value: Any) -> dict[str, Any] | Poison:
     return value
 
 
+def wrong_tenant(value: dict[str, Any], topic_tenant: str | None) -> str | None:
+    """Why a record of a tenant's own input topic is refused — it names another tenant — or
+    None. On ``session.input.<tenant>`` the tenant is the topic's (the broker's ACLs let only
+    that tenant's principals write there); a ``tenant`` field may repeat it, never change it."""
+    if topic_tenant is None or "tenant" not in value or value["tenant"] == topic_tenant:
+        return None
+    return (f"the record names tenant {str(value['tenant'])[:64]!r} on the input topic of "
+            f"tenant {topic_tenant!r}: a record there is that tenant's")
+
+
 async def answer(admission: Admission, value: dict[str, Any], size: int,
-                 max_body_bytes: int) -> Answer:
-    """What the HTTP API would answer; a 400 when the record is not a valid request."""
+                 max_body_bytes: int, topic_tenant: str | None = None) -> Answer:
+    """What the HTTP API would answer; a 400 when the record is not a valid request.
+    ``topic_tenant``: the tenant whose own input topic the record was read from (None: the
+    shared ``session.input``)."""
     if size > max_body_bytes:
         return Answer.error(body_too_large(max_body_bytes))
     op = value.get("op")
     body = {k: v for k, v in value.items() if k not in ENVELOPE}
-    # Producers of session.input are trusted by Kafka ACLs: a record names its tenant, or
-    # belongs to the default tenant (docs/security.md).
-    tenant = value.get("tenant", DEFAULT_TENANT)
+    why = wrong_tenant(value, topic_tenant)
+    if why is not None:
+        return Answer.error(errors.invalid(why, "tenant"))
+    # On a tenant's own topic the tenant is the topic's. Producers of the shared topic are
+    # trusted by Kafka ACLs to act for any tenant: a record names its tenant, or belongs to
+    # the default tenant (docs/security.md).
+    tenant = topic_tenant if topic_tenant is not None else value.get("tenant", DEFAULT_TENANT)
     if not is_tenant(tenant):
         return Answer.error(errors.invalid(f"tenant must match {TENANT_RE.pattern}", "tenant"))
     if op == records.OP_CREATE:

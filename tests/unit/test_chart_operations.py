@@ -274,7 +274,8 @@ def test_strimzi_topics_are_the_declared_topics() -> None:
     from shared.settings import Settings
     from shared.topics import Topics, declared_topics
 
-    docs = render("--values", str(ALL_OPTIONAL), "--set=config.SESSION_CORE_TOPIC_PREFIX=p.")
+    docs = render("--values", str(ALL_OPTIONAL), "--set=config.SESSION_CORE_TOPIC_PREFIX=p.",
+                  "--set=config.SESSION_CORE_INPUT_TENANTS=acme\\, globex")
     topics = {t["spec"]["topicName"]: t["spec"] for t in kind(docs, "KafkaTopic")}
     values = yaml.safe_load((CHART / "values.yaml").read_text())["config"]
     s = Settings(topic_prefix="p.", topic_partitions=values["SESSION_CORE_TOPIC_PARTITIONS"],
@@ -282,7 +283,9 @@ def test_strimzi_topics_are_the_declared_topics() -> None:
                  topic_retention_ms=values["SESSION_CORE_TOPIC_RETENTION_MS"])
     from shared.kafka import max_record_bytes
 
-    declared = declared_topics(s, Topics(prefix="p."), max_record_bytes(s))
+    declared = declared_topics(s, Topics(prefix="p.", tenants=("acme", "globex")),
+                               max_record_bytes(s))
+    assert "p.session.input.results.globex.dlq" in {d.name for d in declared}
     assert set(topics) == {d.name for d in declared}
     for d in declared:
         t = topics[d.name]
