@@ -91,11 +91,13 @@ env: ## print KAFKA_BOOTSTRAP_SERVERS / MONGODB_URI for the running stack
 # target here masks it, so "no tests" fails the build.
 EVERYDAY     := not slow and not faults and not chaos and not hostile
 # make test's workers (pytest-xdist): its tests mostly wait on the stack, so more workers than
-# cores; they share the one stack the controller starts (tests/conftest.py). TEST_WORKERS=0: serial
+# cores; they share the one stack the controller starts (tests/conftest.py). TEST_WORKERS=0: serial.
+# The tests marked `timing` (they bound wall time) run afterwards, alone.
 TEST_WORKERS ?= 4
 XDIST        := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadgroup)
 test: install deploy-tools ## unit + integration + e2e, the everyday command (one private stack on free ports, TEST_WORKERS=4 workers; Hypothesis at its everyday budget)
-	$(PY) -m pytest $(XDIST) -m "$(EVERYDAY)" $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m "$(EVERYDAY) and not timing" $(PYTEST_ARGS)
+	$(PY) -m pytest -p no:xdist -m "$(EVERYDAY) and timing" $(PYTEST_ARGS)
 
 test-slow: install deploy-tools ## what make test leaves out: the slow cases (-m slow) and every Hypothesis test again at full budget (CI)
 	SESSION_CORE_TEST_BUDGET=full $(PY) -m pytest -m "(slow or deep) and not faults and not chaos and not hostile" $(PYTEST_ARGS)

@@ -45,6 +45,9 @@ from session_core_client.core import (
     Tries,
 )
 
+# bounds wall time: `make test` runs it after the parallel run, alone (pyproject's `timing`)
+pytestmark = pytest.mark.timing
+
 SID = "session_" + "a" * 32
 CREATED = {"id": SID, "items": []}
 

@@ -17,6 +17,7 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
 from aiokafka import TopicPartition
 
 from services.receipts.progress import StreamReader
@@ -24,6 +25,9 @@ from services.receipts.tracker import Tracker
 from services.receipts.verdicts import FIRE_EVERY_S
 from shared.domain.receipts import Expected
 from tests.support.fakes.receipts import Facts, MemoryReceiptStore
+
+# bounds wall time: `make test` runs it after the parallel run, alone (pyproject's `timing`)
+pytestmark = pytest.mark.timing
 
 TOPIC = "obs"
 FETCH_MAX_WAIT = 0.5  # aiokafka's default fetch_max_wait_ms

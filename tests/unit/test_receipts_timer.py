@@ -14,6 +14,9 @@ from services.receipts.verdicts import RETRY_S
 from shared.domain.receipts import REASON_TIMEOUT, Expected, State
 from tests.support.fakes.receipts import Clock, Facts, MemoryReceiptStore, tracker
 
+# bounds wall time: `make test` runs it after the parallel run, alone (pyproject's `timing`)
+pytestmark = pytest.mark.timing
+
 
 def expected(cid: str) -> Expected:
     return Expected(harness="claude_code", session_id="s1", call_id=cid, name="f",

@@ -13,6 +13,9 @@ import pytest
 from services.storage import sessionwriter
 from services.storage.sessionwriter import SessionWriter
 
+# bounds wall time: `make test` runs it after the parallel run, alone (pyproject's `timing`)
+pytestmark = pytest.mark.timing
+
 Doc = dict[str, Any]
 
 
