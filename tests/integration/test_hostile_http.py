@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
 import json
 import socket
 import struct
@@ -36,6 +37,8 @@ from typing import Any
 import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from bson.codec_options import CodecOptions
+from bson.raw_bson import RawBSONDocument
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
@@ -147,8 +150,11 @@ class Listener:
 # ---- what was written: the snapshot ---------------------------------------------------------
 
 class Writes:
-    """Document counts per collection and end offsets of the topics admission and storage
-    write; equal snapshots before and after a 4xx answer mean it wrote nothing."""
+    """Per collection, its document count and a digest of every document's stored bytes (in
+    ``_id`` order), and the end offsets of the topics admission and storage write; equal
+    snapshots before and after a 4xx answer mean it wrote nothing — no insert, no delete, and
+    no update in place (a changed field changes the digest; FerretDB v1 has no change streams
+    to watch instead)."""
 
     def __init__(self, system: System) -> None:
         self.system = system
@@ -174,13 +180,25 @@ class Writes:
         assert self.consumer is not None
         db = self.system.admission.db
         names = sorted(await db.list_collection_names())
-        counts = tuple([(n, await db[n].count_documents({})) for n in names])
+        counts = tuple([(n, *await _digest(db.get_collection(n, codec_options=RAW)))
+                        for n in names])
         ends = await self.consumer.end_offsets(self.tps)
         return counts, tuple(sorted((f"{tp.topic}/{tp.partition}", o) for tp, o in ends.items()))
 
     async def stop(self) -> None:
         if self.consumer is not None:
             await self.consumer.stop()
+
+
+RAW: CodecOptions[RawBSONDocument] = CodecOptions(document_class=RawBSONDocument)
+
+
+async def _digest(coll: Any) -> tuple[int, str]:
+    h, n = hashlib.sha256(), 0
+    async for doc in coll.find({}, sort=[("_id", 1)]):
+        h.update(doc.raw)
+        n += 1
+    return n, h.hexdigest()
 
 
 @dataclass
@@ -469,7 +487,15 @@ async def _run(core: System, work: Callable[[Harness, str, int], None], name: st
     assert created.status_code == 201, created.text
     sid = created.json()["id"]
     await _open_call(core, sid)
-    assert await writes.snapshot() != before  # the snapshot does see a write
+    after_create = await writes.snapshot()
+    assert after_create != before  # the snapshot does see a write
+    # ... and an update in place that leaves every count and offset as it was
+    sessions = core.admission.db["sessions"]
+    one = await sessions.find_one({})
+    assert one is not None
+    await sessions.update_one({"_id": one["_id"]}, {"$set": {"hostile_probe": 1}})
+    assert await writes.snapshot() != after_create
+    await sessions.update_one({"_id": one["_id"]}, {"$unset": {"hostile_probe": ""}})
     started = time.monotonic()
     try:
         with audited(audit):
