@@ -285,18 +285,21 @@ def test_the_chart_tracing_block_sets_the_standard_variables() -> None:
     assert out.returncode != 0 and "tracing.endpoint" in out.stderr
 
 
-def test_configure_builds_the_exporters_the_variables_name(capfd: pytest.CaptureFixture[str]
-                                                           ) -> None:
-    try:
-        assert tracing.configure({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
-        assert tracing.ON and tracing.tracer("admission") is not None  # no span: nothing sent
-        assert tracing.configure({"OTEL_TRACES_EXPORTER": "console"})
-        t = tracing.tracer("storage")
-        assert t is not None
-        t.start_span("to the console").end()
-    finally:
-        tracing.disable()  # flushes the batch processor
-    printed = json.loads(capfd.readouterr().out)
+CONSOLE = """
+from shared import tracing
+assert tracing.configure({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
+assert tracing.ON and tracing.tracer("admission") is not None  # no span: nothing is sent
+assert tracing.configure({"OTEL_TRACES_EXPORTER": "console"})
+tracing.tracer("storage").start_span("to the console").end()
+tracing.disable()  # flushes the batch processor
+assert tracing.tracer("storage") is None
+"""
+
+
+def test_configure_builds_the_exporters_the_variables_name() -> None:
+    out = subprocess.run([sys.executable, "-c", CONSOLE],
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                         text=True, timeout=60, check=True)
+    printed = json.loads(out.stdout)
     assert printed["name"] == "to the console"
     assert printed["resource"]["attributes"]["service.name"] == "session-core-storage"
-    assert tracing.tracer("storage") is None
