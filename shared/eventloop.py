@@ -4,8 +4,8 @@
 Why uvloop: each request crosses many awaits (HTTP, the hand-over to Kafka, storage's batch,
 the store's round trips, the reply), and the services spend a large share of their CPU in the
 loop itself. On the pipeline benchmark the product stored ~20 % more Items per second with both
-sides on uvloop than with both on asyncio's loop (docs/benchmarks.md, "Diagnostics and changes
-of 2026-12-03 (afternoon)"). Nothing in the services depends on which loop runs them."""
+sides on uvloop than with both on asyncio's loop (docs/decisions.md, "uvloop"). Nothing in the
+services depends on which loop runs them."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ A batch's offsets may be committed once its records are durable in the store and
 acknowledged by the broker; nothing requires the next batch to wait for that commit. Kafka 4's
 group coordinator holds each write to ``__consumer_offsets`` for
 ``group.coordinator.append.linger.ms`` (5 ms by default) before it answers, so a commit awaited
-between batches cost every batch that much and more (docs/benchmarks.md, "Changes of
-2026-12-04 (late night)"). ``OffsetCommits`` commits from a task of its own while the next
+between batches cost every batch that much and more (docs/decisions.md, "Offsets committed
+behind the batch"). ``OffsetCommits`` commits from a task of its own while the next
 batch is written: one commit in flight at a time; the offsets of the batches finished
 meanwhile go together in the next one, never backwards, and only for partitions the consumer
 still owns.

@@ -65,7 +65,8 @@ Write = Callable[[dict[str, Doc]], Awaitable[None]]
 RETRY_S = 0.5  # after a failed write (the store away): the states stay, newer ones supersede
 # Sessions written per round: one command of SESSIONS_PER_UPDATE statements. On FerretDB v1
 # each statement is its own transaction, so a round holds SQLite's write lock for its length
-# and the batch's commit waits behind it: ~16 ms, not the ~130-180 ms of 256 (docs/storage.md).
+# and the batch's commit waits behind it: ~16 ms, not the ~130-180 ms of 256 (docs/decisions.md,
+# "The Session writer is paced, and held back only while storage is behind").
 PER_ROUND = 32
 PACE = 3.0  # rest after a round, as a multiple of the round's duration, while more is due
 LAG_ITEMS = 16  # a Session this many Items behind its document is due

@@ -163,7 +163,7 @@ def free_port() -> int:
 def free_ports(n: int) -> list[int]:
     """``n`` distinct ports the OS has just handed out. Each socket stays bound until all are
     picked: a port closed before the next is asked for can be handed out again (a clean CI run
-    once gave Kafka and FerretDB the same port, 2026-12-01)."""
+    once gave Kafka and FerretDB the same port)."""
     with contextlib.ExitStack() as held:
         ports = []
         for _ in range(n):
