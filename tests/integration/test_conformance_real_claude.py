@@ -50,7 +50,8 @@ async def test_real_claude_adapter(settings: Settings, corrupt: str | None,
         assert "content: the joined text differs" in detail["text_exactness"], detail
         assert {r.name for r in results if r.status == "PASS"} == {
             "message_images", "function_result_images", "text_exactness", "release_handling",
-            "no_replay_synthetic_subagent", "receipt_within_10s", "claude_64_bound"}
+            "no_replay_synthetic_subagent", "receipt_within_10s", "claude_64_bound",
+            "interrupt"}
     else:
         passed = {r.name for r in results if r.status == "PASS"}
         assert passed, "every case failed: the broken driver proved nothing"

@@ -22,7 +22,8 @@ except FileNotFoundError:  # pragma: no cover
     unavailable("codex is not installed (python3 -m deploy.local.stack install)", module=True)
 
 CODEX_CASES = ("message_images", "function_result_images", "text_exactness",
-               "release_handling", "no_replay_synthetic_subagent", "receipt_within_10s")
+               "release_handling", "no_replay_synthetic_subagent", "receipt_within_10s",
+               "interrupt")
 
 
 async def test_the_real_codex_adapter_passes_every_applicable_case(settings: Settings) -> None:

@@ -28,6 +28,8 @@ claude_64_bound                Claude Code: 63 and 64 user messages in a Turn ar
                                and a batch that would pass 64 are refused before any part is
                                submitted (refusal code turn_message_bound_exceeded), and the
                                native Turn ends failed
+interrupt                      Core failed a running Turn (``kind: "interrupt"``): the native
+                               Turn ends, and a result for its pending call is not applied
 =============================  ==================================================================
 """
 

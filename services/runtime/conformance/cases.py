@@ -262,6 +262,24 @@ async def case_claude_64_bound(wire: Wire, rt: RuntimeUnderTest) -> str:
     return "63 and 64 taken; 65th message and a 2-message batch past 64 refused, Turn failed"
 
 
+async def case_interrupt(wire: Wire, rt: RuntimeUnderTest) -> str:
+    """Core failed a Turn the Runtime runs (``kind: "interrupt"``, docs/runtime-boundary.md):
+    the native Turn ends, and the call it was waiting on is not applied afterwards."""
+    if _no_functions(rt):
+        return _skip(f"{rt.harness} has no public functions")
+    p = Probe(wire, rt)
+    call = await p.open_call("slow_tool", {"case": "interrupt"})
+    exp = p.expected(call, True, result_content("late", None))
+    await p.send_interrupt(call.turn_id, "conformance: Core failed the Turn")
+    if await p.turn_end(call.turn_id) is None:
+        raise Failed("the native Turn did not end after an interrupt of it")
+    await p.send_result(call, True, "late", None)
+    verdict, _, _ = await p.receipt(exp, wait_s=5)
+    if isinstance(verdict, receipts.Confirmed):
+        raise Failed("a result for the interrupted Turn's call was applied")
+    return "the native Turn ended on the interrupt; a later result for its call not applied"
+
+
 def _failed_end(obs: Json) -> bool:
     c = classify("claude_code", obs.get("native"))
     return isinstance(c, TurnEnded) and c.state == "failed"
@@ -276,6 +294,7 @@ CASE_FUNCS: dict[str, Case] = {
     "no_replay_synthetic_subagent": case_no_replay_synthetic_subagent,
     "receipt_within_10s": case_receipt_within_10s,
     "claude_64_bound": case_claude_64_bound,
+    "interrupt": case_interrupt,
 }
 
 

@@ -19,6 +19,7 @@ from shared.domain.harnesses import codex
 from shared.domain.observations import CallOpened, TurnEnded, classify
 from shared.domain.wire import (
     function_result_delivery,
+    interrupt_delivery,
     message_delivery,
 )
 from shared.ids import new_id
@@ -68,6 +69,7 @@ CASES = (
     "no_replay_synthetic_subagent",
     "receipt_within_10s",
     "claude_64_bound",
+    "interrupt",
 )
 
 
@@ -227,6 +229,14 @@ class Probe:
             delivery_id=did, runtime_id=self.rt.runtime_id, session_id=self.session_id,
             turn_id=turn_id, kind=kind, messages=messages,  # type: ignore[arg-type]
         ))
+        return did
+
+    async def send_interrupt(self, turn_id: str, reason: str) -> str:
+        """Core failed ``turn_id``: the Runtime is to end the native Turn."""
+        did = "int_" + new_id("dlv").removeprefix("dlv_")
+        await self.wire.deliver(interrupt_delivery(
+            delivery_id=did, runtime_id=self.rt.runtime_id, session_id=self.session_id,
+            turn_id=turn_id, reason=reason))
         return did
 
     async def send_result(self, call: Call, success: bool, output: Any, error: str | None
