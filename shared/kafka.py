@@ -129,8 +129,8 @@ def make_broker(settings: Settings, client_id: str) -> KafkaBroker:
 # flight per broker; records sent meanwhile wait in the next batch of their partition, and
 # ``send`` itself waits once that batch is full. At aiokafka's default (16 KiB, ~40 Items of a
 # verdict) a storage batch of 233 verdicts over 6 partitions handed its Items over in 19 ms, one
-# of 120 in 6 ms: its Items waited for produce round trips (docs/benchmarks.md, "Changes of
-# 2026-12-04 (afternoon)", "Producer batches of 1 MiB"). 1 MiB holds a batch's records, and
+# of 120 in 6 ms: its Items waited for produce round trips (docs/decisions.md, "Producer batches
+# of 1 MiB"). 1 MiB holds a batch's records, and
 # stays below every topic's max.message.bytes (``max_record_bytes``: 1 MiB + twice the largest
 # body; tests/unit/test_kafka_producer_batches.py).
 PRODUCER_BATCH_BYTES = 1 << 20
@@ -138,7 +138,7 @@ PRODUCER_BATCH_BYTES = 1 << 20
 # acks (storage's). aiokafka's sender runs only once the hand-over yields, so the batch's records
 # are queued by then; a linger only held that request back, 2 ms of every batch's cycle (and
 # records sent while a request is in flight still go together in the next). Measured with the
-# receipts and pipeline cases (docs/benchmarks.md, "Changes of 2026-12-04 (evening)").
+# receipts and pipeline cases (docs/decisions.md, "Storage's producer has no linger").
 HANDOVER_LINGER_MS = 0
 
 
