@@ -90,7 +90,8 @@ def _target(t: str) -> str:
 
 def render(rows: Sequence[dict[str, str]], date: str) -> str:
     mine = [r for r in rows if r["date"] == date]
-    med = [r for r in mine if r.get("repeat") == "median" and r["case"] != "0_run"]
+    med = sorted((r for r in mine if r.get("repeat") == "median" and r["case"] != "0_run"),
+                 key=lambda r: r["case"][:1])  # by case number, each in its run order
     meta = next((r for r in mine if r["case"] == "0_run"), None)
     repeats = sorted({r["repeat"] for r in mine if r.get("repeat", "").isdigit()}, key=int)
     commit = mine[0]["commit"] if mine else "?"
