@@ -275,7 +275,8 @@ def test_strimzi_topics_are_the_declared_topics() -> None:
     from shared.topics import Topics, declared_topics
 
     docs = render("--values", str(ALL_OPTIONAL), "--set=config.SESSION_CORE_TOPIC_PREFIX=p.",
-                  "--set=config.SESSION_CORE_INPUT_TENANTS=acme\\, globex")
+                  "--set=config.SESSION_CORE_INPUT_TENANTS=acme\\, globex",
+                  "--set=kafkaAcls.enabled=false")
     topics = {t["spec"]["topicName"]: t["spec"] for t in kind(docs, "KafkaTopic")}
     values = yaml.safe_load((CHART / "values.yaml").read_text())["config"]
     s = Settings(topic_prefix="p.", topic_partitions=values["SESSION_CORE_TOPIC_PARTITIONS"],

@@ -79,9 +79,13 @@ print 33554432 as 3.3554432e+07: whole numbers are printed as integers.
 {{- end -}}
 
 {{/* env entries for the credentials (secretKeyRef) and the Kafka CA file. */}}
+{{/* For one service (dict root, svc): with svc.kafkaSasl.secretName its own Kafka SASL
+credentials (its own principal, docs/security.md) instead of the shared ones. */}}
 {{- define "session-core.secretEnv" -}}
-{{- range $name, $ref := .Values.secretEnv }}
-{{- if $ref.name }}
+{{- $own := (.svc.kafkaSasl | default dict).secretName | default "" }}
+{{- $sasl := list "SESSION_CORE_KAFKA_SASL_USERNAME" "SESSION_CORE_KAFKA_SASL_PASSWORD" }}
+{{- range $name, $ref := .root.Values.secretEnv }}
+{{- if and $ref.name (not (and $own (has $name $sasl))) }}
 - name: {{ $name }}
   valueFrom:
     secretKeyRef:
@@ -89,9 +93,21 @@ print 33554432 as 3.3554432e+07: whole numbers are printed as integers.
       key: {{ $ref.key }}
 {{- end }}
 {{- end }}
-{{- if .Values.kafkaTls.caSecret.name }}
+{{- if $own }}
+- name: SESSION_CORE_KAFKA_SASL_USERNAME
+  valueFrom:
+    secretKeyRef:
+      name: {{ $own }}
+      key: {{ .svc.kafkaSasl.usernameKey | default "username" }}
+- name: SESSION_CORE_KAFKA_SASL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $own }}
+      key: {{ .svc.kafkaSasl.passwordKey | default "password" }}
+{{- end }}
+{{- if .root.Values.kafkaTls.caSecret.name }}
 - name: SESSION_CORE_KAFKA_SSL_CAFILE
-  value: {{ printf "%s/%s" (trimSuffix "/" .Values.kafkaTls.mountPath) .Values.kafkaTls.caSecret.key | quote }}
+  value: {{ printf "%s/%s" (trimSuffix "/" .root.Values.kafkaTls.mountPath) .root.Values.kafkaTls.caSecret.key | quote }}
 {{- end }}
 {{- end -}}
 
