@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tests.support.chaos import API_KEY, Row, table
+from tests.support.chaosreal import ModelProcess
 from tests.support.processes import Core, launched
 from tests.support.stack import Stack, local_stack
 
@@ -63,6 +64,50 @@ def chaos_core(chaos_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> 
     }
     with launched(chaos_stack, tmp_path_factory.mktemp("chaos-logs"), RUNTIMES, API_KEY, env,
                   prefix="c", label="chaos", show_logs=True) as c:
+        yield c
+
+
+def real_runtimes(model_url: str) -> dict[str, list[str]]:
+    """One real ``codex app-server`` Runtime and one real ``claude`` Runtime (``--engine
+    real``), both on the scripted model server."""
+    return {
+        "codex_real": ["--harness", "codex", "--engine", "real", "--placements", "none",
+                       "--model-base-url", model_url + "/v1"],
+        "claude_real": ["--harness", "claude_code", "--engine", "real", "--placements", "none",
+                        "--model-base-url", model_url],
+    }
+
+
+@pytest.fixture(scope="session")
+def real_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelProcess]:
+    m = ModelProcess(tmp_path_factory.mktemp("chaos-model"))
+    m.start()
+    try:
+        yield m
+    finally:
+        m.stop()
+
+
+@pytest.fixture(scope="session")
+def real_core(chaos_stack: Stack, real_model: ModelProcess,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Core]:
+    """A second Core on the chaos stack (topics and database of its own) whose only Runtimes
+    drive the real binaries."""
+    from services.runtime.claude import process as claude_process
+    from services.runtime.live import default_binary
+    from tests.support.skips import unavailable
+
+    try:
+        default_binary("codex")
+    except FileNotFoundError:
+        unavailable("codex not installed (python3 -m deploy.local.stack install)")
+    if not Path(claude_process.default_binary()).exists():
+        unavailable("claude not installed (python3 -m deploy.local.stack install)")
+    env = {"SESSION_CORE_STORAGE_REPLY_TIMEOUT_MS": "10000",
+           "SESSION_CORE_BINDING_WAIT_TIMEOUT_S": "60"}
+    with launched(chaos_stack, tmp_path_factory.mktemp("chaos-real-logs"),
+                  real_runtimes(real_model.url), API_KEY, env, prefix="cr",
+                  label="chaos real", show_logs=True) as c:
         yield c
 
 

@@ -529,7 +529,8 @@ def _base(delivery_id: str) -> tuple[str, int]:
 
 def _check_deliveries(v: Verdict, run: SessionRun, deliveries: list[Json],
                       observations: list[Json],
-                      fault_calls: frozenset[str] | set[str] = frozenset()) -> None:
+                      fault_calls: frozenset[str] | set[str] = frozenset(),
+                      turns_may_fail: bool = False) -> None:
     """Every acked input has a delivery record carrying it exactly as sent (a ``start`` or
     ``steer`` holding the message, or a ``function_result`` for its call with its output as
     content), all under one delivery (a republication after a crash repeats the same
@@ -578,6 +579,8 @@ def _check_deliveries(v: Verdict, run: SessionRun, deliveries: list[Json],
                                            "(turn ended) and never handed over again")
         elif refusal.get("call_id") in fault_calls and refusal.get("kind") == "function_result":
             continue  # a result for a call the killed harness can no longer take
+        elif turns_may_fail and refusal.get("kind") in ("start", "steer"):
+            continue  # the Turn's input, refused as its harness died (the Turn-state check)
         else:
             v.delivery_problems.append(f"s{run.index}: the Runtime refused {did}: "
                                        f"{refusal.get('reason')}")
@@ -732,7 +735,8 @@ def check(load: Load, store: dict[str, list[Json]], topic: dict[str, list[Json]]
             last = in_store[0]
         mine = (deliveries or {}).get(sid, []), (observations or {}).get(sid, [])
         if deliveries is not None:
-            _check_deliveries(v, run, *mine, fault_calls=load.fault_calls)
+            _check_deliveries(v, run, *mine, fault_calls=load.fault_calls,
+                              turns_may_fail=load.turns_may_fail)
         _check_verdicts_and_turns(v, run, items, load.fault_calls, load.turns_may_fail)
         if deliveries is not None:  # after the verdicts: it reads ``v.late``
             _check_receipts(v, run, items, *mine)
@@ -928,8 +932,9 @@ async def verify(api: httpx.AsyncClient, core: Any, load: Load, since: Offsets,
 def done_at(inp: Input, topic: list[Json], deliveries: list[Json]) -> float:
     """When the system had finished with ``inp`` (wall clock, from the records' Kafka
     timestamps): the latest of its Item's first publication on ``session.items``, the first
-    ``runtime.deliveries`` record carrying it and, for a function result, its call's verdict's
-    first publication. ``inf`` when one of them is missing (a loss: the checks report it)."""
+    ``runtime.deliveries`` record carrying it and, for a message, the end of the Turn it ran in
+    (the harness works on it until then); for a function result, its call's verdict's first
+    publication. ``inf`` when one of them is missing (a loss: the checks report it)."""
     def first(stamps: list[float]) -> float:
         return min(stamps) if stamps else float("inf")
 
@@ -941,11 +946,15 @@ def done_at(inp: Input, topic: list[Json], deliveries: list[Json]) -> float:
         delivered = first([d[TS] for d in deliveries if d.get("kind") == "function_result"
                            and d.get("call_id") == inp.call_id])
         return max(item, verdict, delivered)
-    item = first([it[TS] for it in topic if it.get("type") == "message"
-                  and inp.key in [p.get("text") for p in it.get("content", [])]])
+    mine = [it for it in topic if it.get("type") == "message"
+            and inp.key in [p.get("text") for p in it.get("content", [])]]
+    item = first([it[TS] for it in mine])
     delivered = first([d[TS] for d in deliveries if d.get("kind") in ("start", "steer")
                        and any(m.get("content") == inp.content for m in d.get("messages", []))])
-    return max(item, delivered)
+    turns = {it.get("turn_id") for it in mine}
+    ended = first([it[TS] for it in topic if it.get("type") == "turn"
+                   and it.get("turn_id") in turns and it.get("state") in ("completed", "failed")])
+    return max(item, delivered, ended)
 
 
 def in_flight_at(load: Load, at: float, topic: dict[str, list[Json]],

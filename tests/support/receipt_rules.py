@@ -35,7 +35,7 @@ Runtime forwarded it with ``native_turn_continues`` (a queued steer runs on in t
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,7 +103,7 @@ def _announcements(harness: str, n: Mapping[str, Any]) -> list[Announced]:
     return []
 
 
-def confirms(call: Announced, success: bool, content: list[Mapping[str, Any]],
+def confirms(call: Announced, success: bool, content: Sequence[Mapping[str, Any]],
              native: Mapping[str, Any]) -> bool:
     """Whether ``native`` (one record the harness printed) is the receipt of the result
     ``success`` / ``content`` (the delivered parts: ``input_text`` / ``input_image``) for
@@ -117,7 +117,7 @@ def confirms(call: Announced, success: bool, content: list[Mapping[str, Any]],
     return False
 
 
-def _codex_confirms(call: Announced, success: bool, content: list[Mapping[str, Any]],
+def _codex_confirms(call: Announced, success: bool, content: Sequence[Mapping[str, Any]],
                     n: Mapping[str, Any]) -> bool:
     p = n.get("params")
     if n.get("method") != "item/completed" or not isinstance(p, Mapping):
@@ -148,7 +148,7 @@ def _codex_confirms(call: Announced, success: bool, content: list[Mapping[str, A
     return True
 
 
-def _claude_confirms(call: Announced, success: bool, content: list[Mapping[str, Any]],
+def _claude_confirms(call: Announced, success: bool, content: Sequence[Mapping[str, Any]],
                      n: Mapping[str, Any]) -> bool:
     if n.get("type") != "user" or n.get("isReplay") is True or n.get("isSynthetic") is True:
         return False
@@ -187,7 +187,7 @@ def _claude_confirms(call: Announced, success: bool, content: list[Mapping[str, 
     return True
 
 
-def receipts(call: Announced, success: bool, content: list[Mapping[str, Any]],
+def receipts(call: Announced, success: bool, content: Sequence[Mapping[str, Any]],
              natives: Iterable[Mapping[str, Any]]) -> int:
     """How many distinct records the harness printed that confirm the result: 1 = applied
     once, 2 or more = applied twice. The same record reported twice (the same JSON) counts
