@@ -95,7 +95,7 @@ def render(rows: Sequence[dict[str, str]], date: str) -> str:
     meta = next((r for r in mine if r["case"] == "0_run"), None)
     repeats = sorted({r["repeat"] for r in mine if r.get("repeat", "").isdigit()}, key=int)
     commit = mine[0]["commit"] if mine else "?"
-    out = [f"### `make bench` at {commit}, {date} — medians of {len(repeats)} repeats", ""]
+    out = [f"### Run at {commit}, {date} — medians of {len(repeats)} repeats", ""]
     if meta:
         out += [f"{_f(meta['value'])} s in all. {meta['notes']}.", ""]
     out += ["| figure | value (median; min–max) | baseline (median) | ratio (median) | "
