@@ -318,6 +318,9 @@ async def test_function_result_with_images_to_a_runtime_without_result_images_fa
     assert (app["state"], app["reason"]) == ("failed", reason)
     fail = await system.items.wait_for(sid, failed_turn(d["turn_id"]))
     assert fail["reason"] == reason
+    # the result is not delivered; the Runtime is told to end the Turn that waits for it
+    stop = await rt.next_delivery(timeout=10)
+    assert (stop["kind"], stop["turn_id"], stop["reason"]) == ("interrupt", d["turn_id"], reason)
     await assert_no_delivery(rt, 1.0)
 
     assert system.http is not None
