@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 from faststream.kafka import KafkaBroker
 from faststream.specification import AsyncAPI
@@ -70,6 +71,9 @@ WIRE: dict[str, Wire] = {
                           "in the Session), a sessions.create record's request_id "
                           "(session_core_client.kafka does so)", optional=TRACE),
     "session.input.results": Wire("the request_id answered", FASTSTREAM, TRACE),
+    # a tenant's own input and results topics (SESSION_CORE_INPUT_TENANTS; docs/security.md)
+    "session.input.{tenant}": Wire("as session.input", optional=TRACE),
+    "session.input.results.{tenant}": Wire("the request_id answered", FASTSTREAM, TRACE),
     "session.items": Wire("the Item's session_id", {"content-type": JSON}, TRACE),
     "runtime.registrations": Wire("the runtime_id (the topic is compacted: the last record of "
                                   "a Runtime is its state)"),
@@ -91,6 +95,14 @@ def build_broker() -> KafkaBroker:
                                    "or session id")
     async def session_input(record: contracts.SessionInputRecord) -> None: ...
 
+    @broker.subscriber("session.input.{tenant}", group_id="session-core-admission",
+                       title="session.input.{tenant}:admission",
+                       description="one tenant's producers → admission "
+                                   "(SESSION_CORE_INPUT_TENANTS): the records of session.input; "
+                                   "the tenant is the topic's — a record naming another is "
+                                   "answered 400 (param tenant) and dead-lettered (wrong_tenant)")
+    async def tenant_input(record: contracts.SessionInputRecord) -> None: ...
+
     @broker.subscriber(t.runtime_registrations, group_id="session-core-dispatcher",
                        title=f"{t.runtime_registrations}:dispatcher",
                        description="Runtimes → dispatcher, compacted, keyed by runtime_id")
@@ -105,6 +117,11 @@ def build_broker() -> KafkaBroker:
     broker.publisher(t.session_input_results, title=f"{t.session_input_results}:admission",
                      schema=contracts.SessionInputResult,
                      description="admission → event producers: the answer, keyed by request_id")
+    broker.publisher("session.input.results.{tenant}",
+                     title="session.input.results.{tenant}:admission",
+                     schema=contracts.SessionInputResult,
+                     description="admission → one tenant's producers: the answers to "
+                                 "session.input.{tenant}, keyed by request_id")
     broker.publisher(t.session_items, title=f"{t.session_items}:storage",
                      schema=contracts.Item,
                      description="storage → consumers: public Items in sequence order per "
@@ -134,7 +151,7 @@ def declare_wire(doc: dict[str, Any]) -> None:
     for channel in doc["channels"].values():
         wire = wire_of(channel["address"])
         for ref in channel["messages"].values():
-            message = doc["components"]["messages"][ref["$ref"].rsplit("/", 1)[1]]
+            message = doc["components"]["messages"][unquote(ref["$ref"].rsplit("/", 1)[1])]
             message["headers"] = wire.headers_schema()
             if "correlation_id" not in {**wire.headers, **wire.optional}:
                 message.pop("correlationId", None)
