@@ -1,6 +1,7 @@
 """admission — the HTTP API (CONTRACT §1) and the ``session.input`` topic, answering on
 ``session.input.results`` by ``request_id``. Both entry points call the same ``Admission``
-(``core.py``): the routes are ``http.py``'s, the topic's reading ``inputs.py``'s."""
+(``core.py``): the routes are ``routes.py``'s (served by ``http.py``'s app), the topic's
+reading ``inputs.py``'s."""
 
 from __future__ import annotations
 
