@@ -11,6 +11,7 @@ import pytest
 
 from bench import cpu
 from bench.cpu import IO_FULL, IO_WAIT, STEAL, WAIT, CpuSampler
+from tests.support.skips import unavailable
 
 PSI = ("some avg10=12.50 avg60=3.00 avg300=1.00 total=2500000\n"
        "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
@@ -173,11 +174,12 @@ def test_the_stolen_time_is_read_from_proc_stat_and_not_summed(
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\n"
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
 def test_a_servers_cpu_counts_its_descendants_alive_and_reaped() -> None:
     """CPU per Item counts all of a server's processes (admission's parse pool is a child of
     the product's process): ``tree_cpu_s`` adds the descendants' CPU to the process's own, and
     keeps a child's once it has exited and been reaped."""
+    if not Path("/proc/self/stat").exists():
+        unavailable("reads /proc (Linux)")
     import os
     import subprocess
     import sys
