@@ -149,7 +149,8 @@ class Tracker(Verdicts):
         a delivery not yet read (their offsets are committed: Kafka will not send them again)."""
         for doc in await self.store.pending():
             self._track(expected_from(doc["expected"]), doc["deadline"],
-                        doc.get("handed_at"), resolved=doc.get("resolved", True))
+                        doc.get("handed_at"), resolved=doc.get("resolved", True),
+                        runtime_id=doc.get("runtime_id"))
         horizon = self.early_horizon(self.clock())
         for d in sorted(await self.store.early(), key=lambda d: d["at"]):
             if d["at"] >= horizon:
@@ -185,9 +186,10 @@ class Tracker(Verdicts):
                             log.warning("receipts.kept_offer_failed", exc_info=True)
 
     def _track(self, expected: Expected, deadline: float, handed_at: float | None = None,
-               resolved: bool = True, schedule: bool = True) -> CallRecord:
+               resolved: bool = True, schedule: bool = True,
+               runtime_id: str | None = None) -> CallRecord:
         key = (expected.session_id, expected.call_id)
-        rec = CallRecord(expected=expected, window=self.window)
+        rec = CallRecord(expected=expected, window=self.window, runtime_id=runtime_id)
         rec.deadline = deadline
         rec.handed_at = handed_at
         self.calls[key] = rec
@@ -271,6 +273,7 @@ class Tracker(Verdicts):
             return
         opened: list[tuple[Expected, float]] = []
         docs: list[Doc] = []
+        runtimes: dict[Key, str | None] = {}  # the Runtime each result was delivered to
         for (sid, cid), (rec, handed_at) in fresh.items():
             expected = Expected(
                 harness="", session_id=sid, call_id=cid, name=rec.get("name") or "",
@@ -279,9 +282,11 @@ class Tracker(Verdicts):
             )
             deadline = handed_at + self.window
             opened.append((expected, deadline))
+            runtimes[(sid, cid)] = rec.get("runtime_id")
             docs.append({"_id": call_key(sid, cid), "session_id": sid,
                          "expected": expected_doc(expected), "resolved": False,
-                         "deadline": deadline, "handed_at": handed_at})
+                         "deadline": deadline, "handed_at": handed_at,
+                         "runtime_id": rec.get("runtime_id")})
         stored = await self.store.open_pending(docs)
         now = self.clock()
         for expected, deadline in opened:
@@ -289,7 +294,7 @@ class Tracker(Verdicts):
             deadline = stored.get(call_key(sid, cid), deadline)
             # not on the timer yet: only once offered what was kept for it (below)
             self._track(expected, deadline, deadline - self.window, resolved=False,
-                        schedule=False)
+                        schedule=False, runtime_id=runtimes[(sid, cid)])
             if len(opened) <= 10:
                 with bound(session_id=sid, call_id=cid):
                     log.info("receipts.pending", deadline_in_s=round(deadline - now, 3))
@@ -367,7 +372,8 @@ class Tracker(Verdicts):
         at = min(now, observed_ts) if observed_ts else now
         refusal = obs.get("refusal")
         for cid, done in list(self.done.get(sid, {}).items()):
-            late = match_observation(done.expected, obs) if refusal is None else None
+            late = (match_observation(done.expected, obs)
+                    if refusal is None and done.from_its_runtime(obs) else None)
             if late is not None and not isinstance(late, NotAMatch):
                 with bound(session_id=sid, call_id=cid):
                     await self._step((sid, cid), done.observe(late, at))
@@ -398,7 +404,12 @@ class Tracker(Verdicts):
                       unresolved=sorted(c for c in offered if (sid, c) in self.unresolved))
 
     async def _offer(self, key: Key, rec: CallRecord, obs: Doc, at: float) -> bool:
-        """Apply one observation to one tracked call; ``True`` when it was about that call."""
+        """Apply one observation to one tracked call; ``True`` when it was about that call.
+        Only the Runtime the result was delivered to speaks for it (docs/security.md)."""
+        if not rec.from_its_runtime(obs):
+            log.debug("receipts.other_runtime", runtime_id=obs.get("runtime_id"),
+                      delivered_to=rec.runtime_id)
+            return False
         refusal = obs.get("refusal")
         if isinstance(refusal, dict):
             if refusal.get("call_id") != key[1]:

@@ -181,6 +181,12 @@ class CallRecord:
     handed_at: float | None = None
     reason: str | None = None
     window: float = RECEIPT_WINDOW_S
+    # the Runtime the result was delivered to: only its observations are about this call (a
+    # receipt, a release or a refusal from any other Runtime decides nothing); None: unknown
+    runtime_id: str | None = None
+
+    def from_its_runtime(self, obs: Mapping[str, Any]) -> bool:
+        return self.runtime_id is None or obs.get("runtime_id") == self.runtime_id
 
     @property
     def call_id(self) -> str:

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.integration
 
 Json = dict[str, Any]
 NATIVE = "native-early"
+RT = "rt_1"  # the Runtime the results are delivered to, whose observations alone count
 
 
 def delivery(sid: str, cid: str) -> Json:
@@ -40,6 +41,7 @@ def delivery(sid: str, cid: str) -> Json:
 
 def receipt(sid: str, cid: str) -> Json:
     return {"schema": "runtime.observation/1", "session_id": sid, "harness": "claude_code",
+            "runtime_id": RT,
             "native": {"type": "user", "uuid": uuid.uuid4().hex, "session_id": NATIVE,
                        "parent_tool_use_id": None, "isReplay": False, "isSynthetic": False,
                        "message": {"role": "user", "content": [{
@@ -50,6 +52,7 @@ def receipt(sid: str, cid: str) -> Json:
 def announced(sid: str, *cids: str) -> Json:
     """The harness's function calls, as the tracker learns them from the observation stream."""
     return {"schema": "runtime.observation/1", "session_id": sid, "harness": "claude_code",
+            "runtime_id": RT,
             "native": {"type": "assistant", "uuid": uuid.uuid4().hex, "session_id": NATIVE,
                        "parent_tool_use_id": None, "message": {"role": "assistant", "content": [
                            {"type": "tool_use", "id": c, "name": "f", "input": {}}
@@ -58,6 +61,7 @@ def announced(sid: str, *cids: str) -> Json:
 
 def refusal(sid: str, cid: str) -> Json:
     return {"schema": "runtime.observation/1", "session_id": sid, "harness": "claude_code",
+            "runtime_id": RT,
             "native": None, "refusal": {"delivery_id": "dlv_x", "kind": "function_result",
                                         "reason": "no pending call", "terminal": True,
                                         "call_id": cid}}
