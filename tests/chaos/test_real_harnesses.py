@@ -107,15 +107,15 @@ async def until_handed_over(core: Core, calls: set[str], budget: float = 30.0) -
         await asyncio.sleep(0.2)
 
 
-async def until_streaming(model: ModelProcess, load: RealLoad, budget: float) -> int:
+async def until_streaming(model: ModelProcess, load: RealLoad, budget: float) -> set[str]:
     """Until the fault round's pausing reply is streaming to every Session (or ``budget``
-    seconds): the harnesses are then mid-Turn, waiting on the model. How many are."""
+    seconds): the harnesses are then mid-Turn, waiting on the model. The scripts streaming."""
     want = {load.key(r, load.fault_round) for r in load.runs}
     deadline = time.monotonic() + budget
     while True:
         now = await asyncio.to_thread(model.streaming)
         if want <= now or time.monotonic() > deadline:
-            return len(want & now)
+            return want & now
         await asyncio.sleep(0.1)
 
 
@@ -137,7 +137,11 @@ async def run_real(core: Core, model: ModelProcess, api: httpx.AsyncClient,
         assert signal_harnesses(core, signal.SIGSTOP) > 0
     load.gate.set()
     if when == "streaming":
-        mid = await until_streaming(model, load, PAUSE_S)
+        streaming = await until_streaming(model, load, 3 * PAUSE_S)
+        mid = len(streaming)
+        for harness in HARNESS:  # the fault meets each harness mid-response
+            assert {load.key(r, load.fault_round) for r in load.runs
+                    if r.harness == harness} & streaming, (harness, streaming)
     elif when == "held":
         mid = await until_handed_over(core, load.fault_calls)
     else:

@@ -36,7 +36,7 @@ Json = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
 FUNCTION = "get_weather"  # the real Runtimes' default public function
 ROUNDS = 3
-PAUSE_S = 4.0  # the fault round's model pause: the harness is mid-Turn when the fault hits
+PAUSE_S = 8.0  # the fault round's model pause: the harness is mid-Turn when the fault hits
 
 
 class ModelProcess:
