@@ -48,6 +48,7 @@ RETRY_ERRORS = (ConnectionFailure, AutoReconnect, ServerSelectionTimeoutError, O
 # (tracing on): the trace context the record goes on in
 Send = Callable[..., Awaitable[Awaitable[Any]]]
 REVOKE_DRAIN_S = 10.0  # Session documents written before partitions are given up, at most
+TARGETS_MAX = 10_000  # observations held back whose core.facts target is remembered
 REVOKE_COMMIT_S = 5.0  # the offset commit in flight awaited before partitions are given up
 
 
@@ -148,6 +149,9 @@ class BatchWriter:
     # the batch's records' spans while it is written, and each input's (by source key) context
     spans: list[Span] = field(default_factory=list)
     parents: dict[str, Context] = field(default_factory=dict)
+    # an observation held back (topic, partition, offset) → the end of its partition of
+    # core.facts when it was first held: read to there, it is refused (``_facts_behind``)
+    targets: dict[tuple[str, int, int], int] = field(default_factory=dict)
 
     async def take(self, raws: tuple[Any, ...], consumer: Any) -> None:
         """The records of ``raws`` whose partitions ``consumer`` (the AIOKafkaConsumer that
@@ -280,10 +284,10 @@ class BatchWriter:
             return await self.handler.handle(inputs, **kw)
         except NotBoundYet as exc:
             raws = {k: by_key[k] for k in exc.keys}
-            behind = await self._facts_behind({r.partition for r in raws.values()}, consumer)
-            refuse = frozenset(k for k, r in raws.items() if r.partition not in behind)
+            behind = await self._facts_behind(list(raws.values()), consumer)
+            refuse = frozenset(k for k, r in raws.items() if id(r) not in behind)
             for r in raws.values():
-                if r.partition in behind:
+                if id(r) in behind:
                     tp = TopicPartition(r.topic, r.partition)
                     held[tp] = min(held.get(tp, r.offset), r.offset)
             if held:
@@ -300,15 +304,31 @@ class BatchWriter:
             return await self.handler.handle([i for i in inputs if kept(i)], refuse=refuse,
                                              **kw)
 
-    async def _facts_behind(self, partitions: set[int], consumer: Any) -> set[int]:
-        """Those of ``partitions`` (the observations' partitions: the same index holds their
-        Sessions' facts) where ``consumer`` has not read ``core.facts`` to its end, asked of
-        the broker now."""
+    async def _facts_behind(self, raws: list[Any], consumer: Any) -> set[int]:
+        """The observations of ``raws`` (by ``id``) whose binding may still be unread:
+        ``consumer`` has not yet read their partition of ``core.facts`` (the same index holds
+        their Sessions' facts) up to its end as the broker gave it when the observation was
+        first held — everything appended before the observation was read, the binding its
+        Runtime answers included. (A fixed target, not the end now: under a steady stream of
+        facts the end now may stay ahead, and a forged observation would hold its partition.)"""
         if consumer is None:
             return set()  # records handed in directly: nothing else to read
-        tps = [TopicPartition(self.topics.core_facts, p) for p in sorted(partitions)]
-        ends = await consumer.end_offsets(tps)
-        return {tp.partition for tp in tps if await consumer.position(tp) < ends[tp]}
+        if len(self.targets) > TARGETS_MAX:
+            self.targets.clear()  # (a fresh target only holds longer, never refuses earlier)
+        keys = {id(r): (r.topic, r.partition, r.offset) for r in raws}
+        facts = {id(r): TopicPartition(self.topics.core_facts, r.partition) for r in raws}
+        new = sorted({facts[i] for i, k in keys.items() if k not in self.targets})
+        if new:
+            ends = await consumer.end_offsets(new)
+            for i, k in keys.items():
+                self.targets.setdefault(k, ends.get(facts[i], 0))
+        behind = set()
+        for i, k in keys.items():
+            if await consumer.position(facts[i]) < self.targets[k]:
+                behind.add(i)
+            else:
+                del self.targets[k]  # decided now: refused
+        return behind
 
     async def _hand_over(self, out: Outputs) -> list[Awaitable[Any]]:
         """The batch's Items and stored inputs handed to the producer, in order; their acks."""

@@ -134,8 +134,10 @@ async def test_an_observation_read_before_its_binding_waits_for_it(
         make_system: SystemFactory) -> None:
     """``core.facts`` far behind ``runtime.observations``: storage restarted with both unread,
     the binding after 600 other facts on its partition, the observation alone on its own.
-    Storage reads the observation first and holds it back until the binding is read; it is
-    never refused. (Refusing at once, as if the binding were read, dead-letters it.)"""
+    Storage may read the observation first (the order of the two partitions in its fetches is
+    the client's); then it holds it back until the binding is read. It is never refused.
+    (Refusing at once dead-lettered it in a run where the observation came first; the hold's
+    rule itself, deterministically: tests/unit/test_storage_held_observations.py.)"""
     system = await make_system(services=("storage", "admission"), topic_partitions=1,
                                storage_batch_max=20)
     r = await system.create("codex", "hello")
