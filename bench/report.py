@@ -1,8 +1,9 @@
 """``python -m bench.report [--date DATE] [--print]`` — write the results section of
-docs/benchmarks.md from bench/results.csv: the latest run with rows of medians (``make bench``,
-``--repeat 3``), or the run of ``DATE`` (its ``date`` column). Every number on that page comes
-from these rows; the runner calls ``write_doc`` at the end of a full repeated run, and this
-command writes it again from the file (e.g. after a run that was stopped before the end)."""
+docs/benchmarks.md from bench/results.csv: each case's latest run with rows of medians (``make
+bench``, ``--repeat 3``; one run when the latest measured every case, else each run's section
+for its cases, said so), or the run of ``DATE`` (its ``date`` column). Every number on that
+page comes from these rows; the runner calls ``write_doc`` at the end of a full repeated run,
+and this command writes it again from the file (e.g. after a run stopped before the end)."""
 
 from __future__ import annotations
 
@@ -88,8 +89,35 @@ def _target(t: str) -> str:
     return {"info": "info", "": "–"}.get(t, t.replace(">=", "≥").replace("<=", "≤"))
 
 
-def render(rows: Sequence[dict[str, str]], date: str) -> str:
-    mine = [r for r in rows if r["date"] == date]
+def latest_per_case(rows: Sequence[dict[str, str]]) -> dict[str, str]:
+    """Case number ("1".."6") → the date of the latest run with rows of medians for it."""
+    out: dict[str, str] = {}
+    for r in rows:
+        if r.get("repeat") == "median" and r["case"][:1].isdigit() and r["case"] != "0_run":
+            k = r["case"][:1]
+            out[k] = max(out.get(k, ""), r["date"])
+    return out
+
+
+def render_latest(rows: Sequence[dict[str, str]]) -> str:
+    """The latest repeated run of each case: one section per run, in case order (one section
+    when one run measured them all)."""
+    per = latest_per_case(rows)
+    dates: dict[str, set[str]] = {}
+    for k in sorted(per):
+        dates.setdefault(per[k], set()).add(k)
+    parts = []
+    if len(dates) > 1:
+        parts.append("The cases' latest repeated runs are not one run: "
+                     + "; ".join(f"cases {', '.join(sorted(ks))} from the run of {d}"
+                                 for d, ks in dates.items()) + ".")
+    parts += [render(rows, d, ks if len(dates) > 1 else None) for d, ks in dates.items()]
+    return "\n\n".join(parts)
+
+
+def render(rows: Sequence[dict[str, str]], date: str, cases: set[str] | None = None) -> str:
+    mine = [r for r in rows if r["date"] == date
+            and (cases is None or r["case"] == "0_run" or r["case"][:1] in cases)]
     med = sorted((r for r in mine if r.get("repeat") == "median" and r["case"] != "0_run"),
                  key=lambda r: r["case"][:1])  # by case number, each in its run order
     meta = next((r for r in mine if r["case"] == "0_run"), None)
@@ -148,31 +176,30 @@ def render(rows: Sequence[dict[str, str]], date: str) -> str:
 
 def write_doc(date: str | None = None, path: Path = DOC, rows_from: Path = RESULTS_CSV) -> Path:
     rows = load(rows_from)
-    date = date or latest_repeated(rows)
-    if date is None:
+    if date is None and latest_repeated(rows) is None:
         raise SystemExit(f"no run with rows of medians in {rows_from}")
+    section = render(rows, date) if date else render_latest(rows)
     text = path.read_text()
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{path}: no results markers ({BEGIN!r} … {END!r})")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{BEGIN}\n\n{render(rows, date)}\n\n{END}{tail}")
+    path.write_text(f"{head}{BEGIN}\n\n{section}\n\n{END}{tail}")
     return path
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__)
-    ap.add_argument("--date", help="the run's date column (default: the latest run with "
-                                   "rows of medians)")
+    ap.add_argument("--date", help="the run's date column (default: each case's latest run "
+                                   "with rows of medians)")
     ap.add_argument("--print", action="store_true", help="print the section, write nothing")
     args = ap.parse_args(argv)
     if args.print:
         rows = load()
-        date = args.date or latest_repeated(rows)
-        if date is None:
+        if latest_repeated(rows) is None:
             print("no run with rows of medians", file=sys.stderr)
             return 1
-        print(render(rows, date))
+        print(render(rows, args.date) if args.date else render_latest(rows))
         return 0
     print(write_doc(args.date))
     return 0

@@ -169,3 +169,28 @@ def test_a_sigterm_ends_the_run_with_the_rows_so_far_written(
         rows = list(csv.DictReader(f))
     assert [r["repeat"] for r in rows] == ["1", "median", "median"]
     assert "interrupted" in rows[2]["notes"]
+
+
+def test_the_page_shows_each_cases_latest_repeated_run(tmp_path: Path) -> None:
+    """A case measured again alone (``--case growth --repeat 3``) replaces that case's rows on
+    the page and leaves the others' from the earlier run, and the page says so."""
+    path = tmp_path / "results.csv"
+
+    def run(date: str, commit: str, cases: list[str], ratio: float) -> None:
+        rows = [Result(c, ratio, 1.0, "<= 1.2", "ms", n=3, ratio_range=(ratio, ratio))
+                for c in cases]
+        write_rows(path, date, commit, rows, "median")
+        write_rows(path, date, commit, [Result("0_run", 10.0, None, "info", "s",
+                                               f"run {commit}")], "median")
+
+    run("2026-12-06T17:35", "aaa", ["1a_admission_text_1part", "3_growth_p99_one"], 0.5)
+    run("2026-12-06T17:57", "bbb", ["3_growth_p99_one"], 0.9)
+    text = report.render_latest(report.load(path))
+    assert "cases 1 from the run of 2026-12-06T17:35" in text
+    assert "cases 3 from the run of 2026-12-06T17:57" in text
+    growth = [ln for ln in text.splitlines() if ln.startswith("| 3 growth p99, one Session, 10⁵")]
+    assert len(growth) == 1 and "0.900" in growth[0]  # the later run's, once
+    assert "run aaa" in text and "run bbb" in text
+    run("2026-12-06T19:00", "ccc", ["1a_admission_text_1part", "3_growth_p99_one"], 1.1)
+    text = report.render_latest(report.load(path))
+    assert "not one run" not in text and text.count("### Run at") == 1 and "ccc" in text
