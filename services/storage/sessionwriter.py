@@ -31,7 +31,7 @@ What stays true (docs/storage.md, "Session documents behind the journal"):
   again meanwhile is written once, in its newest state. A drain (partitions moving, stopping)
   does not rest. (Each upsert costs FerretDB v1 ~0.45 ms, an inserted Item ~0.05 ms: unpaced,
   the writer re-wrote every Session as fast as it fell dirty and took the store's write lock
-  from the batches; docs/benchmarks.md, "Session writer paced".)
+  from the batches; docs/decisions.md, "The Session writer is paced, …".)
 - **Held back while storage is behind**: a Session is written as soon as it falls dirty, except
   while storage takes batches of ``BEHIND_BATCH`` records or more (its input came faster than
   it decided it: a burst of verdicts, a backlog after a restart) and for ``HOLD_S`` after the
