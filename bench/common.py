@@ -212,18 +212,19 @@ def write_rows(path: Path, date: str, commit: str, results: Sequence[Result],
 
 
 def migrate_header(path: Path) -> None:
-    """An older results file (nine columns) gets the current header; its rows stay as they are
-    (a reader sees the new columns empty on them)."""
+    """An older results file (nine columns) gets the current header; its rows stay as they are,
+    byte for byte (a reader sees the new columns empty on them)."""
     if not path.exists() or path.stat().st_size == 0:
         return
-    with path.open(newline="") as f:
-        first = f.readline()
-    if first.rstrip("\r\n") == ",".join(CSV_FIELDS):
+    data = path.read_bytes()
+    end = data.find(b"\n") + 1 or len(data)
+    first, eol = data[:end].rstrip(b"\r\n"), data[:end][len(data[:end].rstrip(b"\r\n")):]
+    header = ",".join(CSV_FIELDS).encode()
+    if first == header:
         return
-    if not ",".join(CSV_FIELDS).startswith(first.rstrip("\r\n")):
+    if not header.startswith(first):
         raise RuntimeError(f"{path}: unknown header {first!r}")
-    text = path.read_text()
-    path.write_text(",".join(CSV_FIELDS) + "\n" + text[len(first):])
+    path.write_bytes(header + (eol or b"\r\n") + data[end:])
 
 
 def table(results: Sequence[Result]) -> str:

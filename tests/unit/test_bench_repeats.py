@@ -65,20 +65,23 @@ def test_an_invalid_repeat_is_left_out_and_failures_in_any_repeat_count() -> Non
 
 def test_an_older_results_file_gets_the_new_header_and_keeps_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "results.csv"
-    path.write_text(f"{OLD_HEADER}\n2026-12-01,abc,1a,1,2,0.5000,>= 0.5,x/s,old note\n")
+    old_rows = (b'2026-12-01,abc,1a,1,2,0.5000,>= 0.5,x/s,"old note, with a comma"\r\n'
+                b"2026-12-02,abd,1a,1,2,0.5000,>= 0.5,x/s,second\r\n")
+    path.write_bytes(OLD_HEADER.encode() + b"\r\n" + old_rows)  # as csv.writer writes
     r = Result("1a", 3.0, 2.0, ">= 0.5", "x/s", n=3, value_range=(1.0, 4.0),
                ratio_range=(0.5, 2.0))
     write_rows(path, "2026-12-06", "def", [r], "median")
     write_rows(path, "2026-12-06", "def", [r], "median")  # the header is moved once
-    lines = path.read_text().splitlines()
-    assert lines[0] == ",".join(CSV_FIELDS) and lines[1].endswith("old note")
-    assert len(lines) == 4
+    data = path.read_bytes()
+    assert data.startswith(",".join(CSV_FIELDS).encode() + b"\r\n" + old_rows)  # byte for byte
+    lines = data.decode().splitlines()
+    assert len(lines) == 5
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
-    assert rows[0]["repeat"] is None and rows[0]["notes"] == "old note"
-    assert rows[1]["repeat"] == "median" and rows[1]["n"] == "3"
-    assert (rows[1]["ratio_min"], rows[1]["ratio_max"]) == ("0.5000", "2.0000")
-    assert rows[1]["verdict"] == "met"
+    assert rows[0]["repeat"] is None and rows[0]["notes"] == "old note, with a comma"
+    assert rows[2]["repeat"] == "median" and rows[2]["n"] == "3"
+    assert (rows[2]["ratio_min"], rows[2]["ratio_max"]) == ("0.5000", "2.0000")
+    assert rows[2]["verdict"] == "met"
 
 
 def test_the_runner_repeats_writes_each_repeat_and_the_medians_and_renders_them(
