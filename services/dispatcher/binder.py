@@ -70,6 +70,9 @@ class Binder:
         self.clock = clock
         self.load: dict[str, int] | None = None
         self.cleared: set[str] = set()  # dead Runtimes whose Sessions were all unbound
+        # live Runtime → the incarnation whose Sessions were checked for Turns an earlier
+        # incarnation ran (``restarts``)
+        self.checked: dict[str, str] = {}
         self._last_place = 0
 
     def _now(self) -> datetime:
@@ -342,7 +345,10 @@ class Binder:
             # Turn (docs/runtime-boundary.md). Failing it here would leave the native Turn
             # running, its later function calls attributed to a Turn Core shows as failed.
             # The binding remembers the Turn it carries: a gone Runtime fails that Turn.
-            await self.repo.update_binding(sid, {"turn_id": rec["turn_id"]})
+            # So does the Runtime process it went to (``incarnation``): a restart under the
+            # same id lost the Turns the process ran (``restarts``).
+            await self.repo.update_binding(sid, {"turn_id": rec["turn_id"],
+                                                 "incarnation": rt.incarnation})
         refusal = check_delivery(rt, kind, images)
         if refusal is not None:
             await self.fail_input(rec, refusal)
@@ -366,6 +372,7 @@ class Binder:
                 await self.unbind(b, f"runtime {rid} is gone")
                 await self.try_bind(b["_id"])
             self.cleared.add(rid)
+        await self.restarts()
         for sid in await self.repo.waiting_sessions():
             if await self.try_bind(sid):
                 continue
@@ -376,6 +383,40 @@ class Binder:
                         f"no eligible Runtime within {self.binding_wait_timeout_s:g} s: "
                         f"{why_waiting(waiting) if waiting else 'no binding'}"))
                     await self.repo.unqueue(p["_id"])
+
+
+    async def restarts(self) -> None:
+        """Runtimes restarted under the same id (a new ``incarnation`` registered before their
+        heartbeats were missed, so never gone): the native Turns the previous process ran are
+        lost with it, and deliveries it had already read are not read again — nothing else
+        would end those Turns. Each such Turn fails, and the Runtime is told to end it
+        natively (``interrupt``: a delivery of that Turn the new process still reads is not
+        run on as if Core had not failed it). The binding stays: the restarted Runtime is the
+        Session's, its next Turn goes there. Checked once per incarnation seen."""
+        for rid, rt in self.registry.seen(self._now()).items():
+            inc = rt.incarnation
+            if inc is None or self.checked.get(rid) == inc or self.live(rid) is None:
+                continue
+            for b in await self.repo.bound_to(rid):
+                before = b.get("incarnation")
+                if not b.get("turn_id") or before is None or before == inc:
+                    continue
+                await self.lost_on_restart(b, rt)
+            self.checked[rid] = inc
+
+    async def lost_on_restart(self, b: Doc, rt: RuntimeInfo) -> None:
+        sid, turn_id = b["_id"], b["turn_id"]
+        reason = f"runtime {rt.runtime_id} restarted: the native Turn it ran is lost"
+        log.info("dispatcher.runtime_restarted", session_id=sid, runtime_id=rt.runtime_id,
+                 turn_id=turn_id)
+        # published before the binding changes: a publish that fails is tried again
+        await self.publish_fact(sid, f"restart:{turn_id}:{b.get('incarnation')}", kind="turn",
+                                turn_id=turn_id, state="failed", reason=reason)
+        await self.out.deliver(rt.runtime_id, wire.interrupt_delivery(
+            delivery_id=f"int_restart_{turn_id}_{rt.incarnation}", runtime_id=rt.runtime_id,
+            session_id=sid, turn_id=turn_id, reason=reason))
+        DISPATCH_DELIVERIES.labels("interrupt").inc()
+        await self.repo.update_binding(sid, {"incarnation": rt.incarnation})
 
 
 def why_waiting(b: Doc) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -54,6 +55,7 @@ class RuntimeService:
         # The real engine: a live harness replaces the simulation; the Kafka loop is the same.
         self.live = live
         self.status = config.status
+        self.incarnation = uuid.uuid4().hex  # this process (``registration``)
         self.producer = runtime_producer(settings, config.runtime_id)
         # a real harness's records without a fact may wait a moment for the ones behind them
         self.outbox = ObservationOutbox(self.producer, self.topics.runtime_observations,
@@ -78,17 +80,26 @@ class RuntimeService:
         self._consumers.append(ctl)
         await control.catch_up(ctl, self._apply_control)
         self._task(control.follow(ctl, self._apply_control, self.register), "runtime:control")
+        # Registered and heartbeating before the deliveries consumer joins its group: that
+        # join waits for every member the group knows to rejoin or time out, and after a
+        # ``kill -9`` the dead process's member times out only after the group's session
+        # timeout (10 s), longer than Core's heartbeat timeout (docs/harnesses.md). Registered
+        # only after it, a Runtime restarted under its id was taken for gone meanwhile: the
+        # Sessions bound to it in that gap failed and were unbound while their deliveries
+        # stayed on the topic for the restarted process, whose observations of them were then
+        # refused (not the bound Runtime). Deliveries made before the join wait on the topic
+        # (read from the group's committed offset), nothing is missed.
+        await self.register()
+        self._task(heartbeat(self.register, self.config.heartbeat_s), "runtime:heartbeat")
         consumer = deliveries.deliveries_consumer(self.settings, self.topics,
                                                   self.config.runtime_id)
         await consumer.start()
         self._consumers.append(consumer)
-        await self.register()
         handle = deliveries.to_harness(self.live, self.harness, self.clock, self.outbox.enqueue)
         loop = self._deliveries = deliveries.DeliveryLoop(
             consumer, self.config.runtime_id, handle, self.outbox, self.ready,
             lambda r, poison: self.dlq.record(r, poison))
         self._task(loop.run(), "runtime:in")
-        self._task(heartbeat(self.register, self.config.heartbeat_s), "runtime:heartbeat")
         if self.live is None:
             self._task(deliveries.idle_ticks(self.harness, self.clock, self.outbox.enqueue),
                        "runtime:idle")
@@ -112,7 +123,8 @@ class RuntimeService:
         log.info("runtime.stopped", runtime_id=self.config.runtime_id)
 
     async def register(self, status: str | None = None) -> None:
-        rec = registration(self.config, self.harness, status or self.status, self.live)
+        rec = registration(self.config, self.harness, status or self.status, self.live,
+                           self.incarnation)
         await self.producer.send_and_wait(self.topics.runtime_registrations, encode(rec),
                                           key=self.config.runtime_id.encode())
 

@@ -38,11 +38,13 @@ class RuntimeConfig:
 
 
 def registration(config: RuntimeConfig, harness: SimulatedHarness, status: str,
-                 live: LiveHarness | None = None) -> dict[str, Any]:
+                 live: LiveHarness | None = None, incarnation: str | None = None
+                 ) -> dict[str, Any]:
     """The ``runtime.registration/1`` record (CONTRACT §2) plus informative extras:
-    ``switches`` (the misbehaviour switches in force), ``turn_idle_ms`` and ``engine``
-    (``simulated`` or ``real``). A real engine reports the capabilities of its harness and model
-    configuration (``LiveHarness.capabilities``)."""
+    ``switches`` (the misbehaviour switches in force), ``turn_idle_ms``, ``engine``
+    (``simulated`` or ``real``) and ``incarnation`` (this process's own id, new at every start:
+    Core fails the Turns a restarted Runtime lost). A real engine reports the capabilities of
+    its harness and model configuration (``LiveHarness.capabilities``)."""
     caps = live.capabilities() if live is not None else {
         "message_images": harness.message_images,
         "function_result_images": harness.function_result_images,
@@ -59,6 +61,7 @@ def registration(config: RuntimeConfig, harness: SimulatedHarness, status: str,
         switches=harness.switches.active() if live is None else {},
         turn_idle_ms=int(config.turn_idle_s * 1000),
         engine="simulated" if live is None else "real",
+        **({"incarnation": incarnation} if incarnation else {}),
     )
 
 

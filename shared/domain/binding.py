@@ -48,6 +48,10 @@ class RuntimeInfo:
     function_result_images: bool
     status: RuntimeStatus
     heartbeat_at: datetime
+    # The Runtime process's own id, new at every start (an informative registration field):
+    # a change under the same ``runtime_id`` is a restart, which lost the native Turns the
+    # process ran (``Binder.sweep``). None: not reported.
+    incarnation: str | None = None
 
 
 def parse_time(value: str) -> datetime:
@@ -83,6 +87,8 @@ def from_registration(record: Mapping[str, Any]) -> RuntimeInfo:
         function_result_images=caps.get("function_result_images") is True,
         status=status,
         heartbeat_at=parse_time(record["heartbeat_at"]),
+        incarnation=incarnation if isinstance(incarnation := record.get("incarnation"), str)
+        and incarnation else None,
     )
 
 
