@@ -416,7 +416,9 @@ class Binder:
             delivery_id=f"int_restart_{turn_id}_{rt.incarnation}", runtime_id=rt.runtime_id,
             session_id=sid, turn_id=turn_id, reason=reason))
         DISPATCH_DELIVERIES.labels("interrupt").inc()
-        await self.repo.update_binding(sid, {"incarnation": rt.incarnation})
+        # settled: no later restart fails this Turn again (its next Turn's delivery names the
+        # process it goes to)
+        await self.repo.update_binding(sid, {"incarnation": None})
 
 
 def why_waiting(b: Doc) -> str:

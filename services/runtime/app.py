@@ -83,12 +83,12 @@ class RuntimeService:
         # Registered and heartbeating before the deliveries consumer joins its group: that
         # join waits for every member the group knows to rejoin or time out, and after a
         # ``kill -9`` the dead process's member times out only after the group's session
-        # timeout (10 s), longer than Core's heartbeat timeout (docs/harnesses.md). Registered
-        # only after it, a Runtime restarted under its id was taken for gone meanwhile: the
-        # Sessions bound to it in that gap failed and were unbound while their deliveries
-        # stayed on the topic for the restarted process, whose observations of them were then
-        # refused (not the bound Runtime). Deliveries made before the join wait on the topic
-        # (read from the group's committed offset), nothing is missed.
+        # timeout (10 s), longer than Core's heartbeat timeout (docs/reference-runtime.md).
+        # Registered only after it, a Runtime restarted under its id was taken for gone
+        # meanwhile: the Sessions bound to it in that gap failed and were unbound while their
+        # deliveries stayed on the topic for the restarted process, whose observations of them
+        # were then refused (not the bound Runtime). Deliveries made before the join wait on
+        # the topic (read from the group's committed offset), nothing is missed.
         await self.register()
         self._task(heartbeat(self.register, self.config.heartbeat_s), "runtime:heartbeat")
         consumer = deliveries.deliveries_consumer(self.settings, self.topics,
