@@ -192,7 +192,8 @@ async def run(settings: Settings, config: RuntimeConfig,
         await svc.start()
         # /healthz, /readyz and /metrics (its DLQ count) when SESSION_CORE_HEALTH_PORT is set
         health = await serve_health(settings.health_port, ready, settings.health_host)
-        print(json.dumps(registration(config, svc.harness, svc.status, live)), flush=True)
+        print(json.dumps(registration(config, svc.harness, svc.status, live, svc.incarnation)),
+              flush=True)
 
     async def stop() -> None:
         if health is not None:
