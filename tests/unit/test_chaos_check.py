@@ -2,7 +2,8 @@
 what the dispatcher and the receipt tracker produce fails on a world that breaks
 it. One consistent world — one Session: a create asking for a call, the call, its result with
 an image, the verdict, the Turn's end, the two delivery records, and the harness's native
-announcement of the call and receipt of its result — then one change per row."""
+announcement of the call, receipt of its result and end of the Turn — then one change per
+row."""
 
 from __future__ import annotations
 
@@ -64,6 +65,10 @@ def world() -> tuple[Load, dict[str, list[Json]], list[Json], list[Json]]:
                                           "is_error": False, "content": [
                                               {"type": "text", "text": "r"},
                                               {"type": "image", "source": {}}]}]}}},
+        # ... and the end of the Turn as the harness printed it (Core's Turn ends completed)
+        {"schema": "runtime.observation/1", "session_id": SID, "harness": "claude_code",
+         "turn_id": "turn_1",
+         "native": {**native, "type": "result", "subtype": "success", "is_error": False}},
     ]
     return load, {SID: items}, deliveries, observations
 
@@ -136,7 +141,7 @@ CASES: list[tuple[str, Callable[[list[Json], list[Json], list[Json], list[Json]]
     ("session.items misses the store's last Item",
      lambda s, t, d, o: t.pop(), "disagree"),
     ("the call applied without its native receipt",
-     lambda s, t, d, o: o.pop(), "call c1 applied, but no native receipt"),
+     lambda s, t, d, o: o.pop(1), "call c1 applied, but no native receipt"),
     ("an agent message the harness printed is no Item",
      lambda s, t, d, o: [_drop_renumber(x, lambda i: i.get("role") == "agent") for x in (s, t)],
      "agent message ' calling\\n' printed 1×, 0 Item(s)"),
