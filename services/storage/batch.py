@@ -27,6 +27,7 @@ from services.storage.handler import (
     source_key,
 )
 from services.storage.offsets import OffsetCommits
+from services.storage.publishorder import PublishOrder
 from services.storage.repository import StaleDecision, StorageRepository
 from services.storage.sessionwriter import SessionWriter
 from shared import records, tracing, typedrecords
@@ -152,6 +153,11 @@ class BatchWriter:
     # an observation held back (topic, partition, offset) → the end of its partition of
     # core.facts when it was first held: read to there, it is refused (``_facts_behind``)
     targets: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    order: PublishOrder | None = None  # first publications in sequence order (set in __post_init__)
+
+    def __post_init__(self) -> None:
+        if self.order is None:
+            self.order = PublishOrder(self.repo)
 
     async def take(self, raws: tuple[Any, ...], consumer: Any) -> None:
         """The records of ``raws`` whose partitions ``consumer`` (the AIOKafkaConsumer that
@@ -211,10 +217,11 @@ class BatchWriter:
         current = frozenset(sid for sid, tp in sessions.items()
                             if self.decided.trusts_document(sid, tp))
         by_key = {source_key(inp): source[id(inp)] for inp in inputs}
+        where = {k: [r.topic, r.partition, r.offset] for k, r in by_key.items()}
         back: dict[TopicPartition, int] = {}
         try:
             out = await self._handle(inputs, by_key, consumer, back, verify=frozenset(verify),
-                                     defer_rest=True, current=current)
+                                     defer_rest=True, current=current, positions=where)
         except StaleDecision as exc:
             log.warning("storage.stale_decision", error=str(exc))
             raise
@@ -232,7 +239,7 @@ class BatchWriter:
             for inp in inputs:
                 try:
                     one = await self._handle([inp], by_key, consumer, back,
-                                             verify=everything)
+                                             verify=everything, positions=where)
                 except RETRY_ERRORS:
                     raise
                 except Exception as exc:
@@ -248,6 +255,8 @@ class BatchWriter:
         # CPU work overlaps the store's work on what derives from the journal (calls,
         # idempotency, Sessions), which a retry's answer and the next batch read; then the
         # answers; then await every ack before the offsets are committed.
+        assert self.order is not None
+        out.items = await self.order.complete(out.items, current, _committed(consumer))
         handing = asyncio.create_task(self._hand_over(out), name="storage-hand-over")
         try:
             await self.repo.apply_rest(out.rest, defer=True)
@@ -268,6 +277,7 @@ class BatchWriter:
                                          {"schema": records.STORAGE_REPLY, **reply},
                                          reply["request_id"], parent))
         await asyncio.gather(*sent)
+        self.order.saw_acked(out.items)
         if inputs:
             log.debug("storage.batch", records=len(inputs), items=len(out.items))
         return back
@@ -399,6 +409,18 @@ class BatchWriter:
         if parent is None:
             return await self.send(topic, encode(record), key.encode())
         return await self.send(topic, encode(record), key.encode(), parent)
+
+
+def _committed(consumer: Any) -> Callable[[str, int], Awaitable[int | None]] | None:
+    """The group's committed offset of a partition, as ``PublishOrder`` asks for it."""
+    if consumer is None:
+        return None
+
+    async def committed(topic: str, partition: int) -> int | None:
+        offset: int | None = await consumer.committed(TopicPartition(topic, partition))
+        return offset
+
+    return committed
 
 
 def positions(raws: tuple[Any, ...]) -> list[tuple[TopicPartition, int]]:

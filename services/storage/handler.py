@@ -293,7 +293,8 @@ class StorageHandler:
 
     async def handle(self, inputs: list[Json], verify: frozenset[str] = frozenset(),
                      defer_rest: bool = False, current: frozenset[str] = frozenset(),
-                     refuse: frozenset[str] = frozenset()) -> Outputs:
+                     refuse: frozenset[str] = frozenset(),
+                     positions: dict[str, list[Any]] | None = None) -> Outputs:
         """``verify``: source keys that another writer may have decided although memory is
         trusted (``DecidedState.arrived``). ``defer_rest``: return after the commit point (Items
         and journal written) with the derived writes in ``Outputs.rest``; the caller must
@@ -302,7 +303,9 @@ class StorageHandler:
         past them (their shard was handed over clean: ``DecidedState``). ``refuse``: source
         keys of observed facts whose Runtime is known not to be their Session's (``NotBoundYet``
         was raised for them and ``core.facts`` is read to its end): decided as refused, nothing
-        written to the Session (``Outputs.refused``)."""
+        written to the Session (``Outputs.refused``). ``positions``: each record's [topic,
+        partition, offset] by source key, journaled with its decision
+        (services/storage/publishorder.py)."""
         out = Outputs()
         if not inputs:
             return out
@@ -387,6 +390,8 @@ class StorageHandler:
         for entry in journaled:
             if isinstance(entry, Decision):
                 doc, ch = self.repo.journal_doc(entry)
+                if positions and entry.source_key in positions:
+                    doc["position"] = positions[entry.source_key]
                 chunks.extend(ch)
                 docs.append(doc)
             else:

@@ -7,7 +7,8 @@ middle of a write, a replica killed (-9: its memory gone, deferred Session write
 rebalances that move partitions between two replicas.
 
 Checked throughout: every published Item is the Item the store holds at its place (never one
-the store gave another decision), and every answer to a request is the same each time. Checked
+the store gave another decision), each Session's first publications come in sequence order
+(services/storage/publishorder.py), and every answer to a request is the same each time. Checked
 once everything is consumed: each admitted input is stored exactly once, each Session's Items
 are numbered 1..n without a gap, and every stored Item was published."""
 
@@ -264,6 +265,17 @@ class StorageMachine(RuleBasedStateMachine):
             assert stored.get(item_key(item["session_id"], item["sequence"])) == item
 
     @invariant()
+    def first_publications_come_in_sequence_order(self) -> None:
+        """CONTRACT: session.items carries a Session's Items in sequence order; after a crash
+        an Item may come again (same id), but each first publication is the next sequence."""
+        first: dict[str, int] = {}
+        for rec in self.broker.on(self.t.session_items):
+            sid, seq = rec["session_id"], rec["sequence"]
+            if seq > first.get(sid, 0):
+                assert seq == first.get(sid, 0) + 1, (sid, first.get(sid, 0), seq)
+                first[sid] = seq
+
+    @invariant()
     def every_answer_to_a_request_is_the_same(self) -> None:
         seen: dict[str, str] = {}
         for rec in self.broker.on(self.t.storage_replies):
@@ -329,6 +341,7 @@ def test_a_replay_after_a_later_fact_never_moves_the_session_back() -> None:
     assert m.run(m._consume(0, facts, 1, True))
     assert m.run(m._consume(0, admitted, 2, True))
     m.published_items_are_the_stored_ones()
+    m.first_publications_come_in_sequence_order()
     m.every_answer_to_a_request_is_the_same()
     m.teardown()
 
@@ -357,6 +370,35 @@ def test_batches_past_several_lost_commits_are_replayed_after_a_kill() -> None:
     assert not m.run(m._consume(0, admitted, 2, True))
     m.db.revive()
     m.replica_killed("a")
+    m.teardown()
+
+
+def test_an_item_never_acked_is_published_before_a_later_one_from_the_other_topic() -> None:
+    """The chaos suite's ``kill -9 storage`` row saw ``[…, 11, 13, 12, …]`` on session.items:
+    a message decided and journaled, never published (the broker failed its send), the replica
+    killed; its successor reads the other topic first and decides a function call
+    at the next sequence. The call must not be first published before the message it follows
+    (services/storage/publishorder.py)."""
+    m = StorageMachine()
+    admitted, facts = [m.t.session_admitted], [m.t.core_facts]
+    m.create_session()  # session_0, partition 0, owned by replica "a"
+    assert m.run(m._consume(0, admitted, 1, True))
+    m.message("session_0")
+
+    async def broker_away(topic: str, value: bytes, key: bytes | None) -> Any:
+        raise OSError("the broker went away")
+
+    batches = m.replicas["a"].svc.batches
+    with patch.object(batches, "send", broker_away):  # its Item and journal entry written
+        assert not m.run(m._consume(0, admitted, 1, True))
+    assert [r["sequence"] for r in m.broker.on(m.t.session_items)] == [1, 2]
+    m.replica_killed("a")
+    m.call("session_0")
+    assert m.run(m._consume(0, facts, 1, True))
+    m.first_publications_come_in_sequence_order()
+    assert m.run(m._consume(0, admitted, 1, True))
+    m.first_publications_come_in_sequence_order()
+    m.published_items_are_the_stored_ones()
     m.teardown()
 
 

@@ -173,6 +173,10 @@ class MemoryConsumer:
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
         self.broker.committed.update(offsets)
 
+    async def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset (aiokafka's ``committed``: None where nothing is)."""
+        return self.broker.committed.get(tp)
+
 
 @dataclass
 class MemoryBroker:
