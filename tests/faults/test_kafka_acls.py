@@ -23,10 +23,11 @@ from services.dispatcher.app import DispatcherService
 from services.receipts.app import ReceiptService
 from services.storage.app import StorageService
 from shared import records
-from shared.kafka import client_security, decode, encode, ensure_topics
+from shared.kafka import client_security, encode, ensure_topics
 from shared.settings import Settings
 from shared.topics import topics_for
 from tests.support.acls import add_grants, chart_grants
+from tests.support.kafka import read_records
 from tests.support.localstack import private_kafka
 
 pytestmark = pytest.mark.faults
@@ -100,20 +101,7 @@ async def refused(s: Settings, topic: str, rec: Json, key: str = "k") -> None:
 
 async def read_all(s: Settings, topic: str, want: int = 1, timeout: float = 30,
                    until: Any = None) -> list[Json]:
-    c = AIOKafkaConsumer(topic, bootstrap_servers=s.kafka_bootstrap_servers, group_id=None,
-                         auto_offset_reset="earliest", **client_security(s))
-    await c.start()
-    got: list[Json] = []
-    try:
-        async with asyncio.timeout(timeout):
-            while len(got) < want or (until is not None and not any(until(g) for g in got)):
-                for recs in (await c.getmany(timeout_ms=300)).values():
-                    got += [decode(r.value) for r in recs]
-    except TimeoutError:
-        pass
-    finally:
-        await c.stop()
-    return got
+    return await read_records(s, topic, want, timeout, until, **client_security(s))
 
 
 def create(text: str) -> Json:

@@ -15,13 +15,14 @@ import uuid
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
 from services.storage.app import StorageService
 from shared import records
-from shared.kafka import decode, encode
+from shared.kafka import encode
 from shared.settings import Settings
 from tests.support.binding import binding_fact
+from tests.support.kafka import read_records
 from tests.support.system import System, SystemFactory, items
 
 pytestmark = pytest.mark.integration
@@ -53,20 +54,7 @@ async def send(settings: Settings, topic: str, *recs: Json) -> None:
 
 
 async def dlq(settings: Settings, topic: str, want: int, timeout: float = 30) -> list[Json]:
-    c = AIOKafkaConsumer(f"{topic}.dlq", bootstrap_servers=settings.kafka_bootstrap_servers,
-                         group_id=None, auto_offset_reset="earliest")
-    await c.start()
-    got: list[Json] = []
-    try:
-        async with asyncio.timeout(timeout):
-            while len(got) < want:
-                for recs in (await c.getmany(timeout_ms=500)).values():
-                    got += [decode(r.value) for r in recs]
-    except TimeoutError:
-        pass
-    finally:
-        await c.stop()
-    return got
+    return await read_records(settings, f"{topic}.dlq", want, timeout)
 
 
 async def bound_to(system: System, sid: str, runtime_id: str, timeout: float = 20) -> None:

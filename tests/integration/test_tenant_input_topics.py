@@ -8,16 +8,16 @@ tests/faults/test_kafka_acls.py); this is the part Core enforces (docs/security.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
-from shared.kafka import decode, encode
+from shared.kafka import encode
 from shared.settings import Settings
 from shared.topics import input_tenants, topics_for
+from tests.support.kafka import read_records
 from tests.support.system import SystemFactory
 
 pytestmark = pytest.mark.integration
@@ -33,23 +33,6 @@ async def send(settings: Settings, topic: str, rec: Json) -> None:
         await p.stop()
 
 
-async def read(settings: Settings, topic: str, want: int, timeout: float = 30) -> list[Json]:
-    c = AIOKafkaConsumer(topic, bootstrap_servers=settings.kafka_bootstrap_servers,
-                         group_id=None, auto_offset_reset="earliest")
-    await c.start()
-    got: list[Json] = []
-    try:
-        async with asyncio.timeout(timeout):
-            while len(got) < want:
-                for recs in (await c.getmany(timeout_ms=300)).values():
-                    got += [decode(r.value) for r in recs]
-    except TimeoutError:
-        pass
-    finally:
-        await c.stop()
-    return got
-
-
 def rid() -> str:
     return f"req_{uuid.uuid4().hex}"
 
@@ -61,7 +44,7 @@ async def test_a_record_on_a_tenants_topic_is_that_tenants(make_system: SystemFa
     create = {"op": "sessions.create", "request_id": rid(), "harness": "codex",
               "placement": "none", "input": "acme's own"}
     await send(s, t.tenant_input("acme"), create)
-    [made] = await read(s, t.tenant_input_results("acme"), 1)
+    [made] = await read_records(s, t.tenant_input_results("acme"), 1)
     assert made["status"] == 201, made
     sid = made["body"]["id"]
     state = (await system.storage.repo.sessions([sid]))[sid]
@@ -78,24 +61,25 @@ async def test_a_record_on_a_tenants_topic_is_that_tenants(make_system: SystemFa
     # globex's producer names nobody: it acts as globex, for whom acme's Session does not exist
     unnamed = {**{k: v for k, v in forged.items() if k != "tenant"}, "request_id": rid()}
     await send(s, t.tenant_input("globex"), unnamed)
-    answers = {a["request_id"]: a for a in await read(s, t.tenant_input_results("globex"), 2)}
+    results = await read_records(s, t.tenant_input_results("globex"), 2)
+    answers = {a["request_id"]: a for a in results}
     assert answers[forged["request_id"]]["status"] == 400, answers
     assert answers[forged["request_id"]]["body"]["error"]["param"] == "tenant"
     assert answers[unnamed["request_id"]]["status"] == 404, answers
     assert answers[unnamed["request_id"]]["body"]["error"]["param"] == "session_id"
-    dead = await read(s, t.dlq(t.tenant_input("globex")), 1)
+    dead = await read_records(s, t.dlq(t.tenant_input("globex")), 1)
     assert [(d["reason"], d["key"]) for d in dead] == [("wrong_tenant", forged["request_id"])]
     assert "'acme'" in dead[0]["detail"] and "'globex'" in dead[0]["detail"]
     # nothing reached acme's Session, and no answer went to the shared results topic
     assert await db.items.count_documents({"session_id": sid}) == before
-    assert await read(s, t.session_input_results, 1, timeout=2) == []
+    assert await read_records(s, t.session_input_results, 1, timeout=2) == []
 
     # acme's own producer may repeat its tenant: the event is applied
     own = {**forged, "request_id": rid(), "input": [{"role": "user", "type": "message",
                                                       "content": [{"type": "input_text",
                                                                    "text": "hello again"}]}]}
     await send(s, t.tenant_input("acme"), own)
-    got = [a for a in await read(s, t.tenant_input_results("acme"), 2)
+    got = [a for a in await read_records(s, t.tenant_input_results("acme"), 2)
            if a["request_id"] == own["request_id"]]
     assert got and got[0]["status"] == 202, got
 

@@ -76,6 +76,27 @@ class InputClient:
         await self.producer.stop()
 
 
+async def read_records(settings: Settings, topic: str, want: int = 1, timeout: float = 30,
+                       until: Any = None, **client: Any) -> list[Json]:
+    """The decoded records of ``topic`` from its start, until ``want`` of them (and, given
+    ``until``, one for which it is true) have come or ``timeout`` passed — whatever came by
+    then. ``client``: more AIOKafkaConsumer arguments (the ACL tests' TLS/SASL)."""
+    c = AIOKafkaConsumer(topic, bootstrap_servers=settings.kafka_bootstrap_servers,
+                         group_id=None, auto_offset_reset="earliest", **client)
+    await c.start()
+    got: list[Json] = []
+    try:
+        async with asyncio.timeout(timeout):
+            while len(got) < want or (until is not None and not any(until(g) for g in got)):
+                for recs in (await c.getmany(timeout_ms=300)).values():
+                    got += [decode(r.value) for r in recs]
+    except TimeoutError:
+        pass
+    finally:
+        await c.stop()
+    return got
+
+
 async def read_topic(settings: Settings, topic: str) -> list[bytes]:
     """Every record on ``topic`` up to its current end (no consumer group)."""
     c = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap_servers, group_id=None,
