@@ -65,8 +65,8 @@ from bench.load import (
     start_server,
 )
 from bench.pipeline import preflight
+from services.storage.domain.sessions import SessionState, decide_message
 from services.storage.repository import StorageRepository
-from shared.domain.sessions import SessionState, decide_message
 from shared.ids import new_id
 from shared.kafka import now_rfc3339
 from shared.storecodec import dumps, item_doc, pack, unpack

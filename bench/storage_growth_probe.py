@@ -18,10 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pymongo import AsyncMongoClient
 
+from services.storage.domain.sessions import SessionState
 from services.storage.handler import StorageHandler
 from services.storage.repository import StorageRepository
 from shared import records
-from shared.domain.sessions import SessionState
 from shared.kafka import now_rfc3339
 from shared.store import ensure_indexes
 from shared.storecodec import item_doc, pack

@@ -82,8 +82,8 @@ def externalize_state(state: Json | None, inline_max: int, chunk_bytes: int
                       ) -> tuple[Json | None, list[Json]]:
     """A Session's state document as stored: the text of a held agent message (``said``)
     longer than ``inline_max`` becomes ``{"text_ref": …}`` and its chunks. The storage
-    domain takes either form (``shared.domain.sessions``: the text is opaque to it); an Item
-    made from a reference is made whole before it is published (``whole``)."""
+    domain takes either form (``services.storage.domain.sessions``: the text is opaque to it);
+    an Item made from a reference is made whole before it is published (``whole``)."""
     said = state.get("said") if state is not None else None
     if state is None or not isinstance(said, dict) or not _long_text(said.get("text"),
                                                                      inline_max):

@@ -4,7 +4,8 @@ field. The names live here so producers and consumers agree; so do the envelopes
 (``item_record``, ``stored_record``, ``fact_record``, ``observation_record``,
 ``registration_record``, ``control_record`` — check the functions below). The bodies are built
 by the domain: ``session.admitted/1`` by ``shared.domain.validation`` (``admitted_record``),
-``runtime.delivery/1`` by ``shared.domain.wire``, decisions by ``shared.domain.sessions``."""
+``runtime.delivery/1`` by ``shared.domain.wire``, decisions by
+``services.storage.domain.sessions``."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def item_record(item: dict[str, Any], tenant: str) -> dict[str, Any]:
 
 def stored_record(stored: dict[str, Any]) -> dict[str, Any]:
     """A decided input as published on ``session.stored`` (its body:
-    ``shared.domain.sessions.stored_input``, or replayed from the journal)."""
+    ``services.storage.domain.sessions.stored_input``, or replayed from the journal)."""
     return {"schema": STORED, **stored}
 
 

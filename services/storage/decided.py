@@ -53,7 +53,7 @@ from collections.abc import Hashable, Iterable
 
 from cachetools import FIFOCache
 
-from shared.domain.sessions import SessionState
+from services.storage.domain.sessions import SessionState
 
 Partition = Hashable  # aiokafka's TopicPartition; any hashable name in tests
 Position = tuple[Partition, int]  # a record's partition and offset

@@ -10,12 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.storage.decided import DecidedState
-from services.storage.repository import StorageRepository
-from shared import itemstore, records, typedrecords
-from shared.domain import errors, idempotency
-from shared.domain.agent_output import AgentSaid, Said, UsageReported, said_all
-from shared.domain.observations import CallOpened, TurnEnded, classify_all
-from shared.domain.sessions import (
+from services.storage.domain.agent_output import AgentSaid, Said, UsageReported, said_all
+from services.storage.domain.sessions import (
     Decision,
     SessionState,
     decide_create,
@@ -24,6 +20,10 @@ from shared.domain.sessions import (
     decide_steer_refused,
     decide_tool_result,
 )
+from services.storage.repository import StorageRepository
+from shared import itemstore, records, typedrecords
+from shared.domain import errors, idempotency
+from shared.domain.observations import CallOpened, TurnEnded, classify_all
 from shared.domain.tenancy import DEFAULT_TENANT
 from shared.logging import bound, get_logger
 from shared.metrics import STORAGE_COLD_SESSIONS

@@ -14,10 +14,10 @@ from pymongo import UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError
 
+from services.storage.domain.sessions import Decision, SessionState
 from services.storage.sessionwriter import SessionWriter
 from shared import image_store as images
 from shared import itemstore
-from shared.domain.sessions import Decision, SessionState
 from shared.store import Doc, find_by_ids
 from shared.storecodec import dumps, item_doc, pack, unpack
 from shared.storekeys import item_key, item_source, journal_key_of, skipped_source

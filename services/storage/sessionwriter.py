@@ -54,7 +54,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from shared.domain.sessions import SessionState
+from services.storage.domain.sessions import SessionState
 from shared.logging import get_logger
 from shared.metrics import STORAGE_SESSIONS_BEHIND
 from shared.pacing import rest_after

@@ -34,7 +34,7 @@ import httpx
 from aiokafka import TopicPartition
 from PIL import Image
 
-from shared.domain.agent_output import AgentSaid, said_all
+from services.storage.domain.agent_output import AgentSaid, said_all
 from shared.domain.receipts import REASON_LATE, REASON_TIMEOUT
 from shared.kafka import assigned_consumer
 from shared.settings import Settings
@@ -747,7 +747,7 @@ def check(load: Load, store: dict[str, list[Json]], topic: dict[str, list[Json]]
 
 def printed_agent_messages(observations: list[Json]) -> dict[str, str]:
     """Every agent message the harness printed (by the same reading storage applies,
-    ``shared.domain.agent_output``): its native identity → its text."""
+    ``services.storage.domain.agent_output``): its native identity → its text."""
     out: dict[str, str] = {}
     for o in observations:
         root = o.get("root_thread_id")

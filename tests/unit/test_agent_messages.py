@@ -1,8 +1,8 @@
 """The agent's side of a Session (CONTRACT §2, "Public Items"): which native records are agent
-messages and usage reports (``shared.domain.agent_output``), how storage's observation facts
-keep the harness's printed order (``services.storage.handler.record_to_inputs``), and how the
+messages and usage reports (``services.storage.domain.agent_output``), how storage's observation
+facts keep the harness's printed order (``services.storage.handler.record_to_inputs``), and how the
 Session state machine publishes them — phase given by the harness, or derived from what follows
-(``shared.domain.sessions``)."""
+(``services.storage.domain.sessions``)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from services.storage.domain.agent_output import AgentSaid, UsageReported, add_usage, said_all
+from services.storage.domain.sessions import (
+    SessionState,
+    decide_create,
+    decide_fact,
+    decide_message,
+)
 from services.storage.handler import record_to_inputs
 from shared import records
-from shared.domain.agent_output import AgentSaid, UsageReported, add_usage, said_all
-from shared.domain.sessions import SessionState, decide_create, decide_fact, decide_message
 
 NOW = "2026-01-01T00:00:00.000Z"
 MSG = [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]

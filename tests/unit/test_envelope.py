@@ -10,8 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from services.storage.domain.sessions import (
+    SessionState,
+    decide_create,
+    decide_message,
+    decide_tool_result,
+)
 from shared.domain.errors import ApiError
-from shared.domain.sessions import SessionState, decide_create, decide_message, decide_tool_result
 from shared.domain.validation import (
     AdmittedCreate,
     AdmittedMessageEvent,

@@ -10,10 +10,10 @@ from pydantic import TypeAdapter
 
 from services.runtime.app import RuntimeConfig, registration
 from services.runtime.harness import SimulatedHarness
+from services.storage.domain.sessions import decide_create, decide_tool_result
 from shared import contracts, records, typedrecords
 from shared.domain import binding, receipts, wire
 from shared.domain.poison import Poison
-from shared.domain.sessions import decide_create, decide_tool_result
 from shared.kafka import encode, now_rfc3339
 
 RT = "rt_" + "a" * 32
@@ -67,7 +67,8 @@ def test_the_schema_names_the_domain_uses_are_the_records_ones() -> None:
 
 
 def test_stored_inputs_are_what_the_dispatcher_reads() -> None:
-    """Storage's ``session.stored`` records (shared.domain.sessions) decode as ``Stored``."""
+    """Storage's ``session.stored`` records (services.storage.domain.sessions) decode as
+    ``Stored``."""
     created = decide_create({
         "request_id": "req_1", "session_id": SID, "harness": "codex", "placement": "none",
         "event_id": "evt_1", "fingerprint": "fp",

@@ -70,7 +70,7 @@ def test_storage_holds_its_sessions_out_of_the_collectors_reach() -> None:
     as an object would be walked by every full collection — ~60-180 ms of stopped event loop
     every few seconds at 100 000 (docs/benchmarks.md, "Collector pauses")."""
     from services.storage.decided import DecidedState
-    from shared.domain.sessions import SessionState
+    from services.storage.domain.sessions import SessionState
 
     d = DecidedState(batch_max=10)
     states = {f"session_{i}": SessionState(

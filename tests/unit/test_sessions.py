@@ -1,5 +1,5 @@
-"""The Session state machine storage applies (shared/domain/sessions.py): `delivery` values,
-Turn Items, gap-free sequences, function results stored with both public fields."""
+"""The Session state machine storage applies (services/storage/domain/sessions.py): `delivery`
+values, Turn Items, gap-free sequences, function results stored with both public fields."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.domain.sessions import (
+from services.storage.domain.sessions import (
     SessionState,
     decide_create,
     decide_fact,

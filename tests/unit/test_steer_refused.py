@@ -1,7 +1,7 @@
 """A steer that reaches the Runtime after its native Turn ended (a race between the steer
 and the Turn's end): the Runtime refuses it with code ``turn_ended``; storage hands the stored
 messages over again — into the Turn running by then, or as the start of a new Turn — never drops
-them, and writes no second copy of the message Items (shared/domain/sessions.py
+them, and writes no second copy of the message Items (services/storage/domain/sessions.py
 ``decide_steer_refused``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shared.domain.sessions import (
+from services.storage.domain.sessions import (
     Decision,
     SessionState,
     decide_create,

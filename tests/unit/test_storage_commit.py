@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from pymongo.errors import AutoReconnect
 
+from services.storage.domain.sessions import decide_create
 from services.storage.repository import StaleDecision, StorageRepository
-from shared.domain.sessions import decide_create
 from shared.storecodec import item_from_doc
 from tests.support.fakes.storage import MemoryDatabase
 

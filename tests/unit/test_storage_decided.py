@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from services.storage.decided import DecidedState
-from shared.domain.sessions import SessionState
+from services.storage.domain.sessions import SessionState
 from tests.support.budget import examples
 
 BATCH_MAX = 4

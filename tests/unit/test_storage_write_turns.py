@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from services.storage.domain.sessions import Decision
 from services.storage.repository import SESSIONS_PER_UPDATE, StorageRepository
-from shared.domain.sessions import Decision
 
 Doc = dict[str, Any]
 

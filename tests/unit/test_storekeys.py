@@ -3,8 +3,8 @@ built exactly as before. These pin the layout (a change here is a store migratio
 
 from __future__ import annotations
 
+from services.storage.domain.sessions import decide_create, decide_tool_result
 from shared import storecodec, storekeys
-from shared.domain.sessions import decide_create, decide_tool_result
 
 SID = "session_" + "a" * 32
 

@@ -13,8 +13,8 @@ import pytest
 from services import cli
 from services.admission.core import Answer
 from services.admission.http import build_http_app
+from services.storage.domain.sessions import SessionState, decide_create
 from shared import storekeys
-from shared.domain.sessions import SessionState, decide_create
 from shared.domain.tenancy import (
     DEFAULT_TENANT,
     ApiKeys,

@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from shared.domain.agent_output import PROVIDER_PHASES, add_usage
+from services.storage.domain.agent_output import PROVIDER_PHASES, add_usage
 from shared.domain.tenancy import DEFAULT_TENANT
 from shared.domain.wire import next_delivery_id
 from shared.storekeys import (

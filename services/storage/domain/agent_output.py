@@ -5,7 +5,7 @@ Pure: one native record in, the ``AgentSaid`` / ``UsageReported`` it carries out
 order the harness printed them). Storage turns them into facts keyed by ``key`` — the native
 item's identity — so a redelivered or re-read observation decides nothing new
 (``services/storage/handler.py``); the phase of a message the harness gave none is derived by
-the Session state machine (``shared.domain.sessions``), which sees what follows it.
+the Session state machine (``services.storage.domain.sessions``), which sees what follows it.
 
 Sources:
 
