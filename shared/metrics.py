@@ -70,7 +70,7 @@ def set_runtimes(runtimes: Iterable[Any]) -> None:
 
 
 def set_ready_runtimes(counts: Mapping[str, int]) -> None:
-    """``RUNTIMES_READY`` from ``shared.domain.binding.ready_by_harness``."""
+    """``RUNTIMES_READY`` from ``services.dispatcher.domain.binding.ready_by_harness``."""
     for harness, n in counts.items():
         RUNTIMES_READY.labels(harness).set(n)
 

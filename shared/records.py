@@ -9,6 +9,7 @@ by the domain: ``session.admitted/1`` by ``shared.domain.validation`` (``admitte
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 ADMITTED = "session.admitted/1"  # admission → storage
@@ -33,6 +34,15 @@ FACT_STEER_REFUSED = "steer_refused"
 
 # The envelope an Item carries on ``session.items`` and not in HTTP bodies.
 ITEM_TOPIC_ONLY = ("schema", "tenant")
+
+
+def parse_time(value: str) -> datetime:
+    """A record's timestamp (a registration's ``heartbeat_at``): RFC 3339 (``Z`` or an offset)
+    → an aware datetime."""
+    parsed = datetime.fromisoformat(value)
+    if parsed.tzinfo is None:
+        raise ValueError(f"timestamp without a time zone: {value!r}")
+    return parsed
 
 
 def item_record(item: dict[str, Any], tenant: str) -> dict[str, Any]:

@@ -25,7 +25,6 @@ from pydantic import (
 )
 
 from shared import records
-from shared.domain.binding import parse_time
 from shared.domain.poison import (
     INVALID_FIELDS,
     NO_SCHEMA,
@@ -136,7 +135,7 @@ Stored = Annotated[StoredMessages | StoredResult, Field(discriminator="kind")]
 
 
 def _rfc3339(value: str) -> str:
-    parse_time(value)  # ValueError: not RFC 3339 with a time zone
+    records.parse_time(value)  # ValueError: not RFC 3339 with a time zone
     return value
 
 

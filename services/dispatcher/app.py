@@ -14,12 +14,12 @@ from typing import Any
 from faststream.kafka.annotations import KafkaMessage
 
 from services.dispatcher.binder import Binder
+from services.dispatcher.domain.binding import RuntimeInfo
 from services.dispatcher.outbox import KafkaOutbox
 from services.dispatcher.registry import RegistryTail
 from services.dispatcher.repository import DispatcherRepository
 from shared import tracing, typedrecords
 from shared.coreservice import CoreService
-from shared.domain.binding import RuntimeInfo
 from shared.domain.poison import NOT_BOUND, Poison
 from shared.failures import settle
 from shared.ids import new_id

@@ -15,15 +15,15 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from shared import records
-from shared.domain import wire
-from shared.domain.binding import (
+from services.dispatcher.domain.binding import (
     RuntimeInfo,
     check_delivery,
     choose,
     is_alive,
     ready_by_harness,
 )
+from shared import records
+from shared.domain import wire
 from shared.logging import get_logger
 from shared.metrics import DISPATCH_BINDINGS, DISPATCH_DELIVERIES, DISPATCH_REFUSALS
 from shared.storekeys import verdict_fact_id

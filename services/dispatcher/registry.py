@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from services.dispatcher.domain.binding import RuntimeInfo, from_registration
 from shared import typedrecords
-from shared.domain.binding import RuntimeInfo, from_registration
 from shared.kafka import DeadLetters
 from shared.logging import get_logger
 from shared.tail import Tail

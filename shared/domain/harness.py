@@ -2,9 +2,9 @@
 spec's three tables (message images, whitespace-only messages, function results).
 
 Admission reads ``message_images``, ``whitespace_only``, ``function_results``, ``placements``
-and ``max_user_messages_per_batch``; the binding choice (``shared.domain.binding``) reads
-``bridge_protocols``, and the Claude Code harness module
-(``shared.domain.harnesses.claude_code``) both.
+and ``max_user_messages_per_batch``; the binding choice
+(``services.dispatcher.domain.binding``) reads ``bridge_protocols``, and the Claude Code harness
+module (``shared.domain.harnesses.claude_code``) both.
 Nothing here does I/O.
 
 Spec table → field:

@@ -31,9 +31,9 @@ from hypothesis.stateful import (
 )
 
 from services.dispatcher.binder import Binder
+from services.dispatcher.domain.binding import CLAUDE_BRIDGE_PROTOCOLS, RuntimeInfo
 from services.dispatcher.registry import ReadingClock
 from shared.domain import wire
-from shared.domain.binding import CLAUDE_BRIDGE_PROTOCOLS, RuntimeInfo
 from shared.storekeys import verdict_fact_id
 from tests.support.budget import examples
 from tests.support.builders import text

@@ -1,4 +1,4 @@
-"""Runtime registry model and binding choice (shared/domain/binding.py)."""
+"""Runtime registry model and binding choice (services/dispatcher/domain/binding.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared.domain.binding import (
+from services.dispatcher.domain.binding import (
     FUNCTION_RESULT_IMAGES_UNSUPPORTED,
     MESSAGE_IMAGES_UNSUPPORTED,
     RuntimeInfo,

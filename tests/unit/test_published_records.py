@@ -8,11 +8,12 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from services.dispatcher.domain import binding
 from services.runtime.app import RuntimeConfig, registration
 from services.runtime.harness import SimulatedHarness
 from services.storage.domain.sessions import decide_create, decide_tool_result
 from shared import contracts, records, typedrecords
-from shared.domain import binding, receipts, wire
+from shared.domain import receipts, wire
 from shared.domain.poison import Poison
 from shared.kafka import encode, now_rfc3339
 

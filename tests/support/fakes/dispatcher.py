@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from services.dispatcher.domain.binding import RuntimeInfo
 from services.dispatcher.registry import ReadingClock, as_seen
-from shared.domain.binding import RuntimeInfo
 from shared.storekeys import pending_key
 
 Doc = dict[str, Any]

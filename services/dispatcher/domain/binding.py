@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from shared.domain.harness import CLAUDE_CODE, HARNESSES
+from shared.records import parse_time
 
 RuntimeStatus = Literal["ready", "draining", "gone"]
 REGISTRATION_SCHEMA = "runtime.registration/1"
@@ -52,14 +53,6 @@ class RuntimeInfo:
     # a change under the same ``runtime_id`` is a restart, which lost the native Turns the
     # process ran (``Binder.sweep``). None: not reported.
     incarnation: str | None = None
-
-
-def parse_time(value: str) -> datetime:
-    """RFC 3339 (``Z`` or an offset) → an aware datetime."""
-    parsed = datetime.fromisoformat(value)
-    if parsed.tzinfo is None:
-        raise ValueError(f"timestamp without a time zone: {value!r}")
-    return parsed
 
 
 def from_registration(record: Mapping[str, Any]) -> RuntimeInfo:
