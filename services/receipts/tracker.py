@@ -30,10 +30,10 @@ from cachetools import FIFOCache
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
+from services.receipts.domain.deadlines import DeadlineQueue
 from services.receipts.repository import Store, expected_doc, expected_from
 from services.receipts.verdicts import FIRING_MAX, LATENESS_KEPT, Key, SendFacts, Verdicts
 from shared import tracing
-from shared.domain.deadlines import DeadlineQueue
 from shared.domain.observations import CallOpened, classify_all
 from shared.domain.receipts import (
     CallRecord,

@@ -18,9 +18,9 @@ from cachetools import FIFOCache
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
+from services.receipts.domain.deadlines import DeadlineQueue
 from services.receipts.repository import Store
 from shared import records, tracing
-from shared.domain.deadlines import DeadlineQueue
 from shared.domain.receipts import REASON_TIMEOUT, CallRecord, Log, Publish, State
 from shared.kafka import encode, send_counted
 from shared.logging import get_logger

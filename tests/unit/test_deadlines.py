@@ -1,4 +1,5 @@
-"""The deadline queue: one timer structure for every pending call (shared/domain/deadlines.py)."""
+"""The deadline queue: one timer structure for every pending call
+(services/receipts/domain/deadlines.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import tracemalloc
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.domain.deadlines import DeadlineQueue
+from services.receipts.domain.deadlines import DeadlineQueue
 from shared.domain.receipts import CallRecord, expect
 
 
