@@ -27,9 +27,9 @@ from PIL import Image
 from pydantic import BaseModel
 
 from bench.common import Result, Run, Spread, progress
+from services.admission.domain.jsonbody import parse_json
+from services.admission.domain.validation import Limits, validate_event
 from shared.domain.errors import ApiError
-from shared.domain.jsonbody import parse_json
-from shared.domain.validation import Limits, validate_event
 
 TEXT = "Please summarise the attached design notes and list the open questions. " * 2
 

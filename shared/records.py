@@ -3,8 +3,8 @@ consumers read is typed in ``shared.typedrecords``). Every record is JSON with a
 field. The names live here so producers and consumers agree; so do the envelopes built here
 (``item_record``, ``stored_record``, ``fact_record``, ``observation_record``,
 ``registration_record``, ``control_record`` — check the functions below). The bodies are built
-by the domain: ``session.admitted/1`` by ``shared.domain.validation`` (``admitted_record``),
-``runtime.delivery/1`` by ``shared.domain.wire``, decisions by
+by the domain: ``session.admitted/1`` by ``services.admission.domain.validation``
+(``admitted_record``), ``runtime.delivery/1`` by ``shared.domain.wire``, decisions by
 ``services.storage.domain.sessions``."""
 
 from __future__ import annotations

@@ -16,14 +16,14 @@ from aiokafka import AIOKafkaProducer
 from opentelemetry.trace import Tracer
 from pymongo.asynchronous.database import AsyncDatabase
 
+from services.admission.domain import validation as rules
+from services.admission.domain.validation.limits import IMAGE_DECODE_WORKERS
+from services.admission.domain.waiting import TurnWatch
 from services.admission.tails import ItemTail, ReplyTail
 from shared import itemstore
 from shared.domain import errors, idempotency
-from shared.domain import validation as rules
 from shared.domain.errors import ApiError
 from shared.domain.tenancy import DEFAULT_TENANT
-from shared.domain.validation.limits import IMAGE_DECODE_WORKERS
-from shared.domain.waiting import TurnWatch
 from shared.ids import is_id, new_id
 from shared.kafka import encode, max_record_bytes, now_rfc3339, send_counted
 from shared.logging import bound, get_logger
@@ -75,9 +75,9 @@ class ImageWorkers:
     event loop: the decodes (zlib's inflate, libjpeg) release the GIL, so ``/healthz`` and other
     tenants' requests are answered meanwhile; requests beyond the pool's threads wait their
     turn. Each thread decodes one image at a time within the request's ``DecodeBudget``, so a
-    replica holds at most ``workers`` decodes in memory (shared/domain/validation/limits.py).
-    A body without images is validated in the event loop (microseconds; a thread hop would
-    cost more)."""
+    replica holds at most ``workers`` decodes in memory
+    (services/admission/domain/validation/limits.py). A body without images is validated in the
+    event loop (microseconds; a thread hop would cost more)."""
 
     def __init__(self, workers: int) -> None:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="image-check")

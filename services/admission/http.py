@@ -18,10 +18,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.admission import openapi, routes
 from services.admission.core import Admission
+from services.admission.domain import waiting
 from services.admission.parsing import BodyParser
 from services.admission.routes import error_answer as _err
 from shared import tracing
-from shared.domain import errors, waiting
+from shared.domain import errors
 from shared.domain.tenancy import DEFAULT_TENANT, ApiKeys, bearer
 from shared.ids import request_id
 from shared.logging import bound, get_logger

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from services.admission.core import Admission, Answer, body_too_large
+from services.admission.domain.jsonbody import parse_json
 from shared import records
 from shared.domain import errors
-from shared.domain.jsonbody import parse_json
 from shared.domain.poison import INVALID_FIELDS, UNDECODABLE, Poison
 from shared.domain.tenancy import DEFAULT_TENANT, TENANT_RE, is_tenant
 

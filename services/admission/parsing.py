@@ -14,8 +14,8 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from services.admission.domain.jsonbody import parse_json
 from shared.domain.errors import ApiError
-from shared.domain.jsonbody import parse_json
 
 CHILD_PARSE_BYTES = 1 << 20  # 1 MiB: ~4 ms of parsing in the event loop at most
 CHILD_PARSERS = 1  # one process: large bodies are parsed one at a time per replica

@@ -17,8 +17,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_late
 from starlette.requests import ClientDisconnect
 
 from services.admission.core import Admission, Answer, body_too_large
+from services.admission.domain import waiting
 from services.admission.parsing import BodyParser
-from shared.domain import errors, waiting
+from shared.domain import errors
 from shared.logging import get_logger
 from shared.settings import Settings
 

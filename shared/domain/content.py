@@ -4,9 +4,10 @@ schemas.
 The models are strict and forbid extra fields, but admission does **not** validate through them:
 pydantic would coerce nothing in strict mode, yet it would rebuild the values (dropping the
 absence of an optional key such as a message's ``type``, and the key order). Admission
-(``shared.domain.validation``) works on the parsed JSON itself, checks every rule, and returns a
-defensive deep copy of exactly what was sent. ``tests/unit/test_admission_models.py`` checks that
-everything admission admits also validates against the models.
+(``services.admission.domain.validation``) works on the parsed JSON itself, checks every rule,
+and returns a defensive deep copy of exactly what was sent.
+``tests/unit/test_admission_models.py`` checks that everything admission admits also validates
+against the models.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class Message(BaseModel):
 
 
 # The documented shape of the envelope fields; admission enforces the limits
-# (``shared.domain.validation.envelope``; metadata: 16 KiB as compact JSON and 64 keys).
+# (``services.admission.domain.validation.envelope``; metadata: 16 KiB as compact JSON and 64 keys).
 Metadata = Annotated[dict[str, Any], Field(max_length=64, description=(
     "free-form JSON object, stored and echoed exactly as sent, never interpreted; at most 64 "
     "keys and 16 KiB as compact UTF-8 JSON"))]

@@ -28,9 +28,9 @@ from aiokafka import AIOKafkaProducer
 from pymongo import AsyncMongoClient
 
 from services.admission.core import Admission
+from services.admission.domain import validation as rules
 from services.runtime.app import RuntimeConfig, RuntimeService
 from shared import records
-from shared.domain import validation as rules
 from shared.domain import wire
 from shared.domain.errors import ApiError
 from shared.domain.poison import TOO_LARGE, UNPROCESSABLE

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain.validation import Limits
+from services.admission.domain.validation import Limits
 
 
 @pytest.fixture

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import pytest
 
+from services.admission.domain.validation import Limits, validate_create
 from shared.domain.errors import ApiError
 from shared.domain.harnesses import adapter_for, is_terminal
 from shared.domain.harnesses import claude_code as claude
 from shared.domain.harnesses.claude_code import ClaudeTurn
 from shared.domain.harnesses.errors import UnsupportedContent
-from shared.domain.validation import Limits, validate_create
 from shared.domain.whitespace import WHITESPACE
 from tests.support.builders import msg
 from tests.support.builders import text as t

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from shared.domain.errors import ApiError
-from shared.domain.validation import (
+from services.admission.domain.validation import (
     AdmittedCreate,
     AdmittedMessageEvent,
     Limits,
@@ -17,6 +16,7 @@ from shared.domain.validation import (
     validate_create,
     validate_event,
 )
+from shared.domain.errors import ApiError
 from shared.settings import Settings
 from tests.support.builders import (
     PNG_URI,

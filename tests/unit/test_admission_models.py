@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
+from services.admission.domain.validation import Limits, validate_create, validate_event
 from shared.domain.content import (
     CreateSessionBody,
     EventBody,
@@ -17,7 +18,6 @@ from shared.domain.content import (
     ToolResultEventBody,
 )
 from shared.domain.errors import ApiError
-from shared.domain.validation import Limits, validate_create, validate_event
 from tests.support.builders import JPEG_URI, PNG_URI, image, message_event, msg, text, tool_result
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(EventBody)

@@ -9,8 +9,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.domain.errors import STATUS, ApiError
-from shared.domain.validation import (
+from services.admission.domain.validation import (
     AdmittedCreate,
     AdmittedMessageEvent,
     AdmittedToolResult,
@@ -18,6 +17,7 @@ from shared.domain.validation import (
     validate_create,
     validate_event,
 )
+from shared.domain.errors import STATUS, ApiError
 from shared.domain.whitespace import WHITESPACE
 from tests.support.budget import examples
 from tests.support.builders import JPEG_URI, PNG_URI

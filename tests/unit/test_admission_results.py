@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from services.admission.domain.validation import AdmittedToolResult, Limits, validate_event
 from shared.domain.errors import ApiError
-from shared.domain.validation import AdmittedToolResult, Limits, validate_event
 from tests.support.builders import PNG_URI, assert_error, image, text, tool_result
 
 INVALID = (400, "invalid_request")

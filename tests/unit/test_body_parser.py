@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
+from services.admission.domain.jsonbody import parse_json
 from services.admission.parsing import CHILD_PARSE_BYTES, BodyParser
-from shared.domain.jsonbody import parse_json
 
 PAD = "x" * CHILD_PARSE_BYTES
 

@@ -10,14 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.storage.domain.sessions import (
-    SessionState,
-    decide_create,
-    decide_message,
-    decide_tool_result,
-)
-from shared.domain.errors import ApiError
-from shared.domain.validation import (
+from services.admission.domain.validation import (
     AdmittedCreate,
     AdmittedMessageEvent,
     AdmittedToolResult,
@@ -25,6 +18,13 @@ from shared.domain.validation import (
     validate_create,
     validate_event,
 )
+from services.storage.domain.sessions import (
+    SessionState,
+    decide_create,
+    decide_message,
+    decide_tool_result,
+)
+from shared.domain.errors import ApiError
 from shared.storecodec import item_doc, item_from_doc, pack, unpack
 from tests.support.budget import examples
 from tests.support.builders import assert_error

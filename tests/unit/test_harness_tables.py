@@ -13,10 +13,7 @@ from typing import Any
 
 import pytest
 
-from shared.domain.errors import ApiError
-from shared.domain.harness import CLAUDE_CODE, PROFILES
-from shared.domain.harnesses import claude_code as claude
-from shared.domain.validation import (
+from services.admission.domain.validation import (
     AdmittedCreate,
     AdmittedMessageEvent,
     AdmittedToolResult,
@@ -24,6 +21,9 @@ from shared.domain.validation import (
     validate_create,
     validate_event,
 )
+from shared.domain.errors import ApiError
+from shared.domain.harness import CLAUDE_CODE, PROFILES
+from shared.domain.harnesses import claude_code as claude
 from tests.support.builders import (
     JPEG_URI,
     PNG_URI,

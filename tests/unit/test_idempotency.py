@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.domain import idempotency
-from shared.domain.errors import ApiError
-from shared.domain.validation import (
+from services.admission.domain.validation import (
     AdmittedCreate,
     AdmittedMessageEvent,
     AdmittedToolResult,
@@ -16,6 +14,8 @@ from shared.domain.validation import (
     validate_create,
     validate_event,
 )
+from shared.domain import idempotency
+from shared.domain.errors import ApiError
 from tests.support.builders import create_body, msg, text, tool_result
 
 STAMP = Stamp("req_1", "session_1", "evt_1", "2026-01-01T00:00:00Z", "fp", "t1")

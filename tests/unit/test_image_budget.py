@@ -1,7 +1,8 @@
 """The decode budget (issue 62, part 2): what an image's full decode would take is read from its
 header and checked — per image, per request — before any pixel is decoded
-(``shared.domain.images.DecodeBudget``, ``png_decode_cost``, ``jpeg_decode_cost``); the budgets
-derive from the replica's memory limit (``shared.domain.validation.limits.decode_budgets``)."""
+(``services.admission.domain.images.DecodeBudget``, ``png_decode_cost``, ``jpeg_decode_cost``);
+the budgets derive from the replica's memory limit
+(``services.admission.domain.validation.limits.decode_budgets``)."""
 
 from __future__ import annotations
 
@@ -18,16 +19,16 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from services.admission.core import carries_images
-from shared.domain import validation as rules
-from shared.domain.errors import ApiError
-from shared.domain.images import (
+from services.admission.domain import validation as rules
+from services.admission.domain.images import (
     DecodeBudget,
     ImageInfo,
     check_image_url,
     jpeg_decode_cost,
     png_decode_cost,
 )
-from shared.domain.validation.limits import decode_budgets
+from services.admission.domain.validation.limits import decode_budgets
+from shared.domain.errors import ApiError
 from shared.settings import Settings
 
 MiB = 1024 * 1024

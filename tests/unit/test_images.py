@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image, ImageFile
 
-from shared.domain import images
+from services.admission.domain import images
+from services.admission.domain.images import ImageInfo, check_image_url, decode_canonical_base64
+from services.admission.domain.validation import Limits, validate_create
 from shared.domain.errors import ApiError
-from shared.domain.images import ImageInfo, check_image_url, decode_canonical_base64
-from shared.domain.validation import Limits, validate_create
 from tests.support.builders import (
     JPEG_URI,
     PNG_URI,

@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from services.admission.domain.images import ImageInfo, check_image_bytes
+from services.admission.domain.validation import Limits, validate_create
 from shared.domain.errors import ApiError
-from shared.domain.images import ImageInfo, check_image_bytes
-from shared.domain.validation import Limits, validate_create
 from tests.support.budget import examples
 from tests.support.builders import assert_error, create_body, data_uri, image, msg
 

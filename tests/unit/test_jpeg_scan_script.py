@@ -20,13 +20,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from shared.domain.errors import ApiError
-from shared.domain.images import (
+from services.admission.domain.images import (
     ImageInfo,
     JpegScan,
     check_image_bytes,
     jpeg_scan_script_problem,
 )
+from shared.domain.errors import ApiError
 from tests.support.budget import examples
 
 EOI = b"\xff\xd9"

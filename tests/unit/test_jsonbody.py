@@ -1,4 +1,5 @@
-"""Strict request-body parsing shared by HTTP and session.input (shared/domain/jsonbody.py)."""
+"""Strict request-body parsing shared by HTTP and session.input
+(services/admission/domain/jsonbody.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from services.admission.domain.jsonbody import parse_json
 from shared.domain.errors import ApiError
-from shared.domain.jsonbody import parse_json
 
 
 @pytest.mark.parametrize(("raw", "param", "fragment"), [

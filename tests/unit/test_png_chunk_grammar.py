@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from services.admission.domain.images import ImageInfo, check_image_bytes
 from shared.domain.errors import ApiError
-from shared.domain.images import ImageInfo, check_image_bytes
 from tests.support.budget import examples
 
 SIG = b"\x89PNG\r\n\x1a\n"

@@ -26,12 +26,12 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from services.admission.domain.validation import Limits, Stamp, validate_create, validate_event
+from services.admission.domain.validation.admitted import AdmittedCreate
 from services.storage.app import StorageService
 from services.storage.batch import Rebalance
 from services.storage.offsets import OffsetCommits
 from shared import records
-from shared.domain.validation import Limits, Stamp, validate_create, validate_event
-from shared.domain.validation.admitted import AdmittedCreate
 from shared.settings import Settings
 from shared.storecodec import item_from_doc
 from shared.storekeys import call_key, item_key

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import shared.domain.validation as validation
+import services.admission.domain.validation as validation
 
 PACKAGE = Path(validation.__file__).parent
 # the pass from top to bottom; the helpers below every step share one rank
@@ -19,13 +19,13 @@ def _imported_steps(module: str) -> set[str]:
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "shared.domain.validation":
+            if node.module == "services.admission.domain.validation":
                 found.update(alias.name for alias in node.names)
-            elif node.module.startswith("shared.domain.validation."):
+            elif node.module.startswith("services.admission.domain.validation."):
                 found.add(node.module.rsplit(".", 1)[1])
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.startswith("shared.domain.validation."):
+                if alias.name.startswith("services.admission.domain.validation."):
                     found.add(alias.name.rsplit(".", 1)[1])
     return found
 

@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 
 from services.admission.core import Answer
+from services.admission.domain.waiting import TurnWatch
 from services.admission.http import build_http_app
 from shared.domain.tenancy import key_entry
-from shared.domain.waiting import TurnWatch
 from shared.settings import Settings
 
 SID = "session_" + "a" * 32

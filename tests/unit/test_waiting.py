@@ -1,5 +1,5 @@
-"""Waiting for a Turn (shared/domain/waiting.py): query parameters, wait slots, and which Items
-answer a wait."""
+"""Waiting for a Turn (services/admission/domain/waiting.py): query parameters, wait slots, and
+which Items answer a wait."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from services.admission.domain.waiting import TurnWatch, WaitRequest, WaitSlots, parse_wait
 from shared.domain.errors import ApiError
-from shared.domain.waiting import TurnWatch, WaitRequest, WaitSlots, parse_wait
 from tests.support.builders import assert_error
 
 

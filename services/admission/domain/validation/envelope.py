@@ -16,10 +16,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from shared.domain.errors import ApiError, invalid, too_large
-from shared.domain.harness import PLACEMENTS, HarnessProfile
-from shared.domain.validation import content
-from shared.domain.validation.admitted import (
+from services.admission.domain.validation import content
+from services.admission.domain.validation.admitted import (
     EVENT_TYPES,
     MESSAGE_EVENT,
     NO_ENVELOPE,
@@ -29,9 +27,11 @@ from shared.domain.validation.admitted import (
     AdmittedToolResult,
     Envelope,
 )
-from shared.domain.validation.content import ContentWalk
-from shared.domain.validation.limits import Limits
-from shared.domain.validation.values import check_string, copy_json, type_name
+from services.admission.domain.validation.content import ContentWalk
+from services.admission.domain.validation.limits import Limits
+from services.admission.domain.validation.values import check_string, copy_json, type_name
+from shared.domain.errors import ApiError, invalid, too_large
+from shared.domain.harness import PLACEMENTS, HarnessProfile
 
 CREATE_FIELDS = (
     "harness",

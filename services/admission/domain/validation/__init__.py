@@ -24,10 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shared.domain.errors import ApiError, invalid
-from shared.domain.harness import PROFILES, HarnessProfile
-from shared.domain.validation import content, envelope, profile
-from shared.domain.validation.admitted import (
+from services.admission.domain.validation import content, envelope, profile
+from services.admission.domain.validation.admitted import (
     EVENT_TYPES,
     MESSAGE_EVENT,
     TOOL_RESULT_EVENT,
@@ -37,8 +35,10 @@ from shared.domain.validation.admitted import (
     Envelope,
     Stamp,
 )
-from shared.domain.validation.envelope import check_body_size
-from shared.domain.validation.limits import Limits
+from services.admission.domain.validation.envelope import check_body_size
+from services.admission.domain.validation.limits import Limits
+from shared.domain.errors import ApiError, invalid
+from shared.domain.harness import PROFILES, HarnessProfile
 
 __all__ = [
     "EVENT_TYPES",

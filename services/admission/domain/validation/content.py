@@ -4,7 +4,8 @@
 The walk works on the parsed JSON itself, checks every rule and returns a copy of exactly what
 was sent (key order, the presence or absence of a message's ``type``, empty text parts). The
 envelope step calls the walk where the content's field comes in the body; the image data checks
-(``shared.domain.images``, the costly part) run once the whole body's shape is known good.
+(``services.admission.domain.images``, the costly part) run once the whole body's shape is known
+good.
 
 A valid message or part takes a fast path that builds no JSON path; anything else goes through
 the full checks, which name the error and its path.
@@ -14,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from services.admission.domain.images import DecodeBudget, check_image_url
+from services.admission.domain.validation.limits import Limits
+from services.admission.domain.validation.values import SURROGATE, check_string, type_name
 from shared.domain.errors import ApiError, invalid, join_path
-from shared.domain.images import DecodeBudget, check_image_url
-from shared.domain.validation.limits import Limits
-from shared.domain.validation.values import SURROGATE, check_string, type_name
 
 MESSAGE_KEYS = ("role", "type", "content")
 TEXT_PART_KEYS = ("type", "text")
