@@ -185,6 +185,7 @@ def _observed_facts(obs: typedrecords.Observation, rec: Json) -> list[Json]:
                 "name": c.name,
                 "arguments": c.arguments,
                 "native_ids": c.native_ids,
+                "turn_id": rec.get("turn_id"),
                 **by,
             })
         if isinstance(c, TurnEnded) and not rec.get("native_turn_continues"):

@@ -86,6 +86,36 @@ def test_turn_end_for_an_inactive_turn_changes_nothing() -> None:
     assert d.items == [] and d.state is None
 
 
+def call_fact(call_id: str, turn_id: str | None) -> dict[str, Any]:
+    return {"fact_id": f"obs:{call_id}", "kind": "function_call", "call_id": call_id,
+            "name": "f", "arguments": {}, "turn_id": turn_id}
+
+
+def test_a_call_printed_in_a_turn_core_has_ended_opens_nothing() -> None:
+    """The dispatcher failed the Turn (and sent the Runtime an interrupt); the harness printed
+    a call before the interrupt reached it. No public call on the ended Turn, none on a later
+    Turn either: nobody may answer it through Core."""
+    s = created()
+    failed = decide_fact(s, {"fact_id": "f1", "kind": "turn", "turn_id": s.turn_id,
+                             "state": "failed", "reason": "image steer"}, NOW)
+    assert failed.state is not None and not failed.state.turn_running
+    late = decide_fact(failed.state, call_fact("c1", s.turn_id), NOW)
+    assert late.items == [] and late.state is None and late.call_updates == []
+    later = decide_message(failed.state, admitted(1), NOW)
+    assert later.state is not None and later.state.turn_running
+    assert later.state.turn_id != s.turn_id
+    on_next = decide_fact(later.state, call_fact("c2", s.turn_id), NOW)
+    assert on_next.items == [] and on_next.state is None
+
+
+def test_a_call_in_the_running_turn_opens_on_it() -> None:
+    s = created()
+    for turn_id in (s.turn_id, None):  # tagged with the running Turn, or untagged
+        d = decide_fact(s, call_fact("c1", turn_id), NOW)
+        assert [(i["type"], i["turn_id"]) for i in d.items] == [("function_call", s.turn_id)]
+        assert d.state is not None and d.state.open_calls == {"c1": "f"}
+
+
 def test_decisions_are_deterministic() -> None:
     a = decide_create(admitted(0, harness="codex", placement="none"), NOW)
     b = decide_create(admitted(0, harness="codex", placement="none"), NOW)

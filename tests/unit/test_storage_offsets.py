@@ -161,8 +161,8 @@ class Handler:
         pass
 
     async def handle(self, inputs: list[dict[str, Any]], verify: frozenset[str] = frozenset(),
-                     defer_rest: bool = False, current: frozenset[str] = frozenset()
-                     ) -> Outputs:
+                     defer_rest: bool = False, current: frozenset[str] = frozenset(),
+                     positions: dict[str, list[Any]] | None = None) -> Outputs:
         if self.fail:
             raise OSError("the store went away mid-write")
         return Outputs()

@@ -31,8 +31,8 @@ class Handler:
         pass
 
     async def handle(self, inputs: list[Json], verify: frozenset[str] = frozenset(),
-                     defer_rest: bool = False, current: frozenset[str] = frozenset()
-                     ) -> Outputs:
+                     defer_rest: bool = False, current: frozenset[str] = frozenset(),
+                     positions: dict[str, list[Any]] | None = None) -> Outputs:
         self.asked.append(([i["fact_id"] for i in inputs], verify))
         if self.fail:
             raise OSError("the store went away mid-write")

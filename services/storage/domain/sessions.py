@@ -423,6 +423,15 @@ def decide_fact(state: SessionState, fact: Json, now: str) -> Decision:
         if call_id in state.open_calls:
             d.log.append("function_call.repeat")
             return d
+        called_in = fact.get("turn_id")  # the Core Turn the Runtime observed it in
+        if called_in is not None and (not state.turn_running or called_in != state.turn_id):
+            # The harness printed it before Core's end of that Turn reached it (the dispatcher
+            # failed the Turn and sent an interrupt): nobody may answer it through Core, and
+            # it must not open a call on the Turn that runs now. The Runtime releases it when
+            # the native Turn ends (docs/runtime-boundary.md, "Calls printed after Core ended
+            # their Turn").
+            d.log.append("function_call.for_ended_turn")
+            return d
         _flush_said(b, "commentary")  # a message before the call is not the Turn's answer
         b.add(
             "function_call",
