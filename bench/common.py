@@ -460,7 +460,7 @@ def keep_stack_logs(state: Path) -> Path | None:
 
 async def topics_ready(bootstrap: str, topics: Sequence[str], timeout: float = 60) -> None:  # noqa: ASYNC109
     """Wait until every partition of ``topics`` has a leader. Services started on topics that
-    were created a moment ago sometimes never consume (see docs/benchmarks.md), so the runner
+    were created a moment ago sometimes never consume (docs/benchmarks.md, "Method"), so the runner
     creates the topics first and waits here before starting a server."""
     import asyncio
 

@@ -77,7 +77,7 @@ async def runtime_over_kafka(infra: Infra, harness: str, live: Any,
     # (every DEBUG line, rendered for a console) in the timed path
     configure_logging("INFO", "json", service="runtime")
     tag = new_tag(f"harness-{harness}")
-    await prepare_topics(infra, tag)  # leaders before the Runtime starts (docs/benchmarks.md)
+    await prepare_topics(infra, tag)  # leaders first (docs/benchmarks.md, "Method")
     settings = infra.settings(tag)
     config = RuntimeConfig(runtime_id=live.options.runtime_id, harness=harness)
     svc = RuntimeService(settings, config, live=live)

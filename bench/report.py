@@ -123,9 +123,12 @@ def render(rows: Sequence[dict[str, str]], date: str, cases: set[str] | None = N
     meta = next((r for r in mine if r["case"] == "0_run"), None)
     repeats = sorted({r["repeat"] for r in mine if r.get("repeat", "").isdigit()}, key=int)
     commit = mine[0]["commit"] if mine else "?"
-    out = [f"### Run at {commit}, {date} — medians of {len(repeats)} repeats", ""]
+    # the heading names the commit; the date is the body's (a page's headings carry no dates)
+    out = [f"### Run at {commit} — medians of {len(repeats)} repeats", ""]
     if meta:
-        out += [f"{_f(meta['value'])} s in all. {meta['notes']}.", ""]
+        out += [f"Run of {date}, {_f(meta['value'])} s in all. {meta['notes']}.", ""]
+    else:
+        out += [f"Run of {date}.", ""]
     out += ["| figure | value (median; min–max) | baseline (median) | ratio (median) | "
             "ratio min–max | repeats | failed | target | verdict |",
             "|---|---|---|---|---|---|---|---|---|"]

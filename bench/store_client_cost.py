@@ -5,9 +5,9 @@ operation, and the sync client beside it:
 
     PYTHONPATH=$PWD .venv/bin/python -m bench.store_client_cost [--ops 300]
 
-A diagnostic for docs/benchmarks.md ("Diagnostics of 2026-12-03"), not a figure with a
-target: each look-up of a Session not in memory (``shared.store.find_by_ids`` is one
-``find_one`` per key) costs the product this much CPU besides the store's own work."""
+A diagnostic behind docs/decisions.md, "Store look-ups through PyMongo's collection API", not
+a figure with a target: each look-up of a Session not in memory costs the product this much CPU
+besides the store's own work."""
 
 from __future__ import annotations
 

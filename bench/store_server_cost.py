@@ -9,8 +9,8 @@ the same workload, shaped as the product's store traffic: ``find_one`` by ``_id`
 of 10 000 Session-like documents, ``update_one`` ``$set`` by ``_id`` on them, and
 ``insert_many`` of 8 Item-like documents. The figure is the store process's CPU time
 (``/proc/<pid>/stat`` utime + stime) per operation, median over the pairs; the ratio is patched
-÷ upstream (lower is cheaper). A diagnostic for docs/local-stack.md ("Resource tracking off"),
-not a figure with a target."""
+÷ upstream (lower is cheaper). A diagnostic for docs/decisions.md, "FerretDB's leak detector
+and eager logging off", not a figure with a target."""
 
 from __future__ import annotations
 

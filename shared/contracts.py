@@ -9,7 +9,7 @@ every record the system produces against the generated JSON Schemas.
 
 Versioning: every record names ``schema`` (``"session.item/1"``). A new optional field keeps the
 version (consumers ignore fields they do not know); a removed, renamed or re-meant field makes
-``/2`` (docs/client.md, "Schema versions").
+``/2`` (docs/client.md, "Consuming `session.items`", its schema versions).
 """
 
 from __future__ import annotations

@@ -341,7 +341,7 @@ def client_security(settings: Settings) -> dict[str, Any]:
 # record appended meanwhile to such a partition waits until that request returns — at
 # aiokafka's default of 500 ms, one such wait at the start of a burst of 2 000 verdicts/s put
 # storage 0.4 s behind for the rest of it (docs/storage.md, "Fetch wait"). Idle, each consumer
-# asks 20 times a second (docs/benchmarks.md, "The idle stack").
+# asks 20 times a second (docs/decisions.md, "Fetch wait: 50 ms in Core").
 FETCH_MAX_WAIT_MS = 50
 
 

@@ -64,7 +64,7 @@ class StorageService(CoreService):
         }
         # Items, stored inputs and answers go out on a plain producer: three records per input
         # on the hot path, where FastStream's publish wrapper cost several times aiokafka's
-        # own ``send`` (docs/benchmarks.md, pipeline profile)
+        # own ``send`` (docs/decisions.md, "Storage publishes on a plain aiokafka producer")
         self.producer = make_producer(settings, GROUP, linger_ms=HANDOVER_LINGER_MS)
         self.handovers = Handovers(
             self.repo, self.decided,

@@ -2,7 +2,8 @@
 with ``synchronous=FULL`` in WAL mode (a commit's WAL is fsynced before FerretDB answers, so an
 acknowledged write survives an OS crash or power loss, and the file cannot be corrupted by one),
 and ``off`` / ``normal`` are opt-ins (``-sqlite-synchronous``; ``SESSION_CORE_SQLITE_SYNCHRONOUS``
-for the launcher). docs/local-stack.md, "Durability of the local store".
+for the launcher). docs/local-stack.md, "The FerretDB wrapper", its item on the durability of
+the local store.
 
 The level is read back from the running store, not from its command line: the wrapper
 (deploy/local/ferretdb/durability.go) asks every connection it or FerretDB opens for

@@ -1,5 +1,5 @@
 """The local store is built with FerretDB's resource tracking off (deploy/local/ferretdb/_overlay,
-docs/local-stack.md "Resource tracking off"): upstream v1.24 tracks every iterator, transaction
+docs/local-stack.md, "The FerretDB wrapper"): upstream v1.24 tracks every iterator, transaction
 and row set in a release build too, each one a pprof profile entry with a captured stack and a
 finalizer — about 8-9 % of the store's CPU under the product's load.
 

@@ -21,7 +21,7 @@ Sources:
   ``result``'s ``usage`` (the usage of one native command; a Turn of several commands — a
   steer queued behind the first — sums them). ``cached_input_tokens`` is Claude Code's
   ``cache_read_input_tokens``; ``input_tokens`` stays as reported (Anthropic's count excludes
-  cached tokens, OpenAI's includes them: docs/client.md, "Turn usage").
+  cached tokens, OpenAI's includes them: docs/client.md, "The Turn's answer", ``usage``).
 """
 
 from __future__ import annotations
