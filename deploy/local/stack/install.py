@@ -126,7 +126,7 @@ def install_ferretdb() -> Path:
 def ferretdb_patched(go: str, env: dict[str, str], binary: Path) -> Path:
     """The ``-modfile`` of the build: the wrapper's ``go.mod`` plus a ``replace`` of FerretDB by
     a copy of its module in which each file under ``deploy/local/ferretdb/_overlay`` replaces the
-    file at the same path (docs/local-stack.md, "Resource tracking off"; Go refuses ``-overlay``
+    file at the same path (docs/local-stack.md, "The FerretDB wrapper"; Go refuses ``-overlay``
     for files in the module cache). A file whose upstream content is not the one
     ``UPSTREAM.sha256`` pins stops the build: a version bump needs its patches re-derived."""
     got = subprocess.run([go, "mod", "download", "-json", "github.com/FerretDB/FerretDB"],

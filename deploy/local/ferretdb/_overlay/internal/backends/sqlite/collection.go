@@ -521,8 +521,8 @@ var (
 	_ backends.Collection = (*collection)(nil)
 )
 
-// Session Core's patch (deploy/local/ferretdb/_overlay; docs/local-stack.md, "`_id` `$in`
-// pushed down"): upstream pushes down only a lone string/ObjectId `_id` equality; this pushes
+// Session Core's patch (deploy/local/ferretdb/_overlay; docs/local-stack.md, "The FerretDB
+// wrapper"): upstream pushes down only a lone string/ObjectId `_id` equality; this pushes
 // down a lone `_id: {$in: [...]}` of string/ObjectId values too, as
 // `WHERE _ferretdb_sjson->'$._id' IN (?, …)` — the expression of the equality, which the
 // wrapper's index (idindex.go) serves, so a look-up of many keys is one statement and one

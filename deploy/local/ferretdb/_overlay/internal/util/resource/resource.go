@@ -20,7 +20,7 @@
 // with its debug tag (debugbuild.Enabled). Upstream tracks every iterator,
 // transaction and row set in a release build too: a pprof profile entry with a captured
 // stack, a reflection check and a finalizer per object, about 8-9 % of the store's CPU under
-// the product's load (docs/local-stack.md, "Resource tracking off"). It is a leak detector
+// the product's load (docs/local-stack.md, "The FerretDB wrapper"). It is a leak detector
 // for FerretDB's own developers; nothing else reads it.
 package resource
 
