@@ -53,16 +53,6 @@ class ItemTail(Tail):
             if not qs:
                 self.listeners.pop(session_id, None)
 
-    async def _one(self, r: Any) -> None:
-        """A record of a Session nobody here listens to is skipped by its key (storage keys
-        every Item by its ``session_id``) before it is decoded: most Items of a busy stack have
-        no SSE stream or wait in this replica, and decoding each cost a share of admission's
-        CPU per Item (docs/benchmarks.md, "Where the product's CPU goes (profile)"). Such a
-        record is not this replica's to judge, so it is not dead-lettered here either."""
-        if r.key is not None and r.key.decode("utf-8", "replace") not in self.listeners:
-            return
-        await super()._one(r)
-
     def dispatch(self, value: dict[str, Any]) -> None:
         listeners = list(self.listeners.get(str(value.get("session_id")), ()))
         if listeners:
