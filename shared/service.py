@@ -109,4 +109,6 @@ async def run_until_stopped(
         await stopping.wait()
     finally:
         log.info("service.stopping")
+        t0 = loop.time()
         await stop()
+        log.info("service.stopped", stop_s=round(loop.time() - t0, 3))

@@ -22,11 +22,20 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+# After SIGTERM, requests still in flight get this long to finish before uvicorn cancels them
+# (waits answer at once: ``closing``). Unbounded, one request stuck on the store held the exit
+# until the pod's grace period ran out and it was killed (seen in the chaos suite's store-outage
+# teardown: admission "did not stop within 15 s of SIGTERM"). The chart gives a pod 30 s, 5 of
+# them before SIGTERM (preStop), so this leaves the rest of the stop ~15 s.
+SHUTDOWN_GRACE_S = 10
+
+
 class HttpServer:
     def __init__(self, app: FastAPI, host: str, port: int) -> None:
         self.app = app
         self.config = uvicorn.Config(app, host=host, port=port, log_config=None,
-                                     access_log=False, lifespan="off")
+                                     access_log=False, lifespan="off",
+                                     timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
         self.server: uvicorn.Server | None = None
         self.task: asyncio.Task[None] | None = None
 
