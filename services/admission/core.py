@@ -5,6 +5,9 @@ admitted input to storage over ``session.admitted`` (acks=all) and wait for the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -70,6 +73,18 @@ def body_too_large(limit: int) -> ApiError:
     return errors.too_large(f"the request body exceeds the limit of {limit} bytes", None)
 
 
+DECODE_NICE = 10  # added to the nice value of the image-check threads and the body parser
+
+
+def lower_priority() -> None:
+    """Lower the calling thread's CPU priority by ``DECODE_NICE`` (Linux: per thread; a
+    process's only thread: the process). Lowering needs no privilege; where it is refused
+    anyway, the thread runs as before."""
+    with contextlib.suppress(OSError, AttributeError):
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + DECODE_NICE)
+
+
 class ImageWorkers:
     """Validation of a body that carries images runs on a bounded pool of threads, off the
     event loop: the decodes (zlib's inflate, libjpeg) release the GIL, so ``/healthz`` and other
@@ -77,10 +92,16 @@ class ImageWorkers:
     turn. Each thread decodes one image at a time within the request's ``DecodeBudget``, so a
     replica holds at most ``workers`` decodes in memory
     (services/admission/domain/validation/limits.py). A body without images is validated in the
-    event loop (microseconds; a thread hop would cost more)."""
+    event loop (microseconds; a thread hop would cost more).
+
+    The threads run at a lower CPU priority than the event loop (``DECODE_NICE``; on Linux a
+    thread has its own nice value): on a replica's cores, a tenant's decodes take what the
+    event loop leaves, rather than half of it — another tenant's GET waited on the decodes'
+    CPU, not on the loop (docs/benchmarks.md, "The cases and how they are measured", case 6)."""
 
     def __init__(self, workers: int) -> None:
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="image-check")
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="image-check",
+                                       initializer=lower_priority)
 
     async def run(self, body: Any, check: Callable[..., T], *args: Any) -> T:
         if not carries_images(body):

@@ -14,6 +14,7 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from services.admission.core import lower_priority
 from services.admission.domain.jsonbody import parse_json
 from shared.domain.errors import ApiError
 
@@ -30,8 +31,10 @@ class BodyParser:
     def _pool(self) -> ProcessPoolExecutor:
         if self.pool is None:
             # spawn: a fresh interpreter (no fork of a process running threads and a loop)
+            # at the image-check threads' lower priority (a large parse is a tenant's CPU too)
             self.pool = ProcessPoolExecutor(self.workers,
-                                            mp_context=multiprocessing.get_context("spawn"))
+                                            mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=lower_priority)
         return self.pool
 
     async def start(self) -> None:
