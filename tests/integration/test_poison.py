@@ -32,6 +32,7 @@ from shared.domain.poison import INVALID_FIELDS, UNDECODABLE, UNEXPECTED_SCHEMA
 from shared.kafka import decode, encode
 from shared.settings import Settings
 from tests.support.builders import msg, text
+from tests.support.kafka import read_records
 from tests.support.system import System, SystemFactory
 
 pytestmark = pytest.mark.integration
@@ -123,21 +124,7 @@ def _metrics(text: str) -> dict[tuple[str, str], float]:
 
 async def _dlq_records(settings: Settings, topic: str, want: int,
                        timeout: float = 60) -> list[Json]:
-    c = AIOKafkaConsumer(f"{topic}.dlq", bootstrap_servers=settings.kafka_bootstrap_servers,
-                         group_id=None, auto_offset_reset="earliest")
-    await c.start()
-    got: list[Json] = []
-    try:
-        async with asyncio.timeout(timeout):
-            while len(got) < want:
-                batches = await c.getmany(timeout_ms=500)
-                for recs in batches.values():
-                    got += [decode(r.value) for r in recs]
-    except TimeoutError:
-        pass
-    finally:
-        await c.stop()
-    return got
+    return await read_records(settings, f"{topic}.dlq", want, timeout)
 
 
 async def _committed(settings: Settings, group: str, topic: str) -> int:
