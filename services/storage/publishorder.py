@@ -47,20 +47,13 @@ class PublishOrder:
         # session id → the highest sequence this replica saw acked on session.items
         self.acked: FIFOCache[str, int] = FIFOCache(remembered)
 
-    def sorted_items(self, items: list[Doc]) -> dict[str, list[Doc]]:
-        """The batch's Items by Session, each Session's in sequence order, once each."""
-        by_sid: dict[str, dict[int, Doc]] = {}
-        for it in items:
-            by_sid.setdefault(it["session_id"], {}).setdefault(int(it["sequence"]), it)
-        return {sid: [seqs[n] for n in sorted(seqs)] for sid, seqs in by_sid.items()}
-
     async def complete(self, items: list[Doc], trusted: Iterable[str],
                        committed: Committed | None) -> list[Doc]:
         """``items`` (a batch's, in the order decided) as they are to be published: per Session,
         the earlier Items that may be unacked first, then the batch's own, in sequence order.
         ``trusted``: Sessions needing no walk (their shard handed over clean). ``committed``:
         None where there are no offsets (records handed in directly): no walk."""
-        by_sid = self.sorted_items(items)
+        by_sid = by_session(items)
         skip = set(trusted)
         walk = {}
         for sid, its in by_sid.items():
@@ -123,3 +116,9 @@ class PublishOrder:
         return {sid: its[::-1] for sid, its in found.items() if its}
 
 
+def by_session(items: list[Doc]) -> dict[str, list[Doc]]:
+    """The batch's Items by Session, each Session's in sequence order, once each."""
+    by_sid: dict[str, dict[int, Doc]] = {}
+    for it in items:
+        by_sid.setdefault(it["session_id"], {}).setdefault(int(it["sequence"]), it)
+    return {sid: [seqs[n] for n in sorted(seqs)] for sid, seqs in by_sid.items()}
