@@ -29,13 +29,22 @@ class _Server(uvicorn.Server):
 # them before SIGTERM (preStop), so this leaves the rest of the stop ~15 s.
 SHUTDOWN_GRACE_S = 10
 
+# An idle keep-alive connection stays open this long. It must outlast the idle timeout of every
+# client and proxy that pools connections to admission, so the client side always closes first:
+# when both ends used 5 s (uvicorn's and httpx's defaults), a request sent on a pooled connection
+# just as the server closed it failed with ReadError / RemoteProtocolError, with no fault anywhere
+# (seen once in the chaos suite's rebalance row, admission untouched). 120 s outlasts httpx's 5 s,
+# a cloud load balancer's usual 60 s and Go's http.Transport's 90 s.
+KEEP_ALIVE_S = 120
+
 
 class HttpServer:
     def __init__(self, app: FastAPI, host: str, port: int) -> None:
         self.app = app
         self.config = uvicorn.Config(app, host=host, port=port, log_config=None,
                                      access_log=False, lifespan="off",
-                                     timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+                                     timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+                                     timeout_keep_alive=KEEP_ALIVE_S)
         self.server: uvicorn.Server | None = None
         self.task: asyncio.Task[None] | None = None
 
