@@ -5,6 +5,7 @@ reading ``inputs.py``'s."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from faststream.kafka.annotations import KafkaMessage
@@ -88,12 +89,12 @@ class AdmissionService(CoreService):
 
     async def start(self, serve_http: bool = True) -> None:
         await ensure_topics(self.settings, self.topics)
-        await self.replies.start()
-        await self.items.start()
-        await self.producer.start()
+        # the parser's child interpreter (~0.8 s to spawn) starts alongside the Kafka clients;
+        # the subscriber starts last, once what its handler uses is up
+        await asyncio.gather(self.replies.start(), self.items.start(), self.producer.start(),
+                             *([self.http.state.parser.start()] if serve_http else []))
         await self.broker.start()
         if serve_http:
-            await self.http.state.parser.start()
             self.server = HttpServer(self.http, self.settings.http_host, self.settings.http_port)
             await self.server.start()
         log.info("admission.started", port=self.settings.http_port)
