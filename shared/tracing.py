@@ -282,6 +282,29 @@ def in_context(s: Span | None) -> Context | None:
     return None if s is None else trace.set_span_in_context(s)
 
 
+def carrier() -> dict[str, str] | None:
+    """The current span's W3C context (``traceparent``, ``tracestate``) to keep with work done
+    later, in another task or process (the dispatcher's pending inputs, in the store); ``None``
+    when tracing is off or no span is current."""
+    if not ON:
+        return None
+    s = trace.get_current_span()
+    if not s.get_span_context().is_valid:
+        return None
+    out: dict[str, str] = {}
+    PROPAGATOR.inject(out, trace.set_span_in_context(s))
+    return out
+
+
+def kept(c: Mapping[str, Any] | None) -> Context | None:
+    """The context a ``carrier`` kept, to be the parent of what is done with it now; ``None``
+    when tracing is off or nothing (valid) was kept."""
+    if not ON or not c:
+        return None
+    return http_context({k: v for k, v in c.items()
+                         if k in (TRACEPARENT, TRACESTATE) and isinstance(v, str)})
+
+
 def log_ids(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
     """structlog processor: ``trace_id`` and ``span_id`` of the current span on every line
     logged inside one (only when tracing is on)."""

@@ -22,7 +22,7 @@ from services.dispatcher.domain.binding import (
     is_alive,
     ready_by_harness,
 )
-from shared import records
+from shared import records, tracing
 from shared.domain import wire
 from shared.logging import get_logger
 from shared.metrics import DISPATCH_BINDINGS, DISPATCH_DELIVERIES, DISPATCH_REFUSALS
@@ -43,7 +43,7 @@ class Repository(Protocol):
     async def load(self) -> dict[str, int]: ...
     async def pending_count(self, session_id: str) -> int: ...
     async def queue(self, session_id: str, event_id: str, record: Doc, n: int,
-                    queued_at: float) -> None: ...
+                    queued_at: float, trace: Mapping[str, str] | None = None) -> None: ...
     async def pending(self, session_id: str) -> list[Doc]: ...
     async def unqueue(self, pending_id: str) -> None: ...
     async def waiting_sessions(self) -> set[str]: ...
@@ -121,9 +121,11 @@ class Binder:
         # Its wait is counted from when storage published it (``stored_at``, the record's
         # Kafka timestamp), not from when this replica read it: a dispatcher that is behind
         # fails an input that waited past the bind timeout as soon as it reads it.
+        # It keeps the trace it came in (tracing on: the ``process`` span current here), so a
+        # delivery made later — by the sweeper, after a bind wait or a rebind — goes on in it.
         now = self.clock()
         await self.repo.queue(sid, rec["event_id"], rec, self._place(),
-                              min(float(rec.get("stored_at") or now), now))
+                              min(float(rec.get("stored_at") or now), now), tracing.carrier())
         if rt is None and b.get("status") != WAITING:
             await self.unbind(b, "the bound runtime is gone")
         # A live bound Runtime with a queue: input left there by a crash or a store outage
@@ -240,7 +242,8 @@ class Binder:
             await self.announce(sid, rt.runtime_id)
         for p in await self.repo.pending(sid):
             b = await self.repo.binding(sid) or b
-            await self.deliver(b, rt, p["record"])
+            with tracing.within(tracing.kept(p.get("trace"))):  # the input's own trace
+                await self.deliver(b, rt, p["record"])
             await self.repo.unqueue(p["_id"])
         return True
 
@@ -379,9 +382,10 @@ class Binder:
             for p in await self.repo.pending(sid):
                 if now - p["queued_at"] > self.binding_wait_timeout_s:
                     waiting = await self.repo.binding(sid)
-                    await self.fail_input(p["record"], (
-                        f"no eligible Runtime within {self.binding_wait_timeout_s:g} s: "
-                        f"{why_waiting(waiting) if waiting else 'no binding'}"))
+                    with tracing.within(tracing.kept(p.get("trace"))):
+                        await self.fail_input(p["record"], (
+                            f"no eligible Runtime within {self.binding_wait_timeout_s:g} s: "
+                            f"{why_waiting(waiting) if waiting else 'no binding'}"))
                     await self.repo.unqueue(p["_id"])
 
 

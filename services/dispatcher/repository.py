@@ -2,7 +2,8 @@
 
 * ``bindings`` — one per Session: its Runtime (or none), whether its input needs message
   images, the Turn it carries (a gone Runtime fails that Turn);
-* ``pending_deliveries`` — input waiting for an eligible Runtime, in arrival order (``n``);
+* ``pending_deliveries`` — input waiting for an eligible Runtime, in arrival order (``n``),
+  with the trace it came in (``trace``, tracing on);
 * ``leases`` — which replica runs the sweeper.
 
 A binding changes Runtime only by compare-and-set on the Runtime it was read with: replicas
@@ -65,12 +66,14 @@ class DispatcherRepository:
         return await self.db.pending_deliveries.count_documents({"session_id": session_id})
 
     async def queue(self, session_id: str, event_id: str, record: Doc, n: int,
-                    queued_at: float) -> None:
-        """Idempotent: a redelivered record keeps its first place (``n``) and wait clock."""
+                    queued_at: float, trace: Mapping[str, str] | None = None) -> None:
+        """Idempotent: a redelivered record keeps its first place (``n``), wait clock and
+        ``trace`` (the W3C context it came in, tracing on: its delivery's parent)."""
+        doc: Doc = {"session_id": session_id, "n": n, "queued_at": queued_at, "record": record}
+        if trace:
+            doc["trace"] = dict(trace)
         await self.db.pending_deliveries.update_one(
-            {"_id": pending_key(session_id, event_id)},
-            {"$setOnInsert": {"session_id": session_id, "n": n, "queued_at": queued_at,
-                              "record": record}}, upsert=True)
+            {"_id": pending_key(session_id, event_id)}, {"$setOnInsert": doc}, upsert=True)
 
     async def pending(self, session_id: str) -> list[Doc]:
         return [p async for p in

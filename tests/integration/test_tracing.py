@@ -26,7 +26,7 @@ from shared import tracing
 from shared.kafka import assigned_consumer, decode
 from shared.settings import Settings
 from tests.e2e.test_record_schemas import read_records, wire_errors
-from tests.support.system import SystemFactory
+from tests.support.system import SystemFactory, until
 
 pytestmark = pytest.mark.integration
 
@@ -179,3 +179,54 @@ async def test_one_trace_from_post_sessions_to_the_application_item(
         assert recs, topic
         assert wire_errors(public, recs) == [], public
         assert all("traceparent" in dict(r.headers) for r in recs), public
+
+
+async def test_an_input_delivered_after_a_bind_wait_is_in_its_posts_trace(
+        spans: InMemorySpanExporter, make_system: SystemFactory) -> None:
+    """No Runtime at first: the Session's input waits in the dispatcher's queue (its binding
+    ``waiting_for_runtime``). A Runtime starts and the sweeper delivers it: the delivery, the
+    Runtime's consume and its native call are in the trace of the ``POST``, not a new one —
+    the queued input kept its traceparent (services/dispatcher/binder.py)."""
+    system = await make_system()
+    assert system.http is not None
+    r = await system.http.post("/v1/sessions", json={
+        "harness": "claude_code", "placement": "none", "input": "hello"})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+
+    async def view() -> dict[str, Any]:
+        assert system.http is not None
+        got: dict[str, Any] = (await system.http.get(f"/v1/sessions/{sid}")).json()
+        return got
+
+    await until(view, lambda v: v["status"] == "waiting_for_runtime" and v["binding"])
+    assert not [s for s in spans.get_finished_spans() if s.name == "dispatcher.deliver"]
+    rt = RuntimeService(system.settings, RuntimeConfig(
+        runtime_id=f"rt_{uuid.uuid4().hex}", harness="claude_code", placements=["none"],
+        turn_idle_s=5.0))
+    await rt.start()
+    async def natives() -> list[ReadableSpan]:
+        return [s for s in spans.get_finished_spans() if s.name == "runtime.native start"]
+
+    try:
+        await until(natives, bool)  # the Runtime got the delivery and made its native call
+    finally:
+        await rt.stop()
+    await asyncio.sleep(0.2)  # the last send spans end at their acks
+
+    finished = spans.get_finished_spans()
+    post = [s for s in finished if s.name == "POST /v1/sessions"]
+    assert len(post) == 1
+    deliver = [s for s in finished if s.name == "dispatcher.deliver" and s.attributes
+               and s.attributes["session_core.session_id"] == sid]
+    assert len(deliver) == 1, deliver
+    by_id = {s.context.span_id: s for s in finished}
+    path = [(s.name, service(s).removeprefix("session-core-"))
+            for s in chain(by_id, deliver[0])]
+    assert path[0] == ("POST /v1/sessions", "admission"), path
+    assert deliver[0].context.trace_id == post[0].context.trace_id
+    # its parent is the stored input's consume, ended long before (the input waited there)
+    assert path[-2:] == [(f"process {system.topics.session_stored}", "dispatcher"),
+                         ("dispatcher.deliver", "dispatcher")], path
+    native = [s for s in finished if s.name == "runtime.native start"]
+    assert [s.context.trace_id for s in native] == [post[0].context.trace_id]

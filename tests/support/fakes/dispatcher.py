@@ -88,11 +88,13 @@ class FakeRepository:
         return sum(1 for p in self.pending_docs.values() if p["session_id"] == session_id)
 
     async def queue(self, session_id: str, event_id: str, record: Doc, n: int,
-                    queued_at: float) -> None:
+                    queued_at: float, trace: Mapping[str, str] | None = None) -> None:
         await asyncio.sleep(0)
-        self.pending_docs.setdefault(pending_key(session_id, event_id), {
-            "_id": pending_key(session_id, event_id), "session_id": session_id, "n": n,
-            "queued_at": queued_at, "record": copy.deepcopy(record)})
+        doc = {"_id": pending_key(session_id, event_id), "session_id": session_id, "n": n,
+               "queued_at": queued_at, "record": copy.deepcopy(record)}
+        if trace:
+            doc["trace"] = dict(trace)
+        self.pending_docs.setdefault(pending_key(session_id, event_id), doc)
 
     async def pending(self, session_id: str) -> list[Doc]:
         await asyncio.sleep(0)
