@@ -31,6 +31,7 @@ from shared.domain.content import (
     ToolResultEventBody,
 )
 from shared.domain.errors import ErrorType
+from shared.messages import schemas
 
 _EXACT = ConfigDict(extra="forbid")
 # records whose producers are Runtimes (outside this repo) may carry more than Core reads
@@ -45,7 +46,7 @@ Timestamp = Annotated[str, Field(description="RFC 3339")]
 class _InputEnvelope(BaseModel):
     request_id: Annotated[str, Field(min_length=1, max_length=255)]
     tenant: str | None = Field(default=None, description="the tenant the request acts for")
-    schema_: Literal["session.input/1"] | None = Field(default=None, alias="schema")
+    schema_: schemas.InputSchema | None = Field(default=None, alias="schema")
 
 
 class SessionsCreateRecord(CreateSessionBody, _InputEnvelope):
@@ -71,7 +72,7 @@ class SessionInputResult(BaseModel):
     """``session.input.results``, keyed by ``request_id``: the HTTP answer the request got."""
 
     model_config = _OPEN
-    schema_: Literal["session.input.result/1"] = Field(alias="schema")
+    schema_: schemas.InputResultSchema = Field(alias="schema")
     request_id: str
     status: int
     body: dict[str, Any]
@@ -80,7 +81,7 @@ class SessionInputResult(BaseModel):
 # --------------------------------------------------------------------------- session.items
 class _ItemBase(BaseModel):
     model_config = _EXACT
-    schema_: Literal["session.item/1"] | None = Field(
+    schema_: schemas.ItemSchema | None = Field(
         default=None, alias="schema", description="present on the topic, absent in HTTP bodies")
     id: Annotated[str, Field(pattern=r"^item_[0-9a-f]{32}$")]
     session_id: SessionId
@@ -179,8 +180,8 @@ Item = Annotated[AnyMessageItem | FunctionCallItem | FunctionCallOutputItem
 # --------------------------------------------------------------------------- HTTP answers
 # The bodies of CONTRACT §1, from which services/admission/openapi.py builds every response of
 # docs/openapi.json (schemathesis checks the served answers against them).
-Harness = Literal["codex", "claude_code", "minimax_code"]
-Placement = Literal["none", "openai_hosted", "self_hosted"]
+Harness = schemas.HarnessName
+Placement = schemas.Placement
 SessionStatus = Literal["waiting_for_runtime", "bound"]
 Delivery = Literal["started", "steered", "resumed", "duplicate"]
 CallState = Literal["open", "pending", "applied", "uncertain", "failed"]
@@ -292,11 +293,11 @@ class Capabilities(BaseModel):
 
 class RuntimeRegistration(BaseModel):
     model_config = _OPEN
-    schema_: Literal["runtime.registration/1"] = Field(alias="schema")
+    schema_: schemas.RegistrationSchema = Field(alias="schema")
     runtime_id: RuntimeId
-    harness: Literal["codex", "claude_code", "minimax_code"]
+    harness: Harness
     bridge_protocol: int
-    placements: list[Literal["none", "openai_hosted", "self_hosted"]]
+    placements: list[Placement]
     capabilities: Capabilities
     status: Literal["ready", "draining", "gone"]
     heartbeat_at: Timestamp
@@ -310,7 +311,7 @@ class DeliveryMessage(BaseModel):
 
 class _DeliveryBase(BaseModel):
     model_config = _OPEN
-    schema_: Literal["runtime.delivery/1"] = Field(alias="schema")
+    schema_: schemas.DeliverySchema = Field(alias="schema")
     delivery_id: str
     runtime_id: RuntimeId
     session_id: SessionId
@@ -349,10 +350,10 @@ class RuntimeObservation(BaseModel):
     refusal (``native: null`` with ``refusal``)."""
 
     model_config = _OPEN
-    schema_: Literal["runtime.observation/1"] = Field(alias="schema")
+    schema_: schemas.ObservationSchema = Field(alias="schema")
     runtime_id: RuntimeId
     session_id: SessionId
-    harness: Literal["codex", "claude_code", "minimax_code"]
+    harness: Harness
     observed_at: Timestamp
     native: dict[str, Any] | None
 
@@ -363,7 +364,7 @@ class DeadLetter(BaseModel):
     docs/reliability.md). Keyed by the original record's key."""
 
     model_config = _OPEN
-    schema_: Literal["dlq.record/1"] = Field(alias="schema")
+    schema_: schemas.DeadLetterSchema = Field(alias="schema")
     source_topic: str = Field(description="the topic the record was read from")
     partition: int | None = Field(description="the partition it was read from")
     offset: int | None = Field(description="its offset there")

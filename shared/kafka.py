@@ -38,6 +38,7 @@ from prometheus_client import REGISTRY, Counter
 from shared import tracing
 from shared.domain.poison import Poison
 from shared.logging import get_logger
+from shared.messages import schemas
 from shared.metrics import count_acked
 from shared.settings import Settings
 from shared.topics import Existing, TopicPlan, Topics, declared_topics, plan_topics
@@ -520,7 +521,7 @@ def dlq_envelope(source_topic: str, raw: bytes, poison: Poison, *, key: bytes | 
     marked ``value_truncated`` with the original length and SHA-256: a record dead-lettered
     for being too large must not fail its own dead-lettering."""
     out: dict[str, Any] = {
-        "schema": "dlq.record/1",
+        "schema": schemas.DEAD_LETTER,
         "source_topic": source_topic,
         "partition": partition,
         "offset": offset,

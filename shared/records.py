@@ -1,6 +1,7 @@
 """Record schemas (the public ones are in CONTRACT §2, typed in ``shared.contracts``; what
 consumers read is typed in ``shared.typedrecords``). Every record is JSON with a ``schema``
-field. The names live here so producers and consumers agree; so do the envelopes built here
+field. The names live here (imported: each is spelled once, in ``shared.messages.schemas``) so
+producers and consumers agree; so do the envelopes built here
 (``item_record``, ``stored_record``, ``fact_record``, ``observation_record``,
 ``registration_record``, ``control_record`` — check the functions below). The bodies are built
 by the domain: ``session.admitted/1`` by ``services.admission.domain.validation``
@@ -12,16 +13,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-ADMITTED = "session.admitted/1"  # admission → storage
-STORAGE_REPLY = "storage.reply/1"  # storage → admission, by request_id
-STORED = "session.stored/1"  # storage → dispatcher: durable input to deliver
-FACT = "core.fact/1"  # dispatcher / receipt tracker → storage
-ITEM = "session.item/1"  # storage → consumers (public)
-INPUT_RESULT = "session.input.result/1"  # admission → event producers (public)
-REGISTRATION = "runtime.registration/1"
-DELIVERY = "runtime.delivery/1"
-OBSERVATION = "runtime.observation/1"
-CONTROL = "runtime.control/1"  # test/ops control record for the reference runtime
+from shared.messages import schemas
+
+# the schema names, spelled once in shared.messages.schemas
+ADMITTED = schemas.ADMITTED  # admission → storage
+STORAGE_REPLY = schemas.STORAGE_REPLY  # storage → admission, by request_id
+STORED = schemas.STORED  # storage → dispatcher: durable input to deliver
+FACT = schemas.FACT  # dispatcher / receipt tracker → storage
+ITEM = schemas.ITEM  # storage → consumers (public)
+INPUT_RESULT = schemas.INPUT_RESULT  # admission → event producers (public)
+REGISTRATION = schemas.REGISTRATION
+DELIVERY = schemas.DELIVERY
+OBSERVATION = schemas.OBSERVATION
+CONTROL = schemas.CONTROL  # test/ops control record for the reference runtime
 
 OP_CREATE = "sessions.create"
 OP_EVENT = "events.create"

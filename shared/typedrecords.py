@@ -33,6 +33,7 @@ from shared.domain.poison import (
     Poison,
     decode_json,
 )
+from shared.messages import schemas
 
 _CONSUMED = ConfigDict(strict=True, extra="allow", populate_by_name=True)
 
@@ -44,7 +45,7 @@ class _Record(BaseModel):
 class AdmittedCreate(_Record):
     """``session.admitted/1``, ``op: sessions.create`` (admission → storage)."""
 
-    schema_: Literal["session.admitted/1"] = Field(alias="schema")
+    schema_: schemas.AdmittedSchema = Field(alias="schema")
     op: Literal["sessions.create"]
     request_id: str
     session_id: str
@@ -55,7 +56,7 @@ class AdmittedCreate(_Record):
 class AdmittedEvent(_Record):
     """``session.admitted/1``, ``op: events.create``: a message or a function result."""
 
-    schema_: Literal["session.admitted/1"] = Field(alias="schema")
+    schema_: schemas.AdmittedSchema = Field(alias="schema")
     op: Literal["events.create"]
     request_id: str
     session_id: str
@@ -70,7 +71,7 @@ Admitted = Annotated[AdmittedCreate | AdmittedEvent, Field(discriminator="op")]
 class Fact(_Record):
     """``core.fact/1`` (dispatcher, receipt tracker → storage)."""
 
-    schema_: Literal["core.fact/1"] = Field(alias="schema")
+    schema_: schemas.FactSchema = Field(alias="schema")
     fact_id: str
     session_id: str
     kind: str
@@ -80,7 +81,7 @@ class Observation(_Record):
     """``runtime.observation/1`` as storage and the dispatcher read it (a Runtime may send
     more): storage reads ``native``, the dispatcher a ``refusal``."""
 
-    schema_: Literal["runtime.observation/1"] = Field(alias="schema")
+    schema_: schemas.ObservationSchema = Field(alias="schema")
     runtime_id: str
     session_id: str
     harness: str | None = None
@@ -95,7 +96,7 @@ class StoredMessage(_Record):
 
 
 class _Stored(_Record):
-    schema_: Literal["session.stored/1"] = Field(alias="schema")
+    schema_: schemas.StoredSchema = Field(alias="schema")
     session_id: str
     event_id: str
     harness: str
@@ -143,7 +144,7 @@ class Registration(_Record):
     """``runtime.registration/1`` (Runtimes → dispatcher, compacted by ``runtime_id``) as the
     registry reads it; ``shared.contracts.RuntimeRegistration`` is the whole public shape."""
 
-    schema_: Literal["runtime.registration/1"] = Field(alias="schema")
+    schema_: schemas.RegistrationSchema = Field(alias="schema")
     runtime_id: str
     harness: str
     status: Literal["ready", "draining", "gone"]
@@ -158,7 +159,7 @@ class Delivery(_Record):
     and content stay undeclared: a delivery the harness cannot run (an unknown kind, no
     messages) is the Runtime's to refuse with a refusal observation, so Core learns why."""
 
-    schema_: Literal["runtime.delivery/1"] = Field(alias="schema")
+    schema_: schemas.DeliverySchema = Field(alias="schema")
     delivery_id: str
     runtime_id: str
     session_id: str
@@ -177,7 +178,7 @@ class Delivery(_Record):
 class Control(_Record):
     """``runtime.control/1`` (tests and operators → the reference Runtime): switches to set."""
 
-    schema_: Literal["runtime.control/1"] = Field(alias="schema")
+    schema_: schemas.ControlSchema = Field(alias="schema")
     runtime_id: str
     set: dict[str, Any]
 
@@ -185,7 +186,7 @@ class Control(_Record):
 class StorageReply(_Record):
     """``storage.reply/1`` (storage → admission, by ``request_id``)."""
 
-    schema_: Literal["storage.reply/1"] = Field(alias="schema")
+    schema_: schemas.StorageReplySchema = Field(alias="schema")
     request_id: str
     status: int
     body: dict[str, Any]
@@ -195,7 +196,7 @@ class ItemRecord(_Record):
     """``session.item/1`` as admission's Item tail reads it (the full shape is
     ``shared.contracts.Item``; storage, its only producer, is checked against that in tests)."""
 
-    schema_: Literal["session.item/1"] = Field(alias="schema")
+    schema_: schemas.ItemSchema = Field(alias="schema")
     id: str
     session_id: str
     sequence: int

@@ -37,6 +37,7 @@ from shared.domain.receipt_types import (
     joined_key,
     part_keys,
 )
+from shared.messages import schemas
 
 __all__ = [
     "CALL_IDS",
@@ -67,7 +68,7 @@ __all__ = [
     "part_keys",
 ]
 
-OBSERVATION_SCHEMA = "runtime.observation/1"
+OBSERVATION_SCHEMA = schemas.OBSERVATION
 # The spec's receipt window; the service takes Settings.receipt_window_s (at most this).
 RECEIPT_WINDOW_S = 10.0
 

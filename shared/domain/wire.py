@@ -17,13 +17,15 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+from shared.messages import schemas
+
 # An InputContent part: {"type": "input_text", "text"} or {"type": "input_image", "image_url"}.
 InputContent = dict[str, Any]
 # A MessageInput on the wire: {"role": "user", "content": [InputContent…]}.
 MessageInput = dict[str, Any]
 
 DeliveryKind = Literal["start", "steer", "function_result", "interrupt"]
-DELIVERY_SCHEMA = "runtime.delivery/1"
+DELIVERY_SCHEMA = schemas.DELIVERY
 
 INPUT_TEXT = "input_text"
 INPUT_IMAGE = "input_image"

@@ -26,10 +26,11 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from shared.domain.harness import CLAUDE_CODE, HARNESSES
+from shared.messages import schemas
 from shared.records import parse_time
 
 RuntimeStatus = Literal["ready", "draining", "gone"]
-REGISTRATION_SCHEMA = "runtime.registration/1"
+REGISTRATION_SCHEMA = schemas.REGISTRATION
 
 # Bridge protocols Core's Claude Code adapter speaks (its harness profile's).
 CLAUDE_BRIDGE_PROTOCOLS: frozenset[int] = CLAUDE_CODE.bridge_protocols or frozenset()
