@@ -22,9 +22,8 @@ from services.runtime.switches import DESCRIPTIONS, NAMES, Switches, from_env, p
 from shared import eventloop
 from shared.domain.harnesses.claude_code import BRIDGE_PROTOCOL
 from shared.ids import new_id
+from shared.messages.schemas import PLACEMENTS
 from shared.settings import Settings, get_settings
-
-PLACEMENTS = ("none", "openai_hosted", "self_hosted")
 
 
 def add_switch_flags(parser: argparse.ArgumentParser) -> None:

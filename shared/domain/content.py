@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shared.messages.schemas import HarnessName, Placement
+
 _STRICT = ConfigDict(strict=True, extra="forbid")
 
 DATA_URI_PATTERN = r"^data:image/(png|jpeg);base64,[A-Za-z0-9+/]*={0,2}$"
@@ -65,8 +67,8 @@ IdString = Annotated[str, Field(min_length=1, max_length=255)]
 
 class CreateSessionBody(BaseModel):
     model_config = _STRICT
-    harness: Literal["codex", "claude_code", "minimax_code"]
-    placement: Literal["none", "openai_hosted", "self_hosted"]
+    harness: HarnessName
+    placement: Placement
     input: Annotated[str, Field(min_length=1)] | Annotated[list[Message], Field(min_length=1)]
     stream: bool = False
     client_request_id: IdString | None = None

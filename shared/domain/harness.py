@@ -53,10 +53,11 @@ from typing import Literal, cast
 
 from shared.domain.harnesses import claude_code
 
-Placement = Literal["none", "openai_hosted", "self_hosted"]
-PLACEMENTS: tuple[Placement, ...] = ("none", "openai_hosted", "self_hosted")
-HarnessName = Literal["codex", "claude_code", "minimax_code"]
-HARNESSES: tuple[HarnessName, ...] = ("codex", "claude_code", "minimax_code")
+# the names, enumerated once in shared.messages.schemas
+from shared.messages.schemas import HARNESSES as HARNESSES
+from shared.messages.schemas import PLACEMENTS as PLACEMENTS
+from shared.messages.schemas import HarnessName as HarnessName
+from shared.messages.schemas import Placement as Placement
 
 ImageFormat = Literal["png", "jpeg"]
 
