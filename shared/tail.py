@@ -23,8 +23,8 @@ class Tail:
     ``dispatch``. ``at_end``: only what is published after ``start`` (answers, Items); else the
     whole topic first (the compacted registry). Records that are not the tail's ``RecordType``
     (``shared.typedrecords``), or that ``dispatch`` refuses with
-    ``ValueError``/``KeyError``/``TypeError``, go to the DLQ. ``dispatch`` gets the record
-    exactly as decoded."""
+    ``ValueError``/``KeyError``/``TypeError``, go to the DLQ. ``dispatch`` gets the record's
+    value exactly as decoded, and the record itself (its headers: a trace to go on in)."""
 
     at_end = True
 
@@ -64,7 +64,7 @@ class Tail:
             await self.dlq.record(r, value)
             return
         try:
-            self.dispatch(value)
+            self.dispatch(value, r)
         except (KeyError, TypeError, ValueError) as exc:
             await self.dlq.record(r, Poison(UNPROCESSABLE, repr(exc)[:300]))
 
@@ -72,7 +72,8 @@ class Tail:
         got = self.kind.decode(raw)
         return got if isinstance(got, Poison) else got.value
 
-    def dispatch(self, value: dict[str, Any]) -> None:  # overridden
+    def dispatch(self, value: dict[str, Any], record: Any = None) -> None:  # overridden
+        """``value`` of ``record`` (``None`` when a caller hands a value over by hand)."""
         raise NotImplementedError
 
     async def polled(self) -> None:

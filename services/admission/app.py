@@ -31,8 +31,8 @@ GROUP = "session-core-admission"
 class AdmissionService(CoreService):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings, GROUP, "admission", settings.store_request_timeout_ms)
-        self.replies = ReplyTail(settings, self.topics.storage_replies, self.dlq)
-        self.items = ItemTail(settings, self.topics.session_items, self.dlq)
+        self.replies = ReplyTail(settings, self.topics.storage_replies, self.dlq, self.tracer)
+        self.items = ItemTail(settings, self.topics.session_items, self.dlq, self.tracer)
         self.watches = (store_watch(self.client), broker_watch(self.broker))
         self.producer = make_producer(settings, "admission")  # the hand-over to storage
         self.admission = Admission(settings, self.topics, self.producer, self.db, self.replies,

@@ -70,7 +70,7 @@ class RegistryTail(Tail):
         timeout = float(settings.runtime_heartbeat_timeout_s)
         self.clock = ReadingClock(fresh_s=min(max(0.5, timeout / 5), 3.0))
 
-    def dispatch(self, value: dict[str, Any]) -> None:
+    def dispatch(self, value: dict[str, Any], record: Any = None) -> None:
         rt = from_registration(value)  # decoded already: a Registration (Tail)
         prev = self.runtimes.get(rt.runtime_id)
         self.runtimes[rt.runtime_id] = rt

@@ -18,6 +18,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from services.runtime.app import RuntimeConfig, RuntimeService
 from services.runtime.switches import Switches
@@ -230,3 +231,45 @@ async def test_an_input_delivered_after_a_bind_wait_is_in_its_posts_trace(
                          ("dispatcher.deliver", "dispatcher")], path
     native = [s for s in finished if s.name == "runtime.native start"]
     assert [s.context.trace_id for s in native] == [post[0].context.trace_id]
+
+
+async def test_a_waiting_posts_trace_shows_its_answer_and_items_arriving(
+        spans: InMemorySpanExporter, make_system: SystemFactory) -> None:
+    """``POST /v1/sessions?wait=true``: storage's answer and the Turn's Items reach the request
+    through admission's tails, each a ``process <topic>`` span of admission in the POST's trace
+    (services/admission/tails.py), the child of the ``send`` span storage made of the record."""
+    system = await make_system()
+    assert system.http is not None
+    t = system.topics
+    rt = RuntimeService(system.settings, RuntimeConfig(
+        runtime_id=f"rt_{uuid.uuid4().hex}", harness="claude_code", placements=["none"],
+        turn_idle_s=5.0))
+    await rt.start()
+    try:
+        r = await system.http.post("/v1/sessions?wait=true&timeout_ms=20000", json={
+            "harness": "claude_code", "placement": "none", "input": "hello"})
+        assert r.status_code == 200, r.text
+        sid = r.json()["id"]
+    finally:
+        await rt.stop()
+    await asyncio.sleep(0.2)
+
+    finished = spans.get_finished_spans()
+    by_id = {s.context.span_id: s for s in finished}
+    (post,) = [s for s in finished if s.name == "POST /v1/sessions"]
+    handed = [s for s in finished if service(s) == "session-core-admission"
+              and s.name in (f"process {t.storage_replies}", f"process {t.session_items}")]
+    replies = [s for s in handed if s.name == f"process {t.storage_replies}"]
+    items = [s for s in handed if s.name == f"process {t.session_items}"]
+    assert len(replies) == 1 and items, [s.name for s in handed]
+    for s in handed:
+        assert s.context.trace_id == post.context.trace_id, s.name
+        assert s.kind == SpanKind.CONSUMER
+        path = [(p.name, service(p).removeprefix("session-core-")) for p in chain(by_id, s)]
+        assert path[0] == ("POST /v1/sessions", "admission"), path
+        assert path[-2][0].startswith("send ") and path[-2][1] == "storage", path
+    assert {s.attributes["session_core.session_id"] for s in items  # type: ignore[index]
+            } == {sid}
+    # the Turn's end, which answered the wait, is among them
+    assert "turn" in {s.attributes["session_core.item.type"]  # type: ignore[index]
+                      for s in items}
