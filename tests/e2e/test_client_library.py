@@ -44,6 +44,9 @@ class LoseFirstAnswer(httpx.BaseTransport):
         return resp
 
 
+# make test-slow: a client retry rule; the server's idempotency proofs are in test_storage.py and
+# test_wait.py
+@pytest.mark.slow
 def test_a_create_retried_after_a_lost_answer_yields_one_session(core: Core) -> None:
     transport = LoseFirstAnswer()
     sleeps: list[float] = []
@@ -90,6 +93,7 @@ def impatient_url(core: Core) -> Iterator[str]:
         core.stop(name)
 
 
+@pytest.mark.slow  # make test-slow: a client retry rule (it waits for a real 504)
 def test_a_real_504_is_retried_with_the_same_id_and_yields_one_session(
         core: Core, impatient_url: str) -> None:
     """Storage paused: admission publishes the create and answers 504 after its storage budget
@@ -140,6 +144,7 @@ async def _function_call(client: AsyncClient, sid: str, timeout: float = 30) -> 
         await asyncio.sleep(0.2)
 
 
+@pytest.mark.slow  # make test-slow: a client retry rule (it waits out Retry-After)
 async def test_a_429_is_retried_after_retry_after(core: Core, bounded_url: str) -> None:
     async with AsyncClient(bounded_url, API_KEY) as plain:
         # hold the one wait slot: a waiting event on a Turn that waits for a function result
@@ -290,6 +295,7 @@ class CountKeepAlives(httpx.HTTPTransport):
         return resp
 
 
+@pytest.mark.slow  # make test-slow: a client rule that waits 17 s of idle stream
 def test_an_idle_timeout_past_the_servers_keep_alive_still_ends_on_time(core: Core) -> None:
     """The server sends a keep-alive every 15 s; a follow with ``idle_timeout_s=17`` on a quiet
     Session ends 17 s after it started, not at the next keep-alive (30 s) nor never."""

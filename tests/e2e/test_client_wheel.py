@@ -70,6 +70,7 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> ClientVenv:
     return ClientVenv(root, wheel)
 
 
+@pytest.mark.slow  # make test-slow: builds and installs the wheel in a fresh venv
 def test_the_client_wheel_installs_alone_and_its_cli_answers(client_venv: ClientVenv) -> None:
     names = zipfile.ZipFile(client_venv.wheel).namelist()
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
@@ -89,6 +90,7 @@ def test_the_client_wheel_installs_alone_and_its_cli_answers(client_venv: Client
         assert sub in helped.stdout
 
 
+@pytest.mark.slow  # make test-slow: builds and installs the wheel in a fresh venv
 def test_create_and_tail_from_the_client_venv(client_venv: ClientVenv, core: Core) -> None:
     common = ("--api", core.base_url, "--api-key", API_KEY)
     created = client_venv.run("session-core-cli", "create", *common, "--harness", "codex",

@@ -292,6 +292,9 @@ async def test_the_largest_admitted_body_flows_through_and_tenant_b_is_answered_
             await runtime.stop()
 
 
+# make test-slow: a late read of the bind wait; the rule's main proof:
+# test_dispatcher.py::test_no_eligible_runtime_within_the_wait_fails_the_turn
+@pytest.mark.slow
 async def test_the_bind_timeout_fires_for_an_input_the_dispatcher_reads_late(
         make_system: SystemFactory) -> None:
     """A dispatcher that is behind (here: not running while the input waits) fails an input

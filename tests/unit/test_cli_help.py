@@ -68,6 +68,8 @@ def test_a_service_refuses_unknown_arguments_instead_of_starting() -> None:
     assert out.returncode == 2 and "unrecognized arguments" in out.stderr
 
 
+# make test-slow: waits out the client's retry budget against a closed port, twice
+@pytest.mark.slow
 def test_json_errors_are_json_and_unreachable_is_one_line() -> None:
     out = _run("--json", "session", "session_" + "0" * 32, module="session_core_client.cli")
     assert out.returncode == 2

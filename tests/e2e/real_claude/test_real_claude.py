@@ -139,6 +139,8 @@ async def test_steering_mid_turn(
                                                            (turn_id, "completed")]
 
 
+# make test-slow: the 64-message bound's main proofs: test_flows.py and test_dispatcher.py
+@pytest.mark.slow
 async def test_the_65th_message_of_a_turn_is_refused_and_the_turn_fails(
         capi: httpx.AsyncClient, citems: ItemCollector, cmodel: ModelServer) -> None:
     k = key("bound")
@@ -179,6 +181,9 @@ def _is_descendant(pid: int, ancestor: int) -> bool:
     return False
 
 
+# make test-slow: waits out the 10 s window; the window's main proof:
+# test_receipts.py::test_receipt_window
+@pytest.mark.slow
 async def test_uncertain_when_the_harness_process_is_killed(
         ccore: Core, capi: httpx.AsyncClient, citems: ItemCollector,
         cmodel: ModelServer) -> None:
@@ -206,6 +211,9 @@ async def test_uncertain_when_the_harness_process_is_killed(
                     turn_id=again["items"][0]["turn_id"])
 
 
+# make test-slow: a receipt edge on the real binary; the rule's unit proofs:
+# test_claude_goldens.py and the receipt rules
+@pytest.mark.slow
 async def test_a_subagent_tool_result_never_confirms_a_root_call(
         ccore: Core, capi: httpx.AsyncClient, citems: ItemCollector,
         cmodel: ModelServer) -> None:

@@ -173,6 +173,9 @@ def _is_descendant(pid: int, ancestor: int) -> bool:
     return False
 
 
+# make test-slow: the main proofs: test_dispatcher.py (images to a text-only Runtime fail the
+# Turn) and test_conformance_real_codex.py (the text-only real binary)
+@pytest.mark.slow
 async def test_images_refused_when_the_runtime_reports_no_image_capability(
         rapi: httpx.AsyncClient, ritems: ItemCollector, model: ModelServer) -> None:
     # openai_hosted: only the real Runtime with a text-only model (--no-images)

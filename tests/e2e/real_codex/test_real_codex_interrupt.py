@@ -41,6 +41,8 @@ async def _native_end(obs: AIOKafkaConsumer, sid: str, turn_id: str) -> dict[str
                     return rec
 
 
+# make test-slow: the real binary's interrupt; the Turn's failure itself: test_dispatcher.py
+@pytest.mark.slow
 async def test_a_steer_the_dispatcher_fails_interrupts_the_native_turn(
         rcore: Core, rapi: httpx.AsyncClient, ritems: ItemCollector,
         model: ModelServer) -> None:
