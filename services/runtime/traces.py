@@ -10,15 +10,17 @@ which trace each delivery and each Session's harness output belong to.
   context.
 * What the harness prints goes out (``outbox.ObservationOutbox``) in ``send
   runtime.observations`` spans, children of the native call current when it was queued (the
-  simulated harness) or of the Session's last native call (a live harness prints on its own).
+  simulated harness) or of the Session's last native call (a live harness prints on its own:
+  its readers are made outside any span, ``own_time``).
 
 Keyed by ``delivery_id`` and ``session_id`` (unique), so one registry serves every Runtime of a
 process; bounded FIFO caches, filled only while tracing is on."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import asyncio
+from collections.abc import Coroutine, Mapping
+from typing import Any, TypeVar
 
 from cachetools import FIFOCache
 from opentelemetry import context as otel_context
@@ -27,6 +29,7 @@ from opentelemetry.trace import Span, Tracer
 
 from shared import tracing
 
+T = TypeVar("T")
 KEPT = 16_384  # deliveries and Sessions remembered (a few hundred bytes each)
 
 
@@ -73,6 +76,19 @@ class RuntimeTraces:
 
 
 TRACES = RuntimeTraces()
+
+
+def own_time(coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
+    """A task for what a live harness's process prints on its own time (its output reader),
+    made outside the span current here: a task copies the context it is made in, and a reader
+    made in the native call that spawned the process would put everything the process ever
+    prints in that one call's trace. Outside any span, ``parent_of`` gives the Session's last
+    native call."""
+    token = otel_context.attach(Context())
+    try:
+        return asyncio.create_task(coro, name=name)
+    finally:
+        otel_context.detach(token)
 
 
 class NativeCalls:

@@ -54,6 +54,7 @@ from services.runtime.claude.bridge import (
 from services.runtime.claude.state import Session, Turn
 from services.runtime.live import EmitFn, LiveOptions, envelope, refusal, session_worker
 from services.runtime.simulation import Emit
+from services.runtime.traces import own_time
 from shared.domain.harnesses import claude_code as claude
 from shared.domain.harnesses.claude_code import ClaudeTurn
 from shared.domain.harnesses.errors import AdapterError, TurnBoundExceeded
@@ -193,7 +194,7 @@ class ClaudeLive:
             stderr=asyncio.subprocess.DEVNULL, cwd=s.home, limit=claude_process.LINE_LIMIT,
             env=claude_process.environment(self.settings, s.home),
             preexec_fn=claude_process.die_with_parent)
-        s.reader = asyncio.create_task(self._read(s, s.proc), name=f"claude:{s.core_session_id}")
+        s.reader = own_time(self._read(s, s.proc), name=f"claude:{s.core_session_id}")
         log.info("claude.started", session_id=s.core_session_id, native_session_id=s.native_id,
                  pid=s.proc.pid)
 

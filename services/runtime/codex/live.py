@@ -65,6 +65,7 @@ from services.runtime.live import (
     session_worker,
 )
 from services.runtime.simulation import Emit
+from services.runtime.traces import own_time
 from shared.domain.harnesses import AdapterError
 from shared.domain.harnesses import codex as adapter
 from shared.domain.wire import REFUSAL_TURN_ENDED
@@ -218,8 +219,8 @@ class CodexLive:
             cwd=str(home / "work"), limit=64 * 1024 * 1024)
         proc = _Proc(sid, process, home)
         self.sessions[sid] = proc
-        proc.tasks.append(asyncio.create_task(self._read(proc), name=f"codex:{sid}:out"))
-        proc.tasks.append(asyncio.create_task(self._drain(proc), name=f"codex:{sid}:err"))
+        proc.tasks.append(own_time(self._read(proc), name=f"codex:{sid}:out"))
+        proc.tasks.append(own_time(self._drain(proc), name=f"codex:{sid}:err"))
         log.info("codex.spawned", session_id=sid, pid=process.pid)
         await self._request(proc, "initialize", {
             "clientInfo": {"name": "session-core", "version": "1"},
