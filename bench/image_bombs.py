@@ -19,6 +19,7 @@ import asyncio
 import base64
 import json
 import struct
+import sys
 import tempfile
 import time
 import uuid
@@ -100,6 +101,25 @@ async def _bombs(client: httpx.AsyncClient, body: bytes, stop: asyncio.Event,
         statuses[r.status_code] += 1
 
 
+async def _sender(base: str, key: str, body: bytes) -> None:
+    """Tenant A in a process of its own (``python -m bench.image_bombs BASE KEY``): two
+    connections sending the bomb request back to back until stdin closes, then its statuses
+    as one JSON line. In the measuring process, its 8.3 MB writes stalled the loop that times
+    B's GETs, and the bench counted its own stalls as the server's."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    stop = asyncio.Event()
+    statuses: Counter[int] = Counter()
+    async with httpx.AsyncClient(base_url=base, timeout=120,
+                                 headers={"Authorization": f"Bearer {key}"}) as a:
+        senders = [asyncio.create_task(_bombs(a, body, stop, statuses)) for _ in range(2)]
+        await reader.read()  # EOF: the measuring process is done
+        stop.set()
+        await asyncio.gather(*senders)
+    print(json.dumps(statuses), flush=True)
+
+
 def _peak_rss(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -122,7 +142,6 @@ async def _run(infra: Infra, quick: bool) -> tuple[list[float], list[float], Cou
     body = bomb_body(bomb_png())
     progress(f"  bomb request: {len(body)} bytes, 20 images")
     base = f"http://127.0.0.1:{port}"
-    a = httpx.AsyncClient(base_url=base, timeout=120, headers={"Authorization": f"Bearer {key_a}"})
     b = httpx.AsyncClient(base_url=base, timeout=120, headers={"Authorization": f"Bearer {key_b}"})
     try:
         r = await b.post("/v1/sessions", json={"harness": "codex", "placement": "none",
@@ -133,17 +152,19 @@ async def _run(infra: Infra, quick: bool) -> tuple[list[float], list[float], Cou
         a_statuses: Counter[int] = Counter()
         await _reads(b, sid, 2.0, Counter())  # warm-up
         idle = await _reads(b, sid, seconds, b_statuses)
-        stop = asyncio.Event()
-        senders = [asyncio.create_task(_bombs(a, body, stop, a_statuses)) for _ in range(2)]
-        await asyncio.sleep(0.5)
+        sender = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.image_bombs", base, key_a,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        assert sender.stdin is not None
+        await asyncio.sleep(1.0)  # its interpreter up and its first requests on the wire
         try:
             under = await _reads(b, sid, seconds, b_statuses)
         finally:
-            stop.set()
-            await asyncio.gather(*senders)
+            sender.stdin.close()
+            out, _ = await asyncio.wait_for(sender.communicate(), 180)
+        a_statuses.update({int(k): n for k, n in json.loads(out).items()})
         return idle, under, b_statuses, a_statuses, _peak_rss(server.proc.pid)
     finally:
-        await a.aclose()
         await b.aclose()
         server.stop()
 
@@ -164,3 +185,7 @@ def run(run_: Run, infra: Infra, quick: bool = False) -> None:
                     notes="the product process's VmHWM after the bombs vs the chart's admission "
                           "memory limit"))
     progress(f"  case 6 took {time.monotonic() - t0:.0f}s")
+
+
+if __name__ == "__main__":
+    asyncio.run(_sender(sys.argv[1], sys.argv[2], bomb_body(bomb_png())))
