@@ -9,7 +9,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 
 from shared.domain.poison import UNPROCESSABLE, Poison
-from shared.kafka import DeadLetters, assigned_consumer
+from shared.kafka import DeadLetters, assigned_consumer, stop_consumer
 from shared.logging import get_logger
 from shared.service import cancel
 from shared.settings import Settings
@@ -82,4 +82,4 @@ class Tail:
     async def stop(self) -> None:
         await cancel(self.task)
         if self.consumer:
-            await self.consumer.stop()
+            await stop_consumer(self.consumer)

@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from pymongo import AsyncMongoClient
 
 from shared import records
-from shared.kafka import assign_all, decode, encode
+from shared.kafka import assign_all, decode, encode, stop_consumer
 from shared.settings import Settings
 from shared.topics import topics_for
 from tests.support.system import System
@@ -72,7 +72,7 @@ class InputClient:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self.task
-        await self.consumer.stop()
+        await stop_consumer(self.consumer)
         await self.producer.stop()
 
 

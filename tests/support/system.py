@@ -21,7 +21,7 @@ from services.admission.app import AdmissionService
 from services.dispatcher.app import DispatcherService
 from services.receipts.app import ReceiptService
 from services.storage.app import StorageService
-from shared.kafka import decode, encode, ensure_topics
+from shared.kafka import decode, encode, ensure_topics, stop_consumer
 from shared.service import cancel
 from shared.settings import Settings
 from shared.topics import topics_for
@@ -91,7 +91,7 @@ class ItemCollector:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self.task
         if self.consumer:
-            await self.consumer.stop()
+            await stop_consumer(self.consumer)
 
 
 class TestRuntime:
@@ -184,7 +184,7 @@ class TestRuntime:
             with contextlib.suppress(Exception):
                 await self.register("gone")
         if self.consumer:
-            await self.consumer.stop()
+            await stop_consumer(self.consumer)
         if self.producer:
             await self.producer.stop()
 

@@ -29,6 +29,7 @@ from shared.kafka import (
     ensure_topics,
     make_broker,
     publish,
+    stop_consumer,
 )
 from shared.logging import get_logger
 from shared.settings import Settings
@@ -146,7 +147,7 @@ class Wire:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         if self._consumer is not None:
-            await self._consumer.stop()
+            await stop_consumer(self._consumer)
         await self.broker.stop()
 
     async def _run(self) -> None:
