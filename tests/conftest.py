@@ -223,3 +223,22 @@ async def make_system(settings: Settings) -> AsyncIterator[SystemFactory]:
 async def system(make_system: SystemFactory) -> System:
     """The whole system on the real stack, with this test's own topics and database."""
     return await make_system()
+
+
+@pytest.fixture
+def spans() -> Iterator[Any]:
+    """Tracing on, spans kept in memory (an ``InMemorySpanExporter``), for the services and
+    Runtimes made after it (request it before ``make_system``); off again afterwards."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from services.runtime.traces import TRACES
+    from shared import tracing
+
+    exporter = InMemorySpanExporter()
+    tracing.enable(SimpleSpanProcessor(exporter))
+    try:
+        yield exporter
+    finally:
+        tracing.disable()
+        TRACES.use(None)

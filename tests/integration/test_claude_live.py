@@ -7,7 +7,7 @@ import asyncio
 import base64
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,6 @@ if not Path(claude_process.default_binary()).exists():
     unavailable("claude is not installed (python3 -m deploy.local.stack install)", module=True)
 
 Json = dict[str, Any]
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[ModelServer]:
-    ms = ModelServer().start()
-    yield ms
-    ms.stop()
 
 
 class Sink:

@@ -10,13 +10,12 @@ the Runtime's delivery loop does (``deliveries.DeliveryLoop.handle_raw``)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from services.modelserver.server import ModelServer
@@ -34,23 +33,11 @@ from tests.support.skips import unavailable
 Json = dict[str, Any]
 
 
-@pytest.fixture(scope="module")
-def model() -> Iterator[ModelServer]:
-    ms = ModelServer().start()
-    yield ms
-    ms.stop()
-
-
 @pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    tracing.enable(SimpleSpanProcessor(exporter))
+def spans(spans: InMemorySpanExporter) -> InMemorySpanExporter:
+    """tests/conftest.py's, with the Runtime's traces on (these tests drive a harness directly)."""
     TRACES.use(tracing.tracer("runtime"))
-    try:
-        yield exporter
-    finally:
-        tracing.disable()
-        TRACES.use(None)
+    return spans
 
 
 class TracedSink(Sink):

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
-
-import pytest
 
 from services.modelserver.server import ModelServer
 from services.runtime.codex.rpc import BareCodex
@@ -18,13 +15,6 @@ try:
     default_binary("codex")
 except FileNotFoundError:
     unavailable("codex is not installed (python3 -m deploy.local.stack install)", module=True)
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[ModelServer]:
-    ms = ModelServer().start()
-    yield ms
-    ms.stop()
 
 
 async def test_a_text_turn_completes_and_the_model_got_the_input(model: ModelServer) -> None:

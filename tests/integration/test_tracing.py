@@ -11,37 +11,22 @@ import asyncio
 import itertools
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
 from services.runtime.app import RuntimeConfig, RuntimeService
 from services.runtime.switches import Switches
-from services.runtime.traces import TRACES
-from shared import tracing
 from shared.kafka import assigned_consumer, decode
 from shared.settings import Settings
 from tests.e2e.test_record_schemas import read_records, wire_errors
 from tests.support.system import SystemFactory, until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def spans() -> AsyncIterator[InMemorySpanExporter]:
-    """Tracing on for the services made after it (before ``make_system``), off afterwards."""
-    exporter = InMemorySpanExporter()
-    tracing.enable(SimpleSpanProcessor(exporter))
-    try:
-        yield exporter
-    finally:
-        tracing.disable()
-        TRACES.use(None)
 
 
 async def item_record(settings: Settings, topic: str, pred: Callable[[dict[str, Any]], bool],

@@ -7,12 +7,9 @@ makes no span. In-memory exporter, records fed by hand."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
@@ -21,16 +18,6 @@ from shared import records, tracing
 from shared.settings import Settings
 
 SID = "session_" + "b" * 32
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    tracing.enable(SimpleSpanProcessor(exporter))
-    try:
-        yield exporter
-    finally:
-        tracing.disable()
 
 
 def sent(topic: str, key: bytes) -> tuple[Any, SimpleNamespace]:

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -28,17 +27,6 @@ from shared.kafka import JSON_HEADERS, send_counted
 from tests.support.helm import helm_template, render
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    tracing.enable(SimpleSpanProcessor(exporter))
-    try:
-        yield exporter
-    finally:
-        tracing.disable()
-        TRACES.use(None)
 
 
 # --- on or off: the standard variables -----------------------------------------------------
