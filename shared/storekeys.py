@@ -66,6 +66,13 @@ def skipped_source(source_key: str) -> str:
     return f"skip:{source_key}"
 
 
+def state_step(session_id: str, version: int) -> str:
+    """In the journal: the decision that took a Session to ``version`` without adding an Item
+    (an agent message held, usage counted). Items show the roll-forward the way past a Session
+    document written behind; this key shows it a step that left no Item (``roll_forward``)."""
+    return f"step:{session_id}@{version}"
+
+
 def item_source(journal_key: str, sequence: int) -> str:
     """An Item's ``source_key``: the journal entry that decided it, and its sequence (unique:
     the Items' ``source_key`` index)."""

@@ -20,7 +20,7 @@ from shared import image_store as images
 from shared import itemstore
 from shared.store import Doc, find_by_ids
 from shared.storecodec import dumps, item_doc, pack, unpack
-from shared.storekeys import item_key, item_source, journal_key_of, skipped_source
+from shared.storekeys import item_key, item_source, journal_key_of, skipped_source, state_step
 
 DUPLICATE_KEY = 11000
 # Session updates per ``update`` command. FerretDB v1.24 keeps every statement's query cursor of
@@ -206,13 +206,25 @@ class StorageRepository:
             taken = await insert_in_order(self.db.items, _item_docs(journal_docs))
             if taken:
                 await self._adopt(taken)
-            taken = await insert_in_order(self.db.journal,
-                                          [_journal_row(j) for j in journal_docs])
+            taken = await insert_in_order(self.db.journal, [
+                row for j in journal_docs for row in (*_step_rows(j), _journal_row(j))])
+            taken = await self._own_steps(taken)
         # a tombstone may be there already: the record decided nothing before, either
         tombstones = {j["_id"] for j in journal_docs if j.get("tombstone")}
         taken = [d for d in taken if d["_id"] not in tombstones]
         if taken:
             raise StaleDecision(f"records decided before: {[d['_id'] for d in taken][:5]}")
+
+    async def _own_steps(self, taken: list[Doc]) -> list[Doc]:
+        """``taken`` without the state steps already written by an earlier attempt of the same
+        decision (one that died before its journal entry); a step another record holds is
+        taken (``StaleDecision``): the state decided from was stale."""
+        steps = [d for d in taken if d.get("step_of")]
+        if not steps:
+            return taken
+        held = await find_by_ids(self.db.journal, [d["_id"] for d in steps])
+        mine = {d["_id"] for d in steps if held.get(d["_id"], {}).get("step_of") == d["step_of"]}
+        return [d for d in taken if d["_id"] not in mine]
 
     async def _adopt(self, taken: list[Doc]) -> None:
         """Items already at this batch's places. Another decision's: the state decided from was
@@ -280,6 +292,35 @@ class StorageRepository:
                 await self.apply([j])
                 out[sid] = SessionState.from_doc(state)
                 pending.append(sid)
+            # no Item next: a decision may still have moved the Session on without one
+            stepped = await self._steps({sid: out[sid] for sid in nxt
+                                         if sid not in heads and sid in out})
+            out.update(stepped)
+            pending.extend(stepped)
+        return out
+
+    async def _steps(self, states: dict[str, SessionState]) -> dict[str, SessionState]:
+        """The Sessions a journaled decision took one version past ``states`` without adding an
+        Item (``state_step``): their state after it, its derived writes applied again. A step
+        whose journal entry is missing (the crash came between the two) is removed: the
+        record is decided again."""
+        if not states:
+            return {}
+        keys = {state_step(sid, st.version + 1): sid for sid, st in states.items()}
+        found = await find_by_ids(self.db.journal, list(keys))
+        entries = await self.journal({d["step_of"] for d in found.values()})
+        out: dict[str, SessionState] = {}
+        for key, doc in found.items():
+            sid = keys[key]
+            j = entries.get(doc["step_of"])
+            state = j.get("state") if j is not None else None
+            if j is None or not isinstance(state, dict) \
+                    or state.get("version") != states[sid].version + 1:
+                async with self.turn:
+                    await self.db.journal.delete_one({"_id": key})
+                continue
+            await self.apply([j])
+            out[sid] = SessionState.from_doc(state)
         return out
 
     async def _drop_orphans(self, sid: str, first: int) -> None:
@@ -359,6 +400,16 @@ class StorageRepository:
 
 def _journal_row(j: Doc) -> Doc:
     return {"_id": j["_id"], "session_id": j["session_id"], "payload": dumps(j)}
+
+
+def _step_rows(j: Doc) -> list[Doc]:
+    """A decision that moved its Session on without an Item: its ``state_step``, written just
+    before its journal entry (``roll_forward`` finds the step, then the entry)."""
+    state = j.get("state")
+    if j.get("tombstone") or j["items"] or not isinstance(state, dict):
+        return []
+    return [{"_id": state_step(j["session_id"], state["version"]),
+             "session_id": j["session_id"], "step_of": j["_id"]}]
 
 
 def _item_docs(journal_docs: list[Doc]) -> list[Doc]:

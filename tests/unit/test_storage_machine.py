@@ -99,6 +99,7 @@ class StorageMachine(RuleBasedStateMachine):
         self.sessions: list[str] = []
         self.calls: dict[str, list[str]] = {}
         self.admitted: list[Json] = []  # every admitted record appended to the logs
+        self.said: list[str] = []  # every agent message appended to the logs
         self.n = 0
 
     def run(self, coro: Any) -> Any:
@@ -194,12 +195,36 @@ class StorageMachine(RuleBasedStateMachine):
     def end_turn(self, data: st.DataObject) -> None:
         """The harness ended the Session's latest Turn that storage published as started."""
         sid = data.draw(st.sampled_from(self.sessions))
+        self.turn_ended(sid)
+
+    def turn_ended(self, sid: str) -> None:
+        tid = self._latest_turn(sid)
+        if tid is not None:
+            self._append(self.t.core_facts, sid, records.fact_record(
+                sid, f"obs:{sid}:turn_end:{tid}",
+                {"kind": "turn", "turn_id": tid, "state": "completed", "reason": None}))
+
+    def _latest_turn(self, sid: str) -> str | None:
         turns = [r["turn_id"] for r in self.broker.on(self.t.session_stored)
                  if r["session_id"] == sid and r["kind"] == "start"]
-        if turns:
-            self._append(self.t.core_facts, sid, records.fact_record(
-                sid, f"obs:{sid}:turn_end:{turns[-1]}",
-                {"kind": "turn", "turn_id": turns[-1], "state": "completed", "reason": None}))
+        return turns[-1] if turns else None
+
+    @precondition(lambda self: self.sessions)
+    @rule(data=st.data())
+    def agent_says(self, data: st.DataObject) -> None:
+        self.say(data.draw(st.sampled_from(self.sessions)))
+
+    def say(self, sid: str) -> None:
+        """What the harness said in the Session's latest started Turn (storage's fact from the
+        observation; no phase given: storage holds it until what follows decides it)."""
+        tid = self._latest_turn(sid)
+        if tid is None:
+            return
+        text = self._next("said")
+        self.said.append(text)
+        self._append(self.t.core_facts, sid, records.fact_record(
+            sid, f"obs:{sid}:agent:{text}",
+            {"kind": "agent_message", "turn_id": tid, "text": text, "phase": None}))
 
     # ---- the consumer ---------------------------------------------------------------------
     async def _consume(self, p: int, topics: list[str], n: int, commit: bool) -> bool:
@@ -292,6 +317,14 @@ class StorageMachine(RuleBasedStateMachine):
 
     async def _settle(self) -> None:
         await self._rebalance(self.owner)
+        await self._consume_all()
+        for sid in self.sessions:  # every held agent message is its Turn's answer now
+            self.turn_ended(sid)
+        await self._consume_all()
+        for r in self.replicas.values():
+            await r.svc.repo.session_writer.drain(5)
+
+    async def _consume_all(self) -> None:
         for _ in range(500):
             behind = [(p, tp.topic) for p in PARTITIONS for tp in self.tps(p)
                       if self.replicas[self.owner[p]].position[tp]
@@ -302,8 +335,6 @@ class StorageMachine(RuleBasedStateMachine):
                 await self._consume(p, [topic], SETTINGS.storage_batch_max, True)
         else:
             raise AssertionError("the logs were not consumed to their ends")
-        for r in self.replicas.values():
-            await r.svc.repo.session_writer.drain(5)
 
     def _check_exactly_once(self) -> None:
         stored = self._stored()
@@ -312,10 +343,15 @@ class StorageMachine(RuleBasedStateMachine):
             by_session.setdefault(item["session_id"], []).append(item["sequence"])
         for sid, seqs in by_session.items():
             assert sorted(seqs) == list(range(1, len(seqs) + 1)), (sid, sorted(seqs))
-        messages = Counter(i["event_id"] for i in stored.values() if i["type"] == "message")
+        messages = Counter(i["event_id"] for i in stored.values()
+                           if i["type"] == "message" and i.get("role") == "user")
         for rec in self.admitted:
             if rec.get("event_type") != records.EV_TOOL_RESULT:
                 assert messages[rec["event_id"]] == 1, (rec["event_id"], messages)
+        agent = Counter("".join(p["text"] for p in i["content"]) for i in stored.values()
+                        if i["type"] == "message" and i.get("role") == "agent")
+        for text in self.said:  # every Turn has ended: none is still held
+            assert agent[text] == 1, (text, agent[text])
         answered = {r["request_id"] for r in self.broker.on(self.t.storage_replies)}
         assert {r["request_id"] for r in self.admitted} <= answered
         published = {item_key(r["session_id"], r["sequence"])
@@ -400,6 +436,29 @@ def test_an_item_never_acked_is_published_before_a_later_one_from_the_other_topi
     m.first_publications_come_in_sequence_order()
     m.published_items_are_the_stored_ones()
     m.teardown()
+
+
+def test_a_held_agent_message_survives_a_kill_before_its_session_was_written() -> None:
+    """The chaos suite's ``kill -9 storage`` rows saw an agent message the harness printed
+    never become an Item. Holding it (its phase undecided) changes the Session and adds no
+    Item; the store killed after its journal entry, before the Session document: the successor
+    must not decide the next record — from the other topic — on the Session without it, or the
+    Turn's end finds nothing held. Killed after each write in turn."""
+    for writes in range(8):
+        m = StorageMachine()
+        admitted, facts = [m.t.session_admitted], [m.t.core_facts]
+        m.create_session()  # session_0, partition 0, owned by replica "a"; its Turn started
+        assert m.run(m._consume(0, admitted, 1, True))
+        m.say("session_0")
+        m.db.kill_after(writes)
+        try:
+            m.run(m._consume(0, facts, 1, False))
+        finally:
+            m.db.revive()
+        m.replica_killed("a")
+        m.message("session_0")  # a steer, read first
+        assert m.run(m._consume(0, admitted, 1, True))
+        m.teardown()  # the Turn ends: the message is its answer, once
 
 
 StorageMachine.TestCase.settings = settings(
