@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import suppress
 from typing import Any, TypeAlias, TypeVar
 
@@ -88,6 +89,42 @@ def settle_heap() -> None:
     machine (docs/benchmarks.md, "Collector pauses")."""
     gc.collect()
     gc.freeze()
+
+
+# One step of a service's stop (a Kafka client's, the store client's close) gets this long. A
+# step still running then is logged with where it waits, and cancelled: the stop goes on, so the
+# process exits within its grace period (the chart's 30 s) instead of being killed with the
+# rest of its stop undone.
+STOP_STEP_S = 5.0
+
+
+class StopSteps:
+    """Runs the steps of a service's stop one after another, each within ``budget`` seconds,
+    timing each, so a slow stop names the step that held it (``service.stop_steps``)."""
+
+    def __init__(self, budget: float = STOP_STEP_S) -> None:
+        self.budget = budget
+        self.took: dict[str, float] = {}
+
+    async def run(self, name: str, step: Coroutine[Any, Any, Any]) -> None:
+        t0 = time.monotonic()
+        task = asyncio.ensure_future(step)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=self.budget)
+            if done:
+                task.result()
+                return
+            frames = [f"{f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}"
+                      for f in task.get_stack(limit=20)]
+            log.warning("service.stop_step_overdue", step=name, after_s=self.budget,
+                        waiting_in=frames)
+            task.cancel()
+            await asyncio.wait({task}, timeout=1.0)
+        finally:
+            self.took[name] = round(time.monotonic() - t0, 3)
+
+    def log(self, service: str) -> None:
+        log.info("service.stop_steps", stopped=service, steps_s=self.took)
 
 
 async def run_until_stopped(

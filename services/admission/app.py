@@ -21,6 +21,7 @@ from shared.domain.poison import WRONG_TENANT, Poison
 from shared.failures import settle
 from shared.kafka import broker_watch, ensure_topics, make_producer, publish
 from shared.logging import bound, get_logger
+from shared.service import StopSteps
 from shared.settings import Settings
 from shared.store import store_watch
 
@@ -100,12 +101,14 @@ class AdmissionService(CoreService):
         log.info("admission.started", port=self.settings.http_port)
 
     async def stop(self) -> None:
+        steps = StopSteps()
         if self.server is not None:
-            await self.server.stop()
-        await self.broker.stop()
-        await self.producer.stop()
-        await self.replies.stop()
-        await self.items.stop()
-        await self.client.close()
+            await steps.run("http", self.server.stop())
+        await steps.run("subscriber", self.broker.stop())
+        await steps.run("producer", self.producer.stop())
+        await steps.run("replies", self.replies.stop())
+        await steps.run("items", self.items.stop())
+        await steps.run("store", self.client.close())
         self.admission.images.close()
         self.http.state.parser.close()
+        steps.log("admission")

@@ -10,16 +10,36 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from shared.logging import get_logger
+
+log = get_logger(__name__)
+
 
 class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, closing: asyncio.Event) -> None:
         super().__init__(config)
         self.closing = closing
         self.loop = asyncio.get_running_loop()
+        self.closing_at: float | None = None
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.loop.call_soon_threadsafe(self.closing.set)
+        # a signal handler: the rest runs on the loop
+        self.loop.call_soon_threadsafe(self.close)
         super().handle_exit(sig, frame)
+
+    def close(self) -> None:
+        """Waiting requests answer now; logs what the drain will wait for."""
+        if self.closing_at is None:
+            self.closing_at = self.loop.time()
+            log.info("http.closing", connections=len(self.server_state.connections),
+                     requests=len(self.server_state.tasks))
+        self.closing.set()
+
+    async def serve_logged(self) -> None:
+        await self.serve()
+        drained = None if self.closing_at is None else self.loop.time() - self.closing_at
+        log.info("http.closed", drain_s=None if drained is None else round(drained, 3),
+                 connections_left=len(self.server_state.connections))
 
 
 # After SIGTERM, requests still in flight get this long to finish before uvicorn cancels them
@@ -45,12 +65,12 @@ class HttpServer:
                                      access_log=False, lifespan="off",
                                      timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
                                      timeout_keep_alive=KEEP_ALIVE_S)
-        self.server: uvicorn.Server | None = None
+        self.server: _Server | None = None
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self.server = _Server(self.config, self.app.state.closing)
-        self.task = asyncio.create_task(self.server.serve())
+        self.task = asyncio.create_task(self.server.serve_logged())
         while not self.server.started:
             if self.task.done():
                 await self.task
@@ -60,6 +80,6 @@ class HttpServer:
     async def stop(self) -> None:
         if self.server is None or self.task is None:
             return
-        self.app.state.closing.set()  # waiting requests answer 202 now
+        self.server.close()  # waiting requests answer 202 now
         self.server.should_exit = True
         await self.task

@@ -26,7 +26,7 @@ from shared.ids import new_id
 from shared.kafka import broker_ping, ensure_topics
 from shared.logging import bound, get_logger
 from shared.metrics import set_ready_runtimes, set_runtimes
-from shared.service import cancel, decode_records
+from shared.service import StopSteps, cancel, decode_records
 from shared.settings import Settings
 from shared.store import ping
 
@@ -68,10 +68,12 @@ class DispatcherService(CoreService):
         log.info("dispatcher.started", group=GROUP)
 
     async def stop(self) -> None:
-        await cancel(self.sweeper)
-        await self.broker.stop()
-        await self.registry.stop()
-        await self.client.close()
+        steps = StopSteps()
+        await steps.run("sweeper", cancel(self.sweeper))
+        await steps.run("subscribers", self.broker.stop())
+        await steps.run("registry", self.registry.stop())
+        await steps.run("store", self.client.close())
+        steps.log("dispatcher")
 
     async def ready(self) -> bool:
         return (self.registry.ready.is_set() and await ping(self.client)

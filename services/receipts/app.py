@@ -20,7 +20,7 @@ from shared.coreservice import CoreService
 from shared.failures import settle
 from shared.kafka import ensure_topics, make_producer
 from shared.logging import get_logger
-from shared.service import cancel, decode_records, records_of
+from shared.service import StopSteps, cancel, decode_records, records_of
 from shared.settings import Settings
 from shared.store import Doc
 
@@ -88,16 +88,18 @@ class ReceiptService(CoreService):
                  kept_early=len(self.tracker.early_order), window_s=self.tracker.window)
 
     async def stop(self) -> None:
+        steps = StopSteps()
         for task in self.tasks:
-            await cancel(task)
-        await self.tracker.drain()
-        await self.broker.stop()
-        await self.tracker.drain()
-        await self.producer.stop()
+            await steps.run(f"task {task.get_name()}", cancel(task))
+        await steps.run("drain", self.tracker.drain())
+        await steps.run("subscribers", self.broker.stop())
+        await steps.run("drain again", self.tracker.drain())
+        await steps.run("producer", self.producer.stop())
         if self.offsets is not None:
-            await self.offsets.stop()
+            await steps.run("offsets", self.offsets.stop())
             self.offsets = None
-        await self.client.close()
+        await steps.run("store", self.client.close())
+        steps.log("receipts")
 
     # A batch that fails for good (a record too large for the store, one the tracker cannot
     # use) is taken record by record and the failing ones dead-lettered; the store away: the

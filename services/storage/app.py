@@ -35,7 +35,7 @@ from shared.kafka import (
     send_counted,
 )
 from shared.logging import get_logger
-from shared.service import records_of
+from shared.service import StopSteps, records_of
 from shared.settings import Settings
 from shared.store import ensure_indexes
 
@@ -125,13 +125,20 @@ class StorageService(CoreService):
 
     async def stop(self) -> None:
         self.stopping = True
-        async with self.batch_lock:
-            await self.commits.flush(STOP_COMMIT_S)
-        await self.broker.stop()  # the batch being written finishes (its sends acked)
-        await self.producer.stop()
-        await self.repo.session_writer.stop()  # what is behind, written (at most 5 s)
+        steps = StopSteps()
+
+        async def flush() -> None:
+            async with self.batch_lock:
+                await self.commits.flush(STOP_COMMIT_S)
+
+        await steps.run("commits", flush())
+        await steps.run("subscribers", self.broker.stop())  # the batch being written finishes
+        await steps.run("producer", self.producer.stop())
+        # what is behind, written (at most 5 s)
+        await steps.run("session writer", self.repo.session_writer.stop())
         if self.repo.session_writer.dirty:  # not all written: the shards stay held (probed)
             self.decided.writes_dropped()
         # leaving the group revoked nothing (aiokafka calls no listener on stop)
-        await self.handovers.release(set(self.decided.held))
-        await self.client.close()
+        await steps.run("handovers", self.handovers.release(set(self.decided.held)))
+        await steps.run("store", self.client.close())
+        steps.log("storage")
