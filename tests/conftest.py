@@ -56,35 +56,37 @@ hypothesis_settings.load_profile("default" if FULL else "everyday")
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every Hypothesis test (``@given`` or a state machine's TestCase) is ``deep``: `make test`
-    runs it at its everyday budget and `make test-slow` selects it again at full budget.
-    Under xdist's ``--dist loadgroup`` the tests that share an expensive fixture run on one
-    worker (``_xdist_group``); the others go wherever a worker is free."""
+    runs it at its everyday budget and `make test-slow` selects it again at full budget."""
     for item in items:
         if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             item.add_marker(pytest.mark.deep)
-        group = _xdist_group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
-TESTS = Path(__file__).resolve().parent
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work an xdist worker takes whole (``make test``'s ``--dist loadgroup``): a
+    directory of ``tests/e2e`` (each directory's session fixture launches a Core of its own:
+    processes a second worker would start again, and keep until the run ends), else a module
+    (its module-scoped fixtures start once)."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    if len(parts) > 2 and parts[:2] == ["tests", "e2e"]:
+        return "/".join(parts[:-1])
+    return path
 
 
-def _xdist_group(item: pytest.Item) -> str | None:
-    """One group per launched e2e Core (``tests/e2e``, ``tests/e2e/real_codex``,
-    ``tests/e2e/real_claude``: each directory's session fixture starts its own processes), and
-    one per module with a module-scoped fixture; a worker would otherwise start each again."""
-    try:
-        rel = Path(item.path).resolve().relative_to(TESTS)
-    except ValueError:
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` by ``xdist_scope``. xdist's own loadgroup reads groups from a suffix
+    it appends to node ids, and pytest 9.2's structured node ids drop it: every group was spread
+    over both workers, each starting every e2e Core (pytest-dev/pytest-xdist#1386)."""
+    if config.getvalue("dist") != "loadgroup":
         return None
-    if rel.parts[0] == "e2e":
-        return "/".join(rel.parts[:-1])
-    info = getattr(item, "_fixtureinfo", None)
-    defs = info.name2fixturedefs.values() if info is not None else ()
-    if any(d.scope in ("module", "package", "class") for ds in defs for d in ds):
-        return str(rel)
-    return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByScope(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return ByScope(config, log)
 
 
 def _xdist_controller(config: pytest.Config) -> bool:
