@@ -1,6 +1,7 @@
 """The whole system as users run it: the four services and reference Runtimes as separate
-processes (`session-core …`), started once per test run on the real stack with topics and a
-database of their own; tests speak only the public surfaces (HTTP API, `session.input`,
+processes (`session-core …`) on the real stack with topics and a database of their own, started
+once per run of this package and stopped when a worker leaves it (an idle Core polls Kafka for
+as long as it runs); tests speak only the public surfaces (HTTP API, `session.input`,
 `session.items`) — plus `runtime.control`, the reference Runtime's documented switch topic."""
 
 from __future__ import annotations
@@ -31,13 +32,13 @@ RUNTIMES: dict[str, list[str]] = {
 }
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def core(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Core]:
     with launched(stack, tmp_path_factory.mktemp("e2e-logs"), RUNTIMES, API_KEY) as c:
         yield c
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 async def items(core: Core) -> AsyncIterator[ItemCollector]:
     async with ItemCollector(core.settings) as col:
         yield col

@@ -23,7 +23,7 @@ if not Path(claude_process.default_binary()).exists():  # pragma: no cover
     unavailable("claude not installed (python3 -m deploy.local.stack install)", module=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cmodel() -> Iterator[ModelServer]:
     ms = ModelServer().start()
     yield ms
@@ -40,7 +40,7 @@ def real_runtimes(model_url: str) -> dict[str, list[str]]:
     }
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ccore(stack: Any, cmodel: ModelServer, tmp_path_factory: pytest.TempPathFactory
           ) -> Iterator[Core]:
     with launched(stack, tmp_path_factory.mktemp("e2e-real-claude-logs"), real_runtimes(cmodel.url),
@@ -48,7 +48,7 @@ def ccore(stack: Any, cmodel: ModelServer, tmp_path_factory: pytest.TempPathFact
         yield c
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 async def citems(ccore: Core) -> AsyncIterator[ItemCollector]:
     async with ItemCollector(ccore.settings) as col:
         yield col

@@ -24,7 +24,7 @@ except FileNotFoundError:  # pragma: no cover - the install step puts it in the 
     unavailable("codex not installed (python3 -m deploy.local.stack install)", module=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def model() -> Iterator[ModelServer]:
     ms = ModelServer().start()
     yield ms
@@ -43,7 +43,7 @@ def real_runtimes(model_url: str) -> dict[str, list[str]]:
     }
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def rcore(stack: Any, model: ModelServer, tmp_path_factory: pytest.TempPathFactory
           ) -> Iterator[Core]:
     with launched(stack, tmp_path_factory.mktemp("e2e-real-codex-logs"), real_runtimes(model.url),
@@ -51,7 +51,7 @@ def rcore(stack: Any, model: ModelServer, tmp_path_factory: pytest.TempPathFacto
         yield c
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 async def ritems(rcore: Core) -> AsyncIterator[ItemCollector]:
     async with ItemCollector(rcore.settings) as col:
         yield col
