@@ -123,8 +123,8 @@ class StopSteps:
         finally:
             self.took[name] = round(time.monotonic() - t0, 3)
 
-    def log(self, service: str) -> None:
-        log.info("service.stop_steps", stopped=service, steps_s=self.took)
+    def log(self) -> None:
+        log.info("service.stop_steps", steps_s=self.took)  # (the service is bound: logging)
 
 
 async def run_until_stopped(

@@ -111,4 +111,4 @@ class AdmissionService(CoreService):
         await steps.run("store", self.client.close())
         self.admission.images.close()
         self.http.state.parser.close()
-        steps.log("admission")
+        steps.log()

@@ -73,7 +73,7 @@ class DispatcherService(CoreService):
         await steps.run("subscribers", self.broker.stop())
         await steps.run("registry", self.registry.stop())
         await steps.run("store", self.client.close())
-        steps.log("dispatcher")
+        steps.log()
 
     async def ready(self) -> bool:
         return (self.registry.ready.is_set() and await ping(self.client)

@@ -99,7 +99,7 @@ class ReceiptService(CoreService):
             await steps.run("offsets", self.offsets.stop())
             self.offsets = None
         await steps.run("store", self.client.close())
-        steps.log("receipts")
+        steps.log()
 
     # A batch that fails for good (a record too large for the store, one the tracker cannot
     # use) is taken record by record and the failing ones dead-lettered; the store away: the

@@ -141,4 +141,4 @@ class StorageService(CoreService):
         # leaving the group revoked nothing (aiokafka calls no listener on stop)
         await steps.run("handovers", self.handovers.release(set(self.decided.held)))
         await steps.run("store", self.client.close())
-        steps.log("storage")
+        steps.log()
