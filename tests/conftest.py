@@ -64,9 +64,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def xdist_scope(nodeid: str) -> str:
     """The unit of work an xdist worker takes whole (``make test``'s ``--dist loadgroup``): a
-    directory of ``tests/e2e`` (each directory's session fixture launches a Core of its own:
-    processes a second worker would start again, and keep until the run ends), else a module
-    (its module-scoped fixtures start once)."""
+    directory of ``tests/e2e`` (each directory's package fixture launches a Core of its own:
+    processes a second worker would start again), else a module (its module-scoped fixtures
+    start once)."""
     path = nodeid.split("::", 1)[0]
     parts = path.split("/")
     if len(parts) > 2 and parts[:2] == ["tests", "e2e"]:
