@@ -126,9 +126,11 @@ test-chaos: install ## kill -9 / broker / store outage / rebalance under load, o
 test-hostile: install ## schemathesis + hypothesis fuzzing of the HTTP API on the real stack (pytest -m hostile; prints cases / 5xx / writes on 4xx)
 	$(PY) -m pytest -m hostile -s $(PYTEST_ARGS)
 
-lint: venv ## ruff (services, shared, tests, bench, deploy), and mypy --strict on services/, shared/ and the launcher
-	$(PY) -m ruff check services shared tests bench examples session_core_client deploy
-	$(PY) -m mypy --strict services shared session_core_client deploy/local/stack
+lint: venv ## ruff (services, shared, runtimes, scripted_model, demo, tests, bench, deploy), and mypy --strict on the packages and the launcher
+	$(PY) -m ruff check services shared runtimes scripted_model demo tests bench examples \
+	  session_core_client deploy
+	$(PY) -m mypy --strict services shared runtimes scripted_model demo session_core_client \
+	  deploy/local/stack
 
 deploy-tools: ## build Helm (cached), which the rendered-chart tests of `make test` need
 	bash deploy/helm/check.sh tools

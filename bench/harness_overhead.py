@@ -3,7 +3,7 @@
 Both sides run the real ``codex app-server`` against the same scripted model server (its own
 process, every request answered "ok" at once), one Turn at a time:
 
-* **bare**: a minimal JSON-RPC client (``services/runtime/codex/rpc.py``) — ``turn/start``
+* **bare**: a minimal JSON-RPC client (``runtimes/codex/rpc.py``) — ``turn/start``
   written → ``turn/completed`` read;
 * **runtime**: a ``start`` delivery published on ``runtime.deliveries`` → the Runtime
   (``RuntimeService`` with the real Codex engine, in this process) → its ``turn/completed``
@@ -42,8 +42,8 @@ TurnFn = Callable[[], Awaitable[float]]  # one Turn; returns its wall time in se
 
 @contextlib.asynccontextmanager
 async def bare_codex(model_url: str, _infra: Infra) -> AsyncIterator[TurnFn]:
-    from services.runtime.codex.rpc import BareCodex
-    from services.runtime.live import DEFAULT_FUNCTIONS
+    from runtimes.codex.rpc import BareCodex
+    from runtimes.live import DEFAULT_FUNCTIONS
 
     async with BareCodex(model_url + "/v1", list(DEFAULT_FUNCTIONS)) as c:
         async def turn() -> float:
@@ -66,8 +66,8 @@ async def runtime_over_kafka(infra: Infra, harness: str, live: Any,
     """A Runtime (in this process) driving ``live``; a Turn is a ``start`` delivery published
     on Kafka until the observation ``is_end`` accepts is read back from Kafka."""
     from bench.common import prepare_topics
-    from services.runtime.app import RuntimeConfig, RuntimeService
-    from services.runtime.conformance import Wire
+    from runtimes.app import RuntimeConfig, RuntimeService
+    from runtimes.conformance import Wire
     from shared.domain.wire import message_delivery
     from shared.ids import new_id
     from shared.kafka import encode, make_producer
@@ -122,8 +122,8 @@ async def runtime_over_kafka(infra: Infra, harness: str, live: Any,
 
 @contextlib.asynccontextmanager
 async def runtime_codex(model_url: str, infra: Infra) -> AsyncIterator[TurnFn]:
-    from services.runtime.codex.live import CodexLive
-    from services.runtime.live import LiveOptions
+    from runtimes.codex.live import CodexLive
+    from runtimes.live import LiveOptions
     from shared.ids import new_id
 
     live = CodexLive(LiveOptions(runtime_id=new_id("rt"), harness="codex",
@@ -160,13 +160,13 @@ async def paired(model_url: str, infra: Infra, bare: Side, runtime: Side, turns:
 
 @contextlib.contextmanager
 def model_server_process() -> Iterator[str]:
-    """The scripted model server as its own process (``python -m services.modelserver``), as a
+    """The scripted model server as its own process (``python -m scripted_model``), as a
     provider is in production: in a thread of this process it would compete for the GIL with
     the Runtime's own work and charge that to the model's answer time."""
     from deploy.local.stack.base import free_port
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "services.modelserver", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "scripted_model", "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60

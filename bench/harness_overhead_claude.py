@@ -33,9 +33,9 @@ TEXT = "bench: say ok"
 async def bare_claude(model_url: str, _infra: Infra) -> AsyncIterator[TurnFn]:
     import sys
 
-    from services.runtime.claude import process as claude_process
-    from services.runtime.claude.bridge import REPO_ROOT
-    from services.runtime.live import DEFAULT_FUNCTIONS
+    from runtimes.claude import process as claude_process
+    from runtimes.claude.bridge import REPO_ROOT
+    from runtimes.live import DEFAULT_FUNCTIONS
 
     settings = claude_process.ClaudeSettings(model_base_url=model_url)
     with tempfile.TemporaryDirectory(prefix="bench-claude-") as tmp:
@@ -44,7 +44,7 @@ async def bare_claude(model_url: str, _infra: Infra) -> AsyncIterator[TurnFn]:
         (home / "tools.json").write_text(json.dumps(DEFAULT_FUNCTIONS))
         (home / "mcp.json").write_text(json.dumps({"mcpServers": {"core": {
             "type": "stdio", "command": sys.executable,
-            "args": ["-m", "services.runtime.claude.mcp", "--socket", str(home / "none.sock"),
+            "args": ["-m", "runtimes.claude.mcp", "--socket", str(home / "none.sock"),
                      "--tools", str(home / "tools.json")],
             "env": {"PYTHONPATH": str(REPO_ROOT)}}}}))
         proc = await asyncio.create_subprocess_exec(
@@ -77,8 +77,8 @@ async def bare_claude(model_url: str, _infra: Infra) -> AsyncIterator[TurnFn]:
 
 @contextlib.asynccontextmanager
 async def runtime_claude(model_url: str, infra: Infra) -> AsyncIterator[TurnFn]:
-    from services.runtime.claude.live import ClaudeLive
-    from services.runtime.live import LiveOptions
+    from runtimes.claude.live import ClaudeLive
+    from runtimes.live import LiveOptions
     from shared.ids import new_id
 
     live = ClaudeLive(LiveOptions(runtime_id=new_id("rt"), harness="claude_code",

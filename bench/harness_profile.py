@@ -26,11 +26,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 import bench.harness_overhead as ho
 import bench.harness_overhead_claude as hoc
 from bench.common import Infra
-from services.runtime.claude.live import ClaudeLive
-from services.runtime.codex import rpc
-from services.runtime.codex.live import CodexLive
-from services.runtime.deliveries import DeliveryLoop
-from services.runtime.outbox import ObservationOutbox
+from runtimes.claude.live import ClaudeLive
+from runtimes.codex import rpc
+from runtimes.codex.live import CodexLive
+from runtimes.deliveries import DeliveryLoop
+from runtimes.outbox import ObservationOutbox
 
 T: dict[str, Any] = {}  # the current Runtime Turn: step → perf_counter; "_ev": [(t, event)]
 B: dict[str, Any] = {}  # the current bare Turn

@@ -20,10 +20,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from services.runtime import control, deliveries
-from services.runtime.live import LiveHarness, stop_engine
-from services.runtime.outbox import HOLD_S, ObservationOutbox, runtime_producer
-from services.runtime.registration import (
+from runtimes import control, deliveries
+from runtimes.live import LiveHarness, stop_engine
+from runtimes.outbox import HOLD_S, ObservationOutbox, runtime_producer
+from runtimes.registration import (
     STATUSES,
     RuntimeConfig,
     consumer_group,
@@ -31,7 +31,7 @@ from services.runtime.registration import (
     registration,
     simulated_harness,
 )
-from services.runtime.traces import TRACES
+from runtimes.traces import TRACES
 from shared import tracing
 from shared.kafka import DeadLetters, encode, ensure_topics, max_record_bytes, producer_send
 from shared.logging import get_logger
@@ -50,7 +50,7 @@ class RuntimeService:
                  live: LiveHarness | None = None) -> None:
         self.settings, self.config, self.clock = settings, config, clock
         self.topics = topics_for(settings)
-        TRACES.use(tracing.tracer("runtime"))  # None: tracing off (services/runtime/traces.py)
+        TRACES.use(tracing.tracer("runtime"))  # None: tracing off (runtimes/traces.py)
         self.harness = simulated_harness(config)
         # The real engine: a live harness replaces the simulation; the Kafka loop is the same.
         self.live = live

@@ -9,9 +9,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from services.runtime.deliveries import FETCH_MAX_WAIT_MS, Batches, DeadLetter, read_forever
-from services.runtime.harness import SimulatedHarness
-from services.runtime.registration import STATUSES
+from runtimes.deliveries import FETCH_MAX_WAIT_MS, Batches, DeadLetter, read_forever
+from runtimes.harness import SimulatedHarness
+from runtimes.registration import STATUSES
 from shared import typedrecords
 from shared.domain.poison import UNPROCESSABLE, Poison
 from shared.kafka import assigned_consumer

@@ -15,11 +15,11 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 from opentelemetry import trace
 
-from services.runtime.harness import Emit, SimulatedHarness
-from services.runtime.live import LiveHarness
-from services.runtime.outbox import ObservationOutbox
-from services.runtime.registration import consumer_group
-from services.runtime.traces import TRACES
+from runtimes.harness import Emit, SimulatedHarness
+from runtimes.live import LiveHarness
+from runtimes.outbox import ObservationOutbox
+from runtimes.registration import consumer_group
+from runtimes.traces import TRACES
 from shared import tracing, typedrecords
 from shared.domain.poison import Poison
 from shared.kafka import client_security, max_record_bytes

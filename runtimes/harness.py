@@ -6,7 +6,7 @@ the ``runtime.observation/1`` records the harness would produce (each with a del
 publishes what comes out; tests call these two methods directly.
 
 The records each harness prints are its own module's (``SHAPES``: ``codex.simulated``,
-``claude.simulated``, ``minimax.simulated`` under ``services/runtime/``); this class keeps the
+``claude.simulated``, ``minimax.simulated`` under ``runtimes/``); this class keeps the
 Sessions, Turns and calls and applies the switches.
 
 The echo model, per Core Session (one native thread / session id) and per Core Turn (one native
@@ -42,10 +42,10 @@ from typing import Any
 
 from cachetools import FIFOCache
 
-from services.runtime.claude.simulated import ClaudeShapes
-from services.runtime.codex.simulated import CodexShapes
-from services.runtime.minimax.simulated import MinimaxShapes
-from services.runtime.simulation import (
+from runtimes.claude.simulated import ClaudeShapes
+from runtimes.codex.simulated import CodexShapes
+from runtimes.minimax.simulated import MinimaxShapes
+from runtimes.simulation import (
     ALTERED_SUFFIX,
     OBSERVATION_SCHEMA,
     SYNTHETIC_TEXT,
@@ -58,7 +58,7 @@ from services.runtime.simulation import (
     Turn,
     parse_calls,
 )
-from services.runtime.switches import Switches
+from runtimes.switches import Switches
 from shared import records
 from shared.domain.harnesses import AdapterError
 from shared.domain.harnesses import claude_code as claude

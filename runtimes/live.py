@@ -1,14 +1,14 @@
 """Live harnesses: the Runtime's real engine (``session-core runtime --engine real``).
 
 A ``LiveHarness`` drives real harness processes (one per Core Session) and emits the same
-``runtime.observation/1`` envelopes as the simulated harness (``services.runtime.harness``):
+``runtime.observation/1`` envelopes as the simulated harness (``runtimes.harness``):
 ``native`` is exactly what the real binary printed, refusals carry ``native: null`` and a
-``refusal`` object. ``RuntimeService`` (``services.runtime.app``) plugs one in instead of the
+``refusal`` object. ``RuntimeService`` (``runtimes.app``) plugs one in instead of the
 ``SimulatedHarness``; the Kafka loop (registration, deliveries, ordered publishing, control) is
 the same for both engines.
 
-Each harness's Runtime side sits in its own package — ``services.runtime.codex`` and
-``services.runtime.claude`` — whose ``live`` module exposes ``build(options: LiveOptions) ->
+Each harness's Runtime side sits in its own package — ``runtimes.codex`` and
+``runtimes.claude`` — whose ``live`` module exposes ``build(options: LiveOptions) ->
 LiveHarness``; ``build`` below picks it from ``DRIVERS``.
 """
 
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from services.runtime.simulation import Emit
-from services.runtime.traces import NativeCalls
+from runtimes.simulation import Emit
+from runtimes.traces import NativeCalls
 from shared import records
 from shared.logging import get_logger
 
@@ -81,8 +81,8 @@ class LiveHarness(Protocol):
 
 # harness → the module of its live driver
 DRIVERS: Mapping[str, str] = {
-    "codex": "services.runtime.codex.live",
-    "claude_code": "services.runtime.claude.live",
+    "codex": "runtimes.codex.live",
+    "claude_code": "runtimes.claude.live",
 }
 
 
@@ -166,7 +166,7 @@ def default_binary(name: str) -> str:
     env = os.environ.get(f"SESSION_CORE_{name.upper()}_BIN")
     if env:
         return env
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root / "deploy" / "local"))
     try:
         import stack  # type: ignore[import-not-found]

@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from services.runtime.app import RuntimeConfig, RuntimeService, registration
-from services.runtime.harness import HARNESSES
-from services.runtime.live import DEFAULT_FUNCTIONS, LiveHarness, LiveOptions
-from services.runtime.live import build as build_live
-from services.runtime.switches import DESCRIPTIONS, NAMES, Switches, from_env, parse_assignments
+from runtimes.app import RuntimeConfig, RuntimeService, registration
+from runtimes.harness import HARNESSES
+from runtimes.live import DEFAULT_FUNCTIONS, LiveHarness, LiveOptions
+from runtimes.live import build as build_live
+from runtimes.switches import DESCRIPTIONS, NAMES, Switches, from_env, parse_assignments
 from shared import eventloop
 from shared.domain.harnesses.claude_code import BRIDGE_PROTOCOL
 from shared.ids import new_id

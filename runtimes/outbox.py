@@ -21,8 +21,8 @@ from aiokafka import AIOKafkaProducer
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
-from services.runtime.harness import Emit
-from services.runtime.traces import TRACES
+from runtimes.harness import Emit
+from runtimes.traces import TRACES
 from shared import tracing
 from shared.domain.observations import classify_all
 from shared.kafka import encode, make_producer, now_rfc3339

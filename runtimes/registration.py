@@ -1,7 +1,7 @@
 """A Runtime's configuration and its ``runtime.registration/1`` record (CONTRACT §2): published
 on ``runtime.registrations`` (compacted, keyed by ``runtime_id``) at start, every
 ``heartbeat_s`` and whenever its switches or status change; ``status: "gone"`` on a clean stop
-(``services.runtime.app`` does the publishing)."""
+(``runtimes.app`` does the publishing)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.runtime.harness import SimulatedHarness
-from services.runtime.live import LiveHarness
-from services.runtime.switches import Switches
+from runtimes.harness import SimulatedHarness
+from runtimes.live import LiveHarness
+from runtimes.switches import Switches
 from shared import records
 from shared.domain.harnesses.claude_code import BRIDGE_PROTOCOL
 from shared.kafka import now_rfc3339

@@ -1,8 +1,8 @@
 """What every simulated harness shares: the observation it emits, the Session / Turn / call state
 the reference Runtime keeps, the echo model's ``call <name> {…}`` parser, the misbehaviour
 switches' content tampering, and ``NativeShapes`` — the records one harness prints, implemented
-per harness (``services.runtime.codex.simulated``, ``…claude.simulated``,
-``…minimax.simulated``). ``services.runtime.harness.SimulatedHarness`` drives them."""
+per harness (``runtimes.codex.simulated``, ``…claude.simulated``,
+``…minimax.simulated``). ``runtimes.harness.SimulatedHarness`` drives them."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from cachetools import FIFOCache
 
-from services.runtime.switches import Switches
+from runtimes.switches import Switches
 from shared import records
 from shared.domain.harnesses import AdapterError
 from shared.domain.harnesses.claude_code import ClaudeTurn

@@ -1,3 +1,3 @@
-from services.modelserver.server import main
+from scripted_model.server import main
 
 raise SystemExit(main())

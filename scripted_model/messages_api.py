@@ -25,7 +25,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from services.modelserver.script import Reply, Scripts
+from scripted_model.script import Reply, Scripts
 
 MCP_SERVER = "core"
 MODEL = "scripted-model"

@@ -29,7 +29,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from services.modelserver.script import Reply, Scripts
+from scripted_model.script import Reply, Scripts
 
 Json = dict[str, Any]
 

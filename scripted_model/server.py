@@ -6,7 +6,7 @@
 * ``POST /_scripts`` ``{"key", "replies": [[step…]…]}`` — register a script;
 * ``GET /_requests?key=K`` — the recorded requests (all, or those a script answered).
 
-``python -m services.modelserver --port N`` runs it; tests embed it with ``ModelServer``.
+``python -m scripted_model --port N`` runs it; tests embed it with ``ModelServer``.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from services.modelserver import messages_api, responses_api
-from services.modelserver.script import ScriptError, Scripts
+from scripted_model import messages_api, responses_api
+from scripted_model.script import ScriptError, Scripts
 
 
 def build_app(scripts: Scripts) -> Starlette:
@@ -104,7 +104,7 @@ def running(port: int = 0) -> Iterator[ModelServer]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="session-core modelserver",
+    parser = argparse.ArgumentParser(prog="python -m scripted_model",
                                      description="the scripted local model server")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)

@@ -187,15 +187,15 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "topics":
         sys.exit(eventloop.run(_topics(rest), settings.event_loop))
     elif args.command == "runtime":
-        from services.runtime.main import main as runtime_main
+        from runtimes.main import main as runtime_main
 
         runtime_main(rest)
     elif args.command == "demo":
-        from services.client.demo import main as demo_main
+        from demo.tour import main as demo_main
 
         demo_main(rest)
     else:
-        from services.runtime.conformance import main as conf_main
+        from runtimes.conformance import main as conf_main
 
         conf_main(rest)
 

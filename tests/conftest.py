@@ -235,7 +235,7 @@ def spans() -> Iterator[Any]:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from services.runtime.traces import TRACES
+    from runtimes.traces import TRACES
     from shared import tracing
 
     exporter = InMemorySpanExporter()

@@ -57,9 +57,10 @@ mkdir -p "$WORK/wheels"
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform linux_x86_64 \
   --dest "$WORK/wheels" -r "$HERE/requirements.lock"
-# the project itself: only pyproject.toml, shared/ and services/ (what .dockerignore lets in)
+# the project itself: only pyproject.toml and its packages (what .dockerignore lets in)
 mkdir -p "$WORK/src"
-cp -a "$REPO/pyproject.toml" "$REPO/shared" "$REPO/services" "$WORK/src/"
+cp -a "$REPO/pyproject.toml" "$REPO/shared" "$REPO/services" "$REPO/runtimes" \
+  "$REPO/scripted_model" "$REPO/demo" "$WORK/src/"
 find "$WORK/src" -name __pycache__ -prune -exec rm -rf {} +
 "$PYTHON" -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir "$WORK/project" "$WORK/src"
 cp "$HERE/requirements.lock" "$WORK/wheels/"

@@ -1,4 +1,4 @@
-"""The Runtime's side of the MCP bridge (``services.runtime.claude.mcp`` is the other): the
+"""The Runtime's side of the MCP bridge (``runtimes.claude.mcp`` is the other): the
 ``mcp.json`` that makes Claude Code start it, the relay that answers one call over the Unix
 socket, and the MCP content a function result becomes."""
 
@@ -12,27 +12,27 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from services.runtime.claude import process as claude_process
-from services.runtime.claude.state import Session
-from services.runtime.simulation import ALTERED_SUFFIX
+from runtimes.claude import process as claude_process
+from runtimes.claude.state import Session
+from runtimes.simulation import ALTERED_SUFFIX
 from shared.domain.harnesses import claude_code as claude
 from shared.domain.harnesses.errors import AdapterError
 
 CALL_LOOKUP_S = 5.0  # how long the bridge waits to see the assistant record of a relayed call
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 Json = dict[str, Any]
 
 
 def write_mcp_config(home: Path, sock: Path, functions: list[Json]) -> Path:
     """``tools.json`` and ``mcp.json`` in the Session's home: Core's MCP server ``core``, started
-    by Claude Code as ``python -m services.runtime.claude.mcp``; returns ``mcp.json``."""
+    by Claude Code as ``python -m runtimes.claude.mcp``; returns ``mcp.json``."""
     tools = home / "tools.json"
     tools.write_text(json.dumps(functions))
     mcp = home / "mcp.json"
     mcp.write_text(json.dumps({"mcpServers": {claude_process.MCP_SERVER: {
         "type": "stdio", "command": sys.executable,
-        "args": ["-m", "services.runtime.claude.mcp", "--socket", str(sock),
+        "args": ["-m", "runtimes.claude.mcp", "--socket", str(sock),
                  "--tools", str(tools)],
         "env": {"PYTHONPATH": str(REPO_ROOT)}}}}))
     return mcp

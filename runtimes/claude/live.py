@@ -1,7 +1,7 @@
 """The live harness for Claude Code: one real ``claude`` process per Core Session.
 
 ``claude -p --input-format stream-json --output-format stream-json --verbose
---replay-user-messages`` (``services.runtime.claude.process``) reads native user messages on
+--replay-user-messages`` (``runtimes.claude.process``) reads native user messages on
 stdin; every record it prints on stdout is forwarded as a ``runtime.observation/1`` envelope,
 ``native`` exactly as printed.
 
@@ -20,7 +20,7 @@ stdin; every record it prints on stdout is forwarded as a ``runtime.observation/
 * ``interrupt`` (Core failed the Turn: the dispatcher refused an input of it) of the running
   Turn: interrupted as for the bound; its ``result`` is forwarded with Core's reason as
   ``end_reason``. For a Turn not running here it does nothing.
-* Public functions: an MCP server (``services.runtime.claude.mcp``) that Claude Code starts
+* Public functions: an MCP server (``runtimes.claude.mcp``) that Claude Code starts
   relays each root ``mcp__core__<name>`` call over a Unix socket to this object and blocks
   until Core's ``function_result`` delivery arrives; the result is answered as MCP content
   (text blocks, image blocks in order; ``isError`` when ``success`` is false). A call made by a
@@ -44,17 +44,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from services.runtime.claude import process as claude_process
-from services.runtime.claude.bridge import (
+from runtimes.claude import process as claude_process
+from runtimes.claude.bridge import (
     corrupt_blocks,
     mcp_content,
     relay,
     write_mcp_config,
 )
-from services.runtime.claude.state import Session, Turn
-from services.runtime.live import EmitFn, LiveOptions, envelope, refusal, session_worker
-from services.runtime.simulation import Emit
-from services.runtime.traces import own_time
+from runtimes.claude.state import Session, Turn
+from runtimes.live import EmitFn, LiveOptions, envelope, refusal, session_worker
+from runtimes.simulation import Emit
+from runtimes.traces import own_time
 from shared.domain.harnesses import claude_code as claude
 from shared.domain.harnesses.claude_code import ClaudeTurn
 from shared.domain.harnesses.errors import AdapterError, TurnBoundExceeded
@@ -71,7 +71,7 @@ Json = dict[str, Any]
 
 
 class ClaudeLive:
-    """``LiveHarness`` for Claude Code (``services.runtime.live``)."""
+    """``LiveHarness`` for Claude Code (``runtimes.live``)."""
 
     harness = HARNESS
 

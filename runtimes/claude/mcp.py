@@ -1,7 +1,7 @@
 """The MCP bridge: Core's public functions as Claude Code tools whose results come from Core.
 
 Claude Code starts this as a stdio MCP server (``--mcp-config`` names ``python -m
-services.runtime.claude.mcp --socket PATH --tools FILE``). It speaks MCP's JSON-RPC, one message a
+runtimes.claude.mcp --socket PATH --tools FILE``). It speaks MCP's JSON-RPC, one message a
 line: ``initialize`` (the client's protocol version is echoed), ``tools/list`` (the configured
 public functions), ``tools/call``. A call is relayed to the live Runtime over the Unix socket
 ``PATH`` as one JSON line ``{"tool_use_id", "name", "arguments"}`` — Claude Code 2.1.328 puts the
@@ -96,7 +96,7 @@ def serve(socket_path: str, tools: list[dict[str, Any]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m services.runtime.claude.mcp")
+    p = argparse.ArgumentParser(prog="python -m runtimes.claude.mcp")
     p.add_argument("--socket", required=True)
     p.add_argument("--tools", required=True, help="JSON file: [{name, description, parameters}]")
     args = p.parse_args(argv)

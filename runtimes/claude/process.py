@@ -29,7 +29,7 @@ def default_binary() -> str:
     env = os.environ.get("CLAUDE_BIN")
     if env:
         return env
-    root = Path(__file__).resolve().parents[3] / "deploy" / "local"
+    root = Path(__file__).resolve().parents[2] / "deploy" / "local"
     try:
         sys.path.insert(0, str(root))
         import stack  # type: ignore[import-not-found]

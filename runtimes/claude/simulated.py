@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from services.runtime.simulation import (
+from runtimes.simulation import (
     Call,
     Json,
     Session,
@@ -15,7 +15,7 @@ from services.runtime.simulation import (
     misbehave_blocks,
     uuid_from_hex,
 )
-from services.runtime.switches import Switches
+from runtimes.switches import Switches
 from shared.domain.harnesses import AdapterError
 from shared.domain.harnesses import claude_code as claude
 from shared.domain.harnesses.claude_code import ClaudeTurn

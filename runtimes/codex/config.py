@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.runtime.simulation import ALTERED_SUFFIX
+from runtimes.simulation import ALTERED_SUFFIX
 
 Json = dict[str, Any]
 

@@ -54,8 +54,8 @@ from typing import Any
 
 from cachetools import FIFOCache
 
-from services.runtime.codex.config import config_toml, corrupt_items, dynamic_tools
-from services.runtime.live import (
+from runtimes.codex.config import config_toml, corrupt_items, dynamic_tools
+from runtimes.live import (
     EmitFn,
     Json,
     LiveOptions,
@@ -64,8 +64,8 @@ from services.runtime.live import (
     refusal,
     session_worker,
 )
-from services.runtime.simulation import Emit
-from services.runtime.traces import own_time
+from runtimes.simulation import Emit
+from runtimes.traces import own_time
 from shared.domain.harnesses import AdapterError
 from shared.domain.harnesses import codex as adapter
 from shared.domain.wire import REFUSAL_TURN_ENDED

@@ -2,7 +2,7 @@
 
 The golden-transcript recorder (``python -m tests.golden.record_codex``) and the bench's bare
 baseline (``bench/harness_overhead.py``) drive the real binary with it; the Runtime's driver
-(``services.runtime.codex.live``) sets the process up the same way (``config.config_toml``).
+(``runtimes.codex.live``) sets the process up the same way (``config.config_toml``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from services.runtime.codex.config import config_toml, dynamic_tools
-from services.runtime.live import default_binary
+from runtimes.codex.config import config_toml, dynamic_tools
+from runtimes.live import default_binary
 
 Json = dict[str, Any]
 

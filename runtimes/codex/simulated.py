@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from services.runtime.simulation import (
+from runtimes.simulation import (
     SYNTHETIC_TEXT,
     Call,
     Json,
@@ -14,7 +14,7 @@ from services.runtime.simulation import (
     Turn,
     misbehave_blocks,
 )
-from services.runtime.switches import Switches
+from runtimes.switches import Switches
 from shared.domain.harnesses import AdapterError, codex
 
 

@@ -33,7 +33,7 @@ interrupt                      Core failed a running Turn (``kind: "interrupt"``
 =============================  ==================================================================
 """
 
-from services.runtime.conformance.kit import (
+from runtimes.conformance.kit import (
     CASES,
     CaseResult,
     KitOptions,
@@ -41,6 +41,6 @@ from services.runtime.conformance.kit import (
     render,
     run_kit,
 )
-from services.runtime.conformance.probe import Wire
+from runtimes.conformance.probe import Wire
 
 __all__ = ["CASES", "CaseResult", "KitOptions", "Wire", "main", "render", "run_kit"]

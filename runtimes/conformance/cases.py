@@ -1,4 +1,4 @@
-"""The conformance cases, one coroutine each (the table in ``services.runtime.conformance``):
+"""The conformance cases, one coroutine each (the table in ``runtimes.conformance``):
 each returns a detail line, ``"SKIP:…"`` when the case does not apply, or raises ``Failed``."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from services.runtime.conformance.probe import (
+from runtimes.conformance.probe import (
     JPEG,
     PNG,
     PNG_RED,

@@ -10,9 +10,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.runtime.app import RuntimeConfig, RuntimeService
-from services.runtime.conformance.cases import run_case
-from services.runtime.conformance.probe import (
+from runtimes.app import RuntimeConfig, RuntimeService
+from runtimes.conformance.cases import run_case
+from runtimes.conformance.probe import (
     CASES,
     KIT_FUNCTIONS,
     REAL_WAIT_S,
@@ -21,8 +21,8 @@ from services.runtime.conformance.probe import (
     RuntimeUnderTest,
     Wire,
 )
-from services.runtime.harness import HARNESSES
-from services.runtime.main import add_switch_flags, settings_from_args, switches_from_args
+from runtimes.harness import HARNESSES
+from runtimes.main import add_switch_flags, settings_from_args, switches_from_args
 from shared.ids import new_id
 from shared.logging import get_logger
 from shared.settings import Settings, get_settings
@@ -57,9 +57,9 @@ async def run_kit(
     model: Any = None
     try:
         if opts.runtime_id is None and opts.engine == "real":
-            from services.modelserver.server import ModelServer
-            from services.runtime.live import LiveOptions
-            from services.runtime.live import build as build_live
+            from runtimes.live import LiveOptions
+            from runtimes.live import build as build_live
+            from scripted_model.server import ModelServer
 
             model = ModelServer().start()
             images = opts.message_images if opts.message_images is not None else True
@@ -77,7 +77,7 @@ async def run_kit(
                                   {"corrupt": opts.corrupt} if opts.corrupt else {},
                                   scripts=model.scripts, engine="real", wait_s=REAL_WAIT_S)
         elif opts.runtime_id is None:
-            from services.runtime.switches import Switches
+            from runtimes.switches import Switches
 
             text_only = opts.harness == "minimax_code"
             config = RuntimeConfig(
@@ -118,7 +118,7 @@ async def _external(wire: Wire, opts: KitOptions, restore: Json) -> RuntimeUnder
         raise SystemExit(f"conformance: {opts.runtime_id} runs {reg.get('harness')}, "
                          f"not {opts.harness}")
     if opts.switches:
-        from services.runtime.switches import Switches
+        from runtimes.switches import Switches
 
         before = reg.get("switches") or {}
         default = Switches().as_dict()

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from services.runtime.claude.simulated import ClaudeShapes
-from services.runtime.simulation import Call, Json, Session, Turn
-from services.runtime.switches import Switches
+from runtimes.claude.simulated import ClaudeShapes
+from runtimes.simulation import Call, Json, Session, Turn
+from runtimes.switches import Switches
 from shared.domain.harnesses import AdapterError
 from shared.domain.harnesses import minimax_code as text_only
 

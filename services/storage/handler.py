@@ -190,7 +190,7 @@ def _observed_facts(obs: typedrecords.Observation, rec: Json) -> list[Json]:
             })
         if isinstance(c, TurnEnded) and not rec.get("native_turn_continues"):
             # (a Claude Code bridge forwards an intermediate ``result`` — a queued steer runs
-            # next in the same bridge Turn — with native_turn_continues; services/runtime/
+            # next in the same bridge Turn — with native_turn_continues; runtimes/
             # claude/live.py)
             out.append({
                 "schema": records.FACT,

@@ -93,8 +93,8 @@ def real_core(chaos_stack: Stack, real_model: ModelProcess,
               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Core]:
     """A second Core on the chaos stack (topics and database of its own) whose only Runtimes
     drive the real binaries."""
-    from services.runtime.claude import process as claude_process
-    from services.runtime.live import default_binary
+    from runtimes.claude import process as claude_process
+    from runtimes.live import default_binary
     from tests.support.skips import unavailable
 
     try:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from services.runtime.switches import Switches
+from runtimes.switches import Switches
 from tests.support.processes import Core, launched
 from tests.support.public import API_KEY, Control
 from tests.support.system import ItemCollector

@@ -77,7 +77,7 @@ def test_the_client_wheel_installs_alone_and_its_cli_answers(client_venv: Client
     assert top == {"session_core_client"}, top
     assert "session_core_client/py.typed" in names
     assert "session_core_client/cli/main.py" in names
-    for package in ("services", "shared"):
+    for package in ("services", "shared", "runtimes", "scripted_model", "demo"):
         gone = client_venv.run("python", "-c", f"import {package}")
         assert gone.returncode != 0 and "ModuleNotFoundError" in gone.stderr, gone.stderr
     installed = client_venv.run("python", "-m", "pip", "list", "--format=json")

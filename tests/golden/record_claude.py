@@ -2,7 +2,7 @@
 
 ``python -m tests.golden.record_claude [--out DIR] [CASE…]`` runs the pinned ``claude`` (the
 cached install) against the scripted model server, with Core's functions behind the MCP bridge
-(``services.runtime.claude.mcp``; here the recorder itself answers the relayed calls), and writes
+(``runtimes.claude.mcp``; here the recorder itself answers the relayed calls), and writes
 ``tests/data/native/claude_code/<case>.jsonl``: every stdout record of the run, exactly as printed.
 The unit tests of the observation classifier and the receipt matcher run on these files.
 """
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.modelserver.server import ModelServer
-from services.runtime.claude import process as claude_process
+from runtimes.claude import process as claude_process
+from scripted_model.server import ModelServer
 
 OUT = Path(__file__).resolve().parents[1] / "data" / "native" / "claude_code"
 FUNCTIONS = [{"name": "get_weather", "description": "The weather for a city.",
@@ -152,7 +152,7 @@ def record(case: Case, server: ModelServer, out_dir: Path) -> Path:
         mcp = home / "mcp.json"
         mcp.write_text(json.dumps({"mcpServers": {claude_process.MCP_SERVER: {
             "type": "stdio", "command": sys.executable,
-            "args": ["-m", "services.runtime.claude.mcp", "--socket", sock,
+            "args": ["-m", "runtimes.claude.mcp", "--socket", sock,
                      "--tools", str(tools)],
             "env": {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}}}}))
         settings = claude_process.ClaudeSettings(model_base_url=server.url)

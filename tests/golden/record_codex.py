@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from services.modelserver.server import ModelServer
-from services.runtime.codex.rpc import BareCodex
-from services.runtime.live import DEFAULT_FUNCTIONS, default_binary
+from runtimes.codex.rpc import BareCodex
+from runtimes.live import DEFAULT_FUNCTIONS, default_binary
+from scripted_model.server import ModelServer
 
 OUT = Path(__file__).resolve().parents[1] / "data" / "native" / "codex"
 # a 1×1 PNG

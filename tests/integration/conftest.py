@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.modelserver.server import ModelServer
+from scripted_model.server import ModelServer
 from tests.support.localstack import store
 
 __all__ = ["model", "store"]

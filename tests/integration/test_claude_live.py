@@ -1,4 +1,4 @@
-"""The Claude Code live harness (``services.runtime.claude.live``) driving the real binary
+"""The Claude Code live harness (``runtimes.claude.live``) driving the real binary
 against the scripted model server, without Kafka: what it emits for each delivery."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from services.modelserver.server import ModelServer
-from services.runtime.claude import process as claude_process
-from services.runtime.claude.live import ClaudeLive
-from services.runtime.harness import Emit
-from services.runtime.live import LiveOptions
+from runtimes.claude import process as claude_process
+from runtimes.claude.live import ClaudeLive
+from runtimes.harness import Emit
+from runtimes.live import LiveOptions
+from scripted_model.server import ModelServer
 from shared.domain.observations import CallOpened, TurnEnded, classify_all
 from shared.domain.receipts import Confirmed, expect, match_observation
 from tests.support.skips import unavailable

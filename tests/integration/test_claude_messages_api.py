@@ -7,8 +7,8 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from services.modelserver.server import running
-from services.runtime.claude import process as claude_process
+from runtimes.claude import process as claude_process
+from scripted_model.server import running
 from tests.support.skips import unavailable
 
 if not Path(claude_process.default_binary()).exists():

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from services.runtime.codex.live import CodexLive
-from services.runtime.harness import Emit
-from services.runtime.live import LiveOptions
+from runtimes.codex.live import CodexLive
+from runtimes.harness import Emit
+from runtimes.live import LiveOptions
 
 BROKEN = str(Path(__file__).resolve().parents[1] / "support" / "broken_codex.py")
 

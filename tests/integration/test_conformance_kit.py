@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.runtime.conformance import KitOptions, run_kit
+from runtimes.conformance import KitOptions, run_kit
 from shared.kafka import ensure_topics
 from shared.settings import Settings
 from shared.topics import topics_for

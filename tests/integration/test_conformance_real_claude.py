@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.claude import process as claude_process
-from services.runtime.conformance import KitOptions, render, run_kit
+from runtimes.claude import process as claude_process
+from runtimes.conformance import KitOptions, render, run_kit
 from shared.kafka import ensure_topics
 from shared.settings import Settings
 from shared.topics import topics_for

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.runtime.conformance import KitOptions, render, run_kit
-from services.runtime.live import default_binary
+from runtimes.conformance import KitOptions, render, run_kit
+from runtimes.live import default_binary
 from shared.kafka import ensure_topics
 from shared.settings import Settings
 from shared.topics import topics_for

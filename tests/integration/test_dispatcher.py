@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer
 
+from runtimes.app import RuntimeConfig, RuntimeService
 from services.dispatcher.domain.binding import RuntimeInfo
-from services.runtime.app import RuntimeConfig, RuntimeService
 from shared.domain.wire import REFUSAL_TURN_BOUND_EXCEEDED
 from shared.kafka import decode
 from shared.settings import Settings

@@ -1,6 +1,6 @@
 """The live drivers' spans with the real ``claude`` and ``codex app-server`` binaries against the
 scripted model server
-(services/runtime/traces.py; docs/operations.md, "Tracing"): each delivery handed to the real
+(runtimes/traces.py; docs/operations.md, "Tracing"): each delivery handed to the real
 process is a ``runtime.native <kind>`` span (``session_core.engine`` ``real``), the child of
 its delivery's ``process runtime.deliveries`` span, and what the real harness prints on its own
 time goes on in the Session's last native call — the function call in the ``start``'s, the
@@ -18,13 +18,13 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from services.modelserver.server import ModelServer
-from services.runtime.claude import process as claude_process
-from services.runtime.claude.live import ClaudeLive
-from services.runtime.codex.live import CodexLive
-from services.runtime.harness import Emit
-from services.runtime.live import LiveHarness, LiveOptions, default_binary
-from services.runtime.traces import TRACES
+from runtimes.claude import process as claude_process
+from runtimes.claude.live import ClaudeLive
+from runtimes.codex.live import CodexLive
+from runtimes.harness import Emit
+from runtimes.live import LiveHarness, LiveOptions, default_binary
+from runtimes.traces import TRACES
+from scripted_model.server import ModelServer
 from shared import tracing
 from shared.domain.observations import CallOpened, TurnEnded, classify_all
 from tests.integration.test_claude_live import Sink, start, t

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-from services.modelserver.server import ModelServer
-from services.runtime.codex.rpc import BareCodex
-from services.runtime.live import DEFAULT_FUNCTIONS, default_binary
+from runtimes.codex.rpc import BareCodex
+from runtimes.live import DEFAULT_FUNCTIONS, default_binary
+from scripted_model.server import ModelServer
 from tests.support.skips import unavailable
 
 try:

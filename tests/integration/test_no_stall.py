@@ -27,9 +27,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from pymongo import AsyncMongoClient
 
+from runtimes.app import RuntimeConfig, RuntimeService
 from services.admission.core import Admission
 from services.admission.domain import validation as rules
-from services.runtime.app import RuntimeConfig, RuntimeService
 from shared import records
 from shared.domain import wire
 from shared.domain.errors import ApiError

@@ -26,7 +26,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.runtime.app import RuntimeConfig, RuntimeService, consumer_group
+from runtimes.app import RuntimeConfig, RuntimeService, consumer_group
 from shared import records
 from shared.domain.poison import INVALID_FIELDS, UNDECODABLE, UNEXPECTED_SCHEMA
 from shared.kafka import decode, encode

@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from services.runtime.app import RuntimeConfig, RuntimeService
-from services.runtime.switches import Switches
+from runtimes.app import RuntimeConfig, RuntimeService
+from runtimes.switches import Switches
 from shared.kafka import assigned_consumer, decode
 from shared.settings import Settings
 from tests.e2e.test_record_schemas import read_records, wire_errors

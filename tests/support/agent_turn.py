@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from services.modelserver.server import ModelServer
+from scripted_model.server import ModelServer
 from tests.support.public import TOOL_RESULT, stored_items, wait_item
 from tests.support.system import ItemCollector
 

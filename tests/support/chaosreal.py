@@ -40,7 +40,7 @@ PAUSE_S = 8.0  # the fault round's model pause: the harness is mid-Turn when the
 
 
 class ModelProcess:
-    """``python -m services.modelserver --port P --log FILE`` in a process group of its own.
+    """``python -m scripted_model --port P --log FILE`` in a process group of its own.
     ``kill`` is a real ``kill -9``; ``start`` again serves on the same port with the scripts
     registered so far, each from the reply it had reached (its requests in the log): a reply
     the kill cut off mid-stream is played again, since the harness retries that request."""
@@ -60,7 +60,7 @@ class ModelProcess:
     def start(self) -> None:
         out = open(self.log_dir / "modelserver.log", "ab")  # the child writes to it
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services.modelserver", "--port", str(self.port),
+            [sys.executable, "-m", "scripted_model", "--port", str(self.port),
              "--log", str(self.log)], cwd=REPO, stdout=out, stderr=out,
             stdin=subprocess.DEVNULL, start_new_session=True,
             env={**os.environ, "PYTHONPATH": str(REPO)})

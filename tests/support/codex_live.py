@@ -7,8 +7,8 @@ import types
 from pathlib import Path
 from typing import Any
 
-from services.runtime.codex.live import CodexLive, _Proc, _Turn
-from services.runtime.live import LiveOptions
+from runtimes.codex.live import CodexLive, _Proc, _Turn
+from runtimes.live import LiveOptions
 
 
 def driver_with_session(tmp_path: Path, thread_id: str, native_turn: str

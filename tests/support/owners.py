@@ -3,8 +3,10 @@
 service's package). ``tests/unit/test_shared_owners.py`` checks the rule;
 ``python -m tests.support.owners`` prints the map.
 
-A service package is one of ``services/<name>/``, ``services/cli.py`` (the umbrella CLI) and
-``session_core_client/``; tests, bench/ and deploy/ use anything and own nothing. Imports are read
+A user package is one of ``services/<name>/``, ``services/cli.py`` (the umbrella CLI), the
+other products beside the services — ``runtimes/`` (the Runtime), ``scripted_model/`` (the
+scripted model server), ``demo/`` — and ``session_core_client/``; tests, bench/ and deploy/ use
+anything and own nothing. Imports are read
 with ``ast``: ``import a.b``, ``from a.b import c`` (``c`` a submodule → that module, otherwise
 the module ``a.b`` itself), relative imports, and imports inside functions.
 
@@ -20,15 +22,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# The top-level packages that are not services but use shared/ as one: the Runtime is the other
+# end of Core's Kafka wire (deliveries, observations, registrations), so the record models, topic
+# names and Kafka plumbing it shares with the services are what shared/ is for — a module used by
+# one service and the Runtime stays in shared/ rather than make the Runtime import a service.
+OTHER_PRODUCTS = ("runtimes", "scripted_model", "demo")
 
 
 def services() -> dict[str, list[Path]]:
-    """Each service package → its Python files."""
+    """Each user package → its Python files."""
     found: dict[str, list[Path]] = {}
     for package in sorted((ROOT / "services").iterdir()):
         if package.is_dir() and (package / "__init__.py").exists():
             found[f"services/{package.name}"] = sorted(package.rglob("*.py"))
     found["services/cli.py"] = [ROOT / "services" / "cli.py"]
+    for product in OTHER_PRODUCTS:
+        found[product] = sorted((ROOT / product).rglob("*.py"))
     found["session_core_client"] = sorted((ROOT / "session_core_client").rglob("*.py"))
     return found
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from services.runtime.switches import Switches
+from runtimes.switches import Switches
 from shared.kafka import assigned_consumer, decode, encode
 from shared.topics import topics_for
 from tests.support.processes import Core
@@ -23,7 +23,7 @@ API_KEY = "e2e-key"
 class Control:
     """Sets the reference Runtimes' misbehaviour switches over `runtime.control` and waits for
     the acknowledgement: the Runtime re-registers on `runtime.registrations` with the switches
-    in force (services/runtime/app.py), so a test never runs against the old state."""
+    in force (runtimes/app.py), so a test never runs against the old state."""
 
     ACK_TIMEOUT_S = 30.0
 

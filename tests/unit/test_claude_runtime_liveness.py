@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from services.runtime.claude.bridge import mcp_content
-from services.runtime.claude.state import Session
+from runtimes.claude.bridge import mcp_content
+from runtimes.claude.state import Session
 from shared.domain.harnesses import claude_code as claude
 from shared.domain.observations import CallOpened, classify_all
 from tests.unit.test_claude_liveness import ABSENT, FLAG_IDS, FLAG_TABLE

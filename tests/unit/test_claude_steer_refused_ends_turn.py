@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from services.runtime.claude.live import ClaudeLive
-from services.runtime.claude.state import Session
+from runtimes.claude.live import ClaudeLive
+from runtimes.claude.state import Session
 from tests.unit.test_real_claude_records import live, session, turn
 
 

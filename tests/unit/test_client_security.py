@@ -105,7 +105,8 @@ def test_every_plain_kafka_client_of_the_services_uses_the_security_settings() -
     """No service builds an aiokafka client without ``client_security`` (the broker gets
     ``security``); a new one that forgets it fails here."""
     offenders = []
-    for path in [*(REPO / "services").rglob("*.py"), *(REPO / "shared").rglob("*.py")]:
+    for path in [p for top in ("services", "shared", "runtimes", "scripted_model", "demo")
+                 for p in (REPO / top).rglob("*.py")]:
         text = path.read_text()
         for cls in ("AIOKafkaConsumer(", "AIOKafkaProducer(", "AIOKafkaAdminClient("):
             start = 0

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from services.runtime.codex.live import _Proc, _RpcError
+from runtimes.codex.live import _Proc, _RpcError
 from tests.support.codex_live import driver_with_session
 
 NATIVE_TURN = "01a24b80-4e22-7cb3-aa40-2ec502013228"

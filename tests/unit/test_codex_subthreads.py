@@ -12,7 +12,7 @@ What the golden shows: the helper is not given the Session's dynamic tools, and 
 its call itself ("unsupported call: get_weather", in the helper's next model request), so no
 dynamic-tool call of a sub-thread is ever printed — no ``item/started`` ``dynamicToolCall``, no
 ``item/tool/call``. The Runtime runs Codex with sub-agents off anyway
-(``services/runtime/codex/config.py``). And should a sub-thread's record reach the Runtime, it
+(``runtimes/codex/config.py``). And should a sub-thread's record reach the Runtime, it
 is not the Session's: the Runtime forwards only the records of the Session's own thread, so a
 helper's ``turn/started`` cannot be taken for the Turn's and its ``turn/completed`` cannot end
 Core's Turn."""
@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from services.runtime.codex.config import config_toml
+from runtimes.codex.config import config_toml
 from shared.domain.observations import CallOpened, classify_all
 from tests.support.codex_live import driver_with_session
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from services.client import demo
+from demo import tour as demo
 
 REFUSED = (1, "error 400 unsupported_or_invalid_configuration: whitespace-only text "
               "(param: input)\n")

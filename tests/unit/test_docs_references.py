@@ -8,8 +8,9 @@ follow, comma-separated (``docs/admission.md ("Waiting for the Turn", "Metadata,
 It may name a prefix of the heading (ending in "…" or not); headings of any level count, compared
 case-sensitively, code blocks apart. A markdown link's anchor (``[x](storage.md#large-values)``,
 ``[x](#sessioncoredeadletters)``) must be GitHub's slug of a heading of the doc it points at.
-Citations are checked in the code and the tests (services/, shared/, bench/, tests/,
-session_core_client/), the docs, README.md, the Makefile and deploy/ (its text files)."""
+Citations are checked in the code and the tests (services/, shared/, runtimes/,
+scripted_model/, demo/, bench/, tests/, session_core_client/), the docs, README.md, the Makefile
+and deploy/ (its text files)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-CITING = ("services", "shared", "bench", "tests", "session_core_client")  # their *.py
+CITING = ("services", "shared", "runtimes", "scripted_model", "demo", "bench", "tests",
+          "session_core_client")  # their *.py
 # besides docs/*.md, README.md and the Makefile: deploy/'s text files
 DEPLOY_TEXT = (".py", ".go", ".yaml", ".yml", ".tpl", ".sh", ".md", ".json")
 BENCHMARKS_MAX_LINES = 400

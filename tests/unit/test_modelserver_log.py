@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from services.modelserver.script import Scripts
+from scripted_model.script import Scripts
 
 
 def test_every_request_is_appended_to_the_log_before_its_answer(tmp_path: Path) -> None:

@@ -7,9 +7,9 @@ import json
 import httpx
 import pytest
 
-from services.modelserver import messages_api
-from services.modelserver.script import Scripts
-from services.modelserver.server import build_app
+from scripted_model import messages_api
+from scripted_model.script import Scripts
+from scripted_model.server import build_app
 
 TOOLS = [{"name": "Agent"}, {"name": "Bash"}, {"name": "mcp__core__get_weather"},
          {"name": "mcp__other__lookup"}]

@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from runtimes.app import RuntimeConfig, registration
+from runtimes.harness import SimulatedHarness
 from services.dispatcher.domain import binding
-from services.runtime.app import RuntimeConfig, registration
-from services.runtime.harness import SimulatedHarness
 from services.storage.domain.sessions import decide_create, decide_tool_result
 from shared import contracts, records, typedrecords
 from shared.domain import receipts, wire

@@ -9,10 +9,10 @@ import types
 from pathlib import Path
 from typing import Any
 
-from services.runtime.claude.live import ClaudeLive
-from services.runtime.claude.state import Session, Turn
-from services.runtime.harness import Emit
-from services.runtime.live import LiveOptions
+from runtimes.claude.live import ClaudeLive
+from runtimes.claude.state import Session, Turn
+from runtimes.harness import Emit
+from runtimes.live import LiveOptions
 from shared.domain import receipts
 from shared.domain.harnesses.claude_code import ClaudeTurn
 from shared.domain.observations import TurnEnded, classify

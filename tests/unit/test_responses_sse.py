@@ -1,4 +1,4 @@
-"""The scripted model server's Responses-API stream (services/modelserver/responses_api.py)."""
+"""The scripted model server's Responses-API stream (scripted_model/responses_api.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from services.modelserver.responses_api import events, failure, sse
+from scripted_model.responses_api import events, failure, sse
 
 
 def _ids() -> Any:

@@ -1,4 +1,4 @@
-"""When the Runtime's delivery loop commits its offsets (``services/runtime/deliveries.py``):
+"""When the Runtime's delivery loop commits its offsets (``runtimes/deliveries.py``):
 never while a batch's Turn is starting — when the loop is idle (an empty poll), or once
 ``COMMIT_AFTER_S`` has passed with deliveries still arriving — and always after the observations
 queued so far are published (at least once)."""
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from services.runtime.deliveries import COMMIT_AFTER_S, DeliveryLoop
-from services.runtime.harness import Emit
-from services.runtime.outbox import ObservationOutbox
+from runtimes.deliveries import COMMIT_AFTER_S, DeliveryLoop
+from runtimes.harness import Emit
+from runtimes.outbox import ObservationOutbox
 from shared.domain.wire import message_delivery
 from shared.kafka import encode
 

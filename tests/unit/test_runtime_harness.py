@@ -1,4 +1,4 @@
-"""The reference Runtime's simulated harness (services/runtime/harness.py): deliveries in,
+"""The reference Runtime's simulated harness (runtimes/harness.py): deliveries in,
 native observations out — checked with the receipt tracker's own matching rules."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from services.runtime.harness import ALTERED_SUFFIX, Emit, SimulatedHarness, parse_calls
-from services.runtime.switches import Switches
+from runtimes.harness import ALTERED_SUFFIX, Emit, SimulatedHarness, parse_calls
+from runtimes.switches import Switches
 from shared.domain import receipts
 from shared.domain.harnesses import codex
 from shared.domain.observations import CallOpened, TurnEnded, classify

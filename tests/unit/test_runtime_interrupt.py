@@ -9,9 +9,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from services.runtime.claude.state import Session
-from services.runtime.codex.live import _Proc
-from services.runtime.harness import SimulatedHarness
+from runtimes.claude.state import Session
+from runtimes.codex.live import _Proc
+from runtimes.harness import SimulatedHarness
 from shared.domain import wire
 from tests.support.codex_live import driver_with_session
 from tests.unit.test_real_claude_records import live, session, turn

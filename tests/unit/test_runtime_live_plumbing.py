@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from services.runtime import main as runtime_main
-from services.runtime.app import RuntimeConfig, registration
-from services.runtime.harness import SimulatedHarness
-from services.runtime.live import EmitFn, LiveOptions
+from runtimes import main as runtime_main
+from runtimes.app import RuntimeConfig, registration
+from runtimes.harness import SimulatedHarness
+from runtimes.live import EmitFn, LiveOptions
 
 
 class _Live:

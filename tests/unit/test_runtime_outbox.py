@@ -1,4 +1,4 @@
-"""The Runtime's observation outbox (``services/runtime/outbox.py``): records leave in the order
+"""The Runtime's observation outbox (``runtimes/outbox.py``): records leave in the order
 the harness made them; with ``hold_s`` (the real harnesses) a record that carries no fact waits
 for the ones behind it, and a fact — a function call, a Turn's end, a refusal — never waits and
 takes what waits ahead of it along."""
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from services.runtime.harness import Emit
-from services.runtime.outbox import ObservationOutbox
+from runtimes.harness import Emit
+from runtimes.outbox import ObservationOutbox
 
 SID = "session_" + "b" * 32
 
@@ -163,7 +163,7 @@ def scaled_default_hold(monkeypatch: pytest.MonkeyPatch) -> float:
     script whose gaps are scaled alike: what is checked is the harness's gaps against the
     default hold, and a busy host pausing this process for tens of milliseconds cannot decide
     it (the unscaled 13 ms gaps against a 50 ms hold could be)."""
-    from services.runtime import outbox as outbox_module
+    from runtimes import outbox as outbox_module
 
     monkeypatch.setattr(outbox_module, "HOLD_MAX_S", outbox_module.HOLD_MAX_S * SCALE)
     return outbox_module.HOLD_S * SCALE
@@ -211,7 +211,7 @@ async def test_records_that_keep_coming_wait_at_most_the_cap(
     still leaves ``HOLD_MAX_S`` after it was taken, with those behind it — not when the harness
     stops. Times scaled up (gap 0.3 s, cap 0.6 s, a line every 0.1 s for 1.1 s) so a busy host's
     pauses cannot decide the outcome."""
-    from services.runtime import outbox as outbox_module
+    from runtimes import outbox as outbox_module
 
     monkeypatch.setattr(outbox_module, "HOLD_MAX_S", 0.6)
     p = Producer()

@@ -1,4 +1,4 @@
-"""The registration and control records of the reference Runtime (services/runtime/app.py)."""
+"""The registration and control records of the reference Runtime (runtimes/app.py)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import base64
 import json
 from types import SimpleNamespace
 
-from services.runtime.app import (
+from runtimes.app import (
     RuntimeConfig,
     RuntimeService,
     consumer_group,
     registration,
 )
-from services.runtime.harness import SimulatedHarness
-from services.runtime.switches import Switches
+from runtimes.harness import SimulatedHarness
+from runtimes.switches import Switches
 from shared.kafka import DeadLetters, encode
 from shared.records import control_record
 from shared.settings import Settings

@@ -1,4 +1,4 @@
-"""Misbehaviour switches and the runtime's command line (services/runtime/switches.py, main.py)."""
+"""Misbehaviour switches and the runtime's command line (runtimes/switches.py, main.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from services.runtime.main import build_parser, config_from_args, switches_from_args
-from services.runtime.switches import NAMES, Switches, from_env, parse_assignments
+from runtimes.main import build_parser, config_from_args, switches_from_args
+from runtimes.switches import NAMES, Switches, from_env, parse_assignments
 
 
 def test_defaults_are_the_correct_behaviour() -> None:

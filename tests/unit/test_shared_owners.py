@@ -1,7 +1,8 @@
 """``shared/`` keeps only what two or more services use; a rule one service uses lives in that
 service's package (docs/architecture.md, "Layout"). The importers of each shared module come from
 ``tests/support/owners.py`` (``python -m tests.support.owners`` prints the map): the service
-packages that import it, and those that use it through another shared module. And the pure
+packages that import it, and those that use it through another shared module; the Runtime, the
+scripted model server and the demo count as users too (why: the last test). And the pure
 domain — ``shared/domain/`` and each service's ``domain/`` — imports no Kafka or MongoDB client,
 directly or through what it imports."""
 
@@ -88,3 +89,20 @@ def test_the_domain_imports_no_kafka_or_mongodb_client() -> None:
             if clients:
                 impure[owners.module_name(start)] = sorted(clients)
     assert not impure, f"pure domain modules reaching a Kafka or MongoDB client: {impure}"
+
+
+def test_the_runtime_counts_as_a_user_and_imports_no_service() -> None:
+    """The Runtime (``runtimes/``) is not a Core service, yet it counts as a user for the rule:
+    it is the other end of Core's Kafka wire, so what it shares with the services must be spelled
+    once for both — the record schemas, each harness's native records, the delivery wire, and
+    receipt matching (``shared.domain.receipts``: the conformance kit matches receipts exactly as
+    the tracker does). A module one service and the Runtime use stays in ``shared/``; moving it
+    into the service would make the Runtime import that service. So no other product imports a
+    service's package (the umbrella CLI, ``services/cli.py``, is where they meet)."""
+    packages = owners.services()
+    assert set(owners.OTHER_PRODUCTS) <= set(packages)
+    crossing = sorted(f"{owners.module_name(path)} → {name}"
+                      for product in owners.OTHER_PRODUCTS for path in packages[product]
+                      for name in owners.imported_modules(path)
+                      if name.split(".")[0] == "services")
+    assert not crossing, crossing

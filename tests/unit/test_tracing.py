@@ -20,8 +20,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from services.runtime.live import session_worker
-from services.runtime.traces import TRACES
+from runtimes.live import session_worker
+from runtimes.traces import TRACES
 from shared import tracing
 from shared.kafka import JSON_HEADERS, send_counted
 from tests.support.helm import helm_template, render

@@ -349,7 +349,7 @@ def runtime_components(opts: Options, exe: Path, env: dict[str, str]) -> list[Co
     model_url = opts.model_url
     model_port = model_url.rsplit(":", 1)[1]
     py = opts.venv / "bin" / "python"
-    out.append(Component("modelserver", [str(py), "-m", "services.modelserver", "--port",
+    out.append(Component("modelserver", [str(py), "-m", "scripted_model", "--port",
                                          model_port], env,
                          lambda: http_ok(model_url + "/_requests"), 30, "service", REPO, model_url,
                          f"scripted model server {model_url} (Responses + Messages API)"))

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from services.modelserver.server import ModelServer
-from services.runtime.claude import process as claude_process
+from runtimes.claude import process as claude_process
+from scripted_model.server import ModelServer
 from tests.support.processes import Core, launched
 from tests.support.skips import unavailable
 from tests.support.system import ItemCollector

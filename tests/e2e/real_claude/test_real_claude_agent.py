@@ -10,7 +10,7 @@ import uuid
 import httpx
 import pytest
 
-from services.modelserver.server import ModelServer
+from scripted_model.server import ModelServer
 from tests.support.agent_turn import (
     ANSWER,
     agent_items,

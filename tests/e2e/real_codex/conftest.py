@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from services.modelserver.server import ModelServer
-from services.runtime.live import default_binary
+from runtimes.live import default_binary
+from scripted_model.server import ModelServer
 from tests.support.processes import Core, launched
 from tests.support.skips import unavailable
 from tests.support.system import ItemCollector

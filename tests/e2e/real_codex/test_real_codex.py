@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from services.modelserver.server import ModelServer
+from scripted_model.server import ModelServer
 from tests.support.builders import image, msg, png_data_uri, text
 from tests.support.processes import Core
 from tests.support.public import MESSAGE, TOOL_RESULT, create, event, wait_item

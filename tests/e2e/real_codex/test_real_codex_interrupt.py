@@ -16,7 +16,7 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from services.modelserver.server import ModelServer
+from scripted_model.server import ModelServer
 from shared.kafka import assigned_consumer, decode
 from shared.topics import topics_for
 from tests.support.builders import image, msg, text
