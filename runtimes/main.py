@@ -23,6 +23,7 @@ from shared import eventloop
 from shared.domain.harnesses.claude_code import BRIDGE_PROTOCOL
 from shared.ids import new_id
 from shared.messages.schemas import PLACEMENTS
+from shared.process import begin, serve
 from shared.settings import Settings, get_settings
 
 
@@ -177,32 +178,22 @@ def live_from_args(args: argparse.Namespace, config: RuntimeConfig,
 
 async def run(settings: Settings, config: RuntimeConfig,
               live: LiveHarness | None = None) -> None:
-    from shared.health import HealthServer, serve_health
-    from shared.service import run_until_stopped
-
     svc = RuntimeService(settings, config, live=live)
-    health: HealthServer | None = None
 
     async def ready() -> bool:
         return svc.ready.is_set()
 
-    async def start() -> None:
-        nonlocal health
-        await svc.start()
+    def started() -> None:
         # /healthz, /readyz and /metrics (its DLQ count) when SESSION_CORE_HEALTH_PORT is set
-        health = await serve_health(settings.health_port, ready, settings.health_host)
         print(json.dumps(registration(config, svc.harness, svc.status, live, svc.incarnation)),
               flush=True)
 
-    async def stop() -> None:
-        if health is not None:
-            await health.stop()
-        await svc.stop()
-
-    await run_until_stopped(start, stop)
+    await serve(settings, svc, ready, started)
 
 
 def main(argv: list[str] | None = None) -> None:
+    """``python -m runtimes`` (``session-core runtime``): one Runtime, until SIGTERM/SIGINT."""
+    begin("runtime")
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     config = config_from_args(args, parser)

@@ -1,5 +1,7 @@
 """``session-core <command>``: one entry point for every process of the project (the server
-distribution). The user CLI is ``session-core-cli`` (``session_core_client.cli``, docs/cli.md).
+distribution). A service's command runs its package's ``__main__`` (``python -m
+services.<name>`` is the same process), ``runtime`` the Runtime's (``python -m runtimes``). The
+user CLI is ``session-core-cli`` (``session_core_client.cli``, docs/cli.md).
 
 ``--help`` of every command and ``hash-key`` need only the standard library; the rest needs the
 server extras (``pip install 'session-core[server]'``) and says so when they are missing."""
@@ -8,54 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from collections.abc import Callable
+from importlib import import_module
 
 SERVICES = ("admission", "storage", "dispatcher", "receipts")
-
-
-def _service(name: str) -> Any:
-    from shared.settings import get_settings
-
-    settings = get_settings()
-    if name == "admission":
-        from services.admission.app import AdmissionService
-
-        return AdmissionService(settings)
-    if name == "storage":
-        from services.storage.app import StorageService
-
-        return StorageService(settings)
-    if name == "dispatcher":
-        from services.dispatcher.app import DispatcherService
-
-        return DispatcherService(settings)
-    from services.receipts.app import ReceiptService
-
-    return ReceiptService(settings)
-
-
-async def _run_service(name: str) -> None:
-    from shared.health import serve_health
-    from shared.service import run_until_stopped
-    from shared.settings import get_settings
-
-    settings = get_settings()
-    svc = _service(name)
-    health = None
-
-    async def start() -> None:
-        nonlocal health
-        await svc.start()
-        # /healthz, /readyz, /metrics on their own port (admission too: the chart scrapes it
-        # there, and its Ingress never routes /metrics)
-        health = await serve_health(settings.health_port, svc.ready, settings.health_host)
-
-    async def stop() -> None:
-        if health is not None:
-            await health.stop()
-        await svc.stop()
-
-    await run_until_stopped(start, stop)
 
 
 async def _topics(argv: list[str]) -> int:
@@ -169,27 +127,22 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(hash_key(rest))
     try:
         from shared import eventloop
-        from shared.logging import configure_logging
-        from shared.settings import get_settings
+        from shared.process import begin
     except ModuleNotFoundError as exc:
         sys.exit(f"session-core {args.command}: {exc.name} is not installed; the services need "
                  "the server extras: pip install 'session-core[server]'")
-    settings = get_settings()
-    configure_logging(settings.log_level, settings.log_format, service=args.command)
-    from shared import tracing
-
-    try:  # the standard OTEL_* variables; off unless they name an exporter (docs/operations.md)
-        tracing.configure()
-    except tracing.TracingConfigError as exc:
-        sys.exit(f"session-core {args.command}: {exc}")
-    if args.command in SERVICES:
-        eventloop.run(_run_service(args.command), settings.event_loop)
-    elif args.command == "topics":
-        sys.exit(eventloop.run(_topics(rest), settings.event_loop))
-    elif args.command == "runtime":
+    if args.command in SERVICES:  # each service's own ``__main__`` starts it
+        service: Callable[[], None] = import_module(f"services.{args.command}.__main__").main
+        service()
+        return
+    if args.command == "runtime":  # so does the Runtime's
         from runtimes.main import main as runtime_main
 
         runtime_main(rest)
+        return
+    settings = begin(args.command)
+    if args.command == "topics":
+        sys.exit(eventloop.run(_topics(rest), settings.event_loop))
     elif args.command == "demo":
         from demo.tour import main as demo_main
 

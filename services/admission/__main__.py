@@ -1,3 +1,13 @@
-from services.cli import main
+"""``python -m services.admission`` (``session-core admission``): the admission service (the
+HTTP API and session.input)."""
 
-main(["admission"])
+from services.admission.app import AdmissionService
+from shared.process import run_service
+
+
+def main() -> None:
+    run_service("admission", AdmissionService)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,3 +1,12 @@
-from services.cli import main
+"""``python -m services.dispatcher`` (``session-core dispatcher``): the dispatcher."""
 
-main(["dispatcher"])
+from services.dispatcher.app import DispatcherService
+from shared.process import run_service
+
+
+def main() -> None:
+    run_service("dispatcher", DispatcherService)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,3 +1,12 @@
-from services.cli import main
+"""``python -m services.storage`` (``session-core storage``): the storage service."""
 
-main(["storage"])
+from services.storage.app import StorageService
+from shared.process import run_service
+
+
+def main() -> None:
+    run_service("storage", StorageService)
+
+
+if __name__ == "__main__":
+    main()
