@@ -9,19 +9,28 @@ the same for both engines.
 
 Each harness's Runtime side sits in its own package — ``runtimes.codex`` and
 ``runtimes.claude`` — whose ``live`` module exposes ``build(options: LiveOptions) ->
-LiveHarness``; ``build`` below picks it from ``DRIVERS``.
+LiveHarness``; ``build`` below picks it from ``DRIVERS``. Both drivers are a ``LiveDriver``:
+what does not depend on the harness's protocol — deliveries taken once and handed to one worker
+per Session, refusals, the work directory, and the child process (``spawn``, ``drain``,
+``parse_record``, ``json_line``, ``stop_process``) — is here; each driver holds its protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
+import json
 import os
+import shutil
+import tempfile
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
+
+from cachetools import FIFOCache
 
 from runtimes.simulation import Emit
 from runtimes.traces import NativeCalls
@@ -158,6 +167,139 @@ async def session_worker(inbox: asyncio.Queue[D], messages: Callable[[D], Awaita
             refuse(d, failed(exc))
 
 
+class LiveDriver:
+    """The part of a live driver that is the same whatever the harness: each delivery taken
+    once (``_accept``) and handed to its Session's worker, one per Session so a Session whose
+    process is starting never holds up the others (``_hand_over``); records and refusals
+    emitted; the work directory (``options.work_dir``, else a temporary one removed on stop);
+    the driver's tasks; the counts of bad lines and restarts."""
+
+    harness: str
+    tmp_prefix = "session-core-live-"  # the temporary work directory's name
+
+    def __init__(self, options: LiveOptions) -> None:
+        self.options = options
+        self._emit: EmitFn = lambda _e: None
+        self._seen: FIFOCache[str, None] = FIFOCache(10_000)  # delivery ids taken
+        self._inboxes: dict[str, asyncio.Queue[Json]] = {}
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._root = options.work_dir
+        self._own_root = False
+        self.bad_lines = 0
+        self.restarts = 0
+
+    def capabilities(self) -> dict[str, bool]:
+        # images in messages and in (successful) function results; a text-only model
+        # (--no-images) takes neither
+        return {"message_images": self.options.images,
+                "function_result_images": self.options.images}
+
+    async def start(self, emit: EmitFn) -> None:
+        self._emit = emit
+        if self._root is None:
+            self._root = Path(tempfile.mkdtemp(prefix=self.tmp_prefix))
+            self._own_root = True
+        self._root.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def root(self) -> Path:
+        """The work directory the Sessions' homes live in (set by ``start``)."""
+        assert self._root is not None, "start() first"
+        return self._root
+
+    def _accept(self, delivery: Mapping[str, Any]) -> bool:
+        """False for a delivery already taken (Kafka delivers at least once)."""
+        did = str(delivery.get("delivery_id"))
+        if did in self._seen:
+            log.info("delivery.duplicate", delivery_id=did)
+            return False
+        self._seen[did] = None
+        return True
+
+    def _hand_over(self, sid: str, delivery: Json,
+                   work: Callable[[asyncio.Queue[Json]], Coroutine[Any, Any, None]]) -> None:
+        """Queue the delivery for its Session's worker, ``work(inbox)``, started with the
+        Session's first delivery; returns at once."""
+        inbox = self._inboxes.get(sid)
+        if inbox is None:
+            inbox = self._inboxes[sid] = asyncio.Queue()
+            self._spawn_task(work(inbox), name=f"{self.harness}:{sid}:in")
+        inbox.put_nowait(delivery)
+
+    def _spawn_task(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _cancel_tasks(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+    def _remove_root(self) -> None:
+        if self._own_root and self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    def _out(self, records: list[Json]) -> None:
+        self._emit([Emit(r) for r in records])
+
+    def _refuse(self, delivery: Mapping[str, Any], reason: str, call_id: str | None = None,
+                code: str | None = None) -> None:
+        log.warning("delivery.refused", session_id=delivery.get("session_id"),
+                    kind=delivery.get("kind"), reason=reason, call_id=call_id)
+        self._out([refusal(self.options.runtime_id, self.harness, delivery, reason, call_id,
+                           code)])
+
+
+# ---------------------------------------------------------------------- the child process
+
+LINE_LIMIT = 64 * 1024 * 1024  # the stdout reader's line limit: a record with images is large
+STOP_WAIT_S = 5.0  # how long a killed harness process is waited for
+
+
+async def spawn(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], stderr: bool,
+                preexec_fn: Callable[[], None] | None = None) -> asyncio.subprocess.Process:
+    """The harness process, stdin and stdout piped (lines up to ``LINE_LIMIT``); stderr piped
+    too with ``stderr`` (read it with ``drain``), else discarded."""
+    return await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE if stderr else asyncio.subprocess.DEVNULL,
+        cwd=str(cwd), env=dict(env), limit=LINE_LIMIT, preexec_fn=preexec_fn)
+
+
+async def drain(process: asyncio.subprocess.Process, event: str, **fields: Any) -> None:
+    """What the process prints on stderr, logged (debug) line by line, so the pipe never
+    fills."""
+    assert process.stderr is not None
+    while line := await process.stderr.readline():
+        log.debug(event, **fields, line=line.decode(errors="replace").rstrip()[:500])
+
+
+def parse_record(line: bytes) -> Json | None:
+    """The JSON object a printed line holds; ``None`` for anything else."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def json_line(message: Json) -> bytes:
+    """A message for the harness's stdin: one compact JSON line."""
+    return (json.dumps(message, separators=(",", ":")) + "\n").encode()
+
+
+async def stop_process(process: asyncio.subprocess.Process) -> None:
+    """Stdin closed, the process killed if still running, and waited for (``STOP_WAIT_S`` at
+    most)."""
+    if process.stdin is not None:
+        process.stdin.close()
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(process.wait(), STOP_WAIT_S)
+
+
 def default_binary(name: str) -> str:
     """The harness from the cached install (``python -m deploy.local.stack install``), else PATH."""
     import shutil
@@ -185,5 +327,6 @@ def default_binary(name: str) -> str:
     return found
 
 
-__all__ = ["DEFAULT_FUNCTIONS", "EmitFn", "LiveHarness", "LiveOptions", "build",
-           "default_binary", "envelope", "refusal", "session_worker"]
+__all__ = ["DEFAULT_FUNCTIONS", "LINE_LIMIT", "EmitFn", "LiveDriver", "LiveHarness",
+           "LiveOptions", "build", "default_binary", "drain", "envelope", "json_line",
+           "parse_record", "refusal", "session_worker", "spawn", "stop_process"]

@@ -35,13 +35,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import shutil
-import tempfile
+import os
 import uuid
 from collections.abc import Mapping
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from runtimes.claude import process as claude_process
@@ -52,8 +49,16 @@ from runtimes.claude.bridge import (
     write_mcp_config,
 )
 from runtimes.claude.state import Session, Turn
-from runtimes.live import EmitFn, LiveOptions, envelope, refusal, session_worker
-from runtimes.simulation import Emit
+from runtimes.live import (
+    LiveDriver,
+    LiveOptions,
+    envelope,
+    json_line,
+    parse_record,
+    session_worker,
+    spawn,
+    stop_process,
+)
 from runtimes.traces import own_time
 from shared.domain.harnesses import claude_code as claude
 from shared.domain.harnesses.claude_code import ClaudeTurn
@@ -70,46 +75,24 @@ INTERRUPT_GRACE_S = 15.0  # an interrupted Turn that prints no result by then: t
 Json = dict[str, Any]
 
 
-class ClaudeLive:
-    """``LiveHarness`` for Claude Code (``runtimes.live``)."""
+class ClaudeLive(LiveDriver):
+    """``LiveHarness`` for Claude Code (``runtimes.live``): stream-json and the MCP bridge."""
 
     harness = HARNESS
+    tmp_prefix = "session-core-claude-"
 
     def __init__(self, options: LiveOptions) -> None:
-        self.options = options
-        key = "session-core-local"
-        import os
-
-        key = os.environ.get(options.api_key_env, key)
+        super().__init__(options)
         self.settings = claude_process.ClaudeSettings(
-            model_base_url=options.model_base_url, api_key=key,
+            model_base_url=options.model_base_url,
+            api_key=os.environ.get(options.api_key_env, "session-core-local"),
             model=options.model if options.model and options.model != "scripted" else None,
             images=options.images,
             binary=options.binary or claude_process.default_binary())
-        self._emit: EmitFn | None = None
         self._sessions: dict[str, Session] = {}
-        self._root = options.work_dir
-        self._tmp: str | None = None
-        self.bad_lines = 0
-        self.restarts = 0
-        self._seen_deliveries: set[str] = set()
-        self._tasks: set[asyncio.Future[Any]] = set()
         self._stopped = False
 
     # ------------------------------------------------------------------ LiveHarness
-
-    def capabilities(self) -> dict[str, bool]:
-        # Claude Code takes image blocks in messages and in (successful) tool results; a
-        # text-only model (--no-images) takes neither.
-        return {"message_images": self.options.images,
-                "function_result_images": self.options.images}
-
-    async def start(self, emit: EmitFn) -> None:
-        self._emit = emit
-        if self._root is None:
-            self._tmp = tempfile.mkdtemp(prefix="session-core-claude-")
-            self._root = Path(self._tmp)
-        self._root.mkdir(parents=True, exist_ok=True)
 
     async def stop(self) -> None:
         self._stopped = True
@@ -117,33 +100,22 @@ class ClaudeLive:
             if s.turn is not None and s.turn.timer is not None:
                 s.turn.timer.cancel()
             await self._kill(s)
-        for task in list(self._tasks):
-            task.cancel()
+        self._cancel_tasks()
         self._sessions.clear()
-        if self._tmp:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+        self._remove_root()
 
     async def handle(self, delivery: Mapping[str, Any]) -> None:
-        d = dict(delivery)
-        did = str(d.get("delivery_id"))
-        if did in self._seen_deliveries:
-            log.info("delivery.duplicate", delivery_id=did)
+        if not self._accept(delivery):
             return
-        self._seen_deliveries.add(did)
-        sid = str(d.get("session_id"))
+        sid = str(delivery.get("session_id"))
         session = self._sessions.get(sid)
         if session is None:
-            assert self._root is not None
-            home = self._root / f"s-{uuid.uuid4().hex[:12]}"
+            home = self.root / f"s-{uuid.uuid4().hex[:12]}"
             home.mkdir(parents=True)
-            session = Session(sid, home)
-            self._sessions[sid] = session
+            session = self._sessions[sid] = Session(sid, home)
         # Handed to the Session's worker, not awaited: a Session whose process is starting or
         # whose superseded Turn is still ending never delays another Session's deliveries.
-        if session.inbox is None:
-            session.inbox = asyncio.Queue()
-            self._spawn_task(self._work(session, session.inbox))
-        session.inbox.put_nowait(d)
+        self._hand_over(sid, dict(delivery), partial(self._work, session))
 
     async def _work(self, s: Session, inbox: asyncio.Queue[Json]) -> None:
         def failed(e: Exception) -> str:
@@ -154,28 +126,13 @@ class ClaudeLive:
                              partial(self._function_result, s), partial(self._interrupt, s),
                              self._refuse, failed)
 
-    def _spawn_task(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     # ------------------------------------------------------------------ emitting
-
-    def _out(self, records: list[Json]) -> None:
-        assert self._emit is not None
-        self._emit([Emit(r) for r in records])
 
     def _observe(self, s: Session, native: Json, **extra: Any) -> None:
         turn_id = s.turn.core_turn_id if s.turn else s.last_turn_id
         rec = envelope(self.options.runtime_id, HARNESS, s.core_session_id, turn_id, native)
         rec.update(extra)
         self._out([rec])
-
-    def _refuse(self, d: Mapping[str, Any], reason: str, call_id: str | None = None,
-                code: str | None = None) -> None:
-        log.warning("delivery.refused", session_id=d.get("session_id"), kind=d.get("kind"),
-                    reason=reason, call_id=call_id)
-        self._out([refusal(self.options.runtime_id, HARNESS, d, reason, call_id, code)])
 
     # ------------------------------------------------------------------ process
 
@@ -189,11 +146,8 @@ class ClaudeLive:
         cmd = claude_process.command(self.settings, mcp_config=mcp,
                                      tools=[f["name"] for f in self.options.functions],
                                      session_id=s.native_id)
-        s.proc = await asyncio.create_subprocess_exec(
-            *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL, cwd=s.home, limit=claude_process.LINE_LIMIT,
-            env=claude_process.environment(self.settings, s.home),
-            preexec_fn=claude_process.die_with_parent)
+        s.proc = await spawn(cmd, cwd=s.home, env=claude_process.environment(self.settings, s.home),
+                             stderr=False, preexec_fn=claude_process.die_with_parent)
         s.reader = own_time(self._read(s, s.proc), name=f"claude:{s.core_session_id}")
         log.info("claude.started", session_id=s.core_session_id, native_session_id=s.native_id,
                  pid=s.proc.pid)
@@ -212,13 +166,8 @@ class ClaudeLive:
         s.printed.set()  # releases an interrupt grace still waiting for this process
         if bridge is not None:
             bridge.close()
-        if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(proc.wait(), 5)
-        if proc is not None and proc.stdin is not None:
-            proc.stdin.close()
+        if proc is not None:
+            await stop_process(proc)
         if reader is not None and reader is not asyncio.current_task():
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -226,7 +175,7 @@ class ClaudeLive:
 
     async def _write(self, s: Session, record: Json) -> None:
         assert s.proc is not None and s.proc.stdin is not None
-        s.proc.stdin.write((json.dumps(record, separators=(",", ":")) + "\n").encode())
+        s.proc.stdin.write(json_line(record))
         await s.proc.stdin.drain()
 
     async def _read(self, s: Session, proc: asyncio.subprocess.Process) -> None:
@@ -242,11 +191,8 @@ class ClaudeLive:
                 break
             if not line.strip():
                 continue
-            try:
-                native = json.loads(line)
-            except ValueError:
-                native = None
-            if not isinstance(native, dict):
+            native = parse_record(line)
+            if native is None:
                 self.bad_lines += 1
                 log.warning("claude.bad_line", session_id=s.core_session_id,
                             bad_lines=self.bad_lines, line=line[:200].decode(errors="replace"))

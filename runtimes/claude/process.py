@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MCP_SERVER = "core"  # the model sees Core's public functions as mcp__core__<name>
-LINE_LIMIT = 64 * 1024 * 1024  # the stdout reader's line limit: a record with images can be large
 DEFAULT_BUILTIN_TOOLS = ("Task",)  # subagents only: no shell, no file tools
 
 

@@ -52,7 +52,6 @@ class Session:
     answers: dict[str, Json] = field(default_factory=dict)  # results before the bridge asked
     answered: set[str] = field(default_factory=set)  # answered by Core, or released
     seen: asyncio.Event = field(default_factory=asyncio.Event)  # a record arrived
-    inbox: asyncio.Queue[Json] | None = None  # deliveries, handled in order by one worker
     printed: asyncio.Event = field(default_factory=asyncio.Event)  # this process printed
 
     def note(self, native: Json) -> None:

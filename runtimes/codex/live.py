@@ -41,10 +41,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -58,13 +56,17 @@ from runtimes.codex.config import config_toml, corrupt_items, dynamic_tools
 from runtimes.live import (
     EmitFn,
     Json,
+    LiveDriver,
     LiveOptions,
     default_binary,
+    drain,
     envelope,
-    refusal,
+    json_line,
+    parse_record,
     session_worker,
+    spawn,
+    stop_process,
 )
-from runtimes.simulation import Emit
 from runtimes.traces import own_time
 from shared.domain.harnesses import AdapterError
 from shared.domain.harnesses import codex as adapter
@@ -105,65 +107,41 @@ class _Proc:
     dead: bool = False
 
 
-class CodexLive:
+class CodexLive(LiveDriver):
+    """``LiveHarness`` for Codex (``runtimes.live``): the app-server's JSON-RPC."""
+
     harness = HARNESS
+    tmp_prefix = "core-codex-"
 
     def __init__(self, options: LiveOptions) -> None:
-        self.options = options
+        super().__init__(options)
         self.binary = options.binary or default_binary("codex")
         self.sessions: dict[str, _Proc] = {}
-        self._emit: EmitFn = lambda _e: None
-        self._seen: FIFOCache[str, None] = FIFOCache(10_000)
-        self._root = options.work_dir or Path(tempfile.mkdtemp(prefix="core-codex-"))
-        self._own_root = options.work_dir is None
         self._deaths: dict[str, list[float]] = {}
-        self._queues: dict[str, asyncio.Queue[Mapping[str, Any]]] = {}
-        self._workers: dict[str, asyncio.Task[None]] = {}
-        self.bad_lines = 0
-        self.restarts = 0
 
     # ------------------------------------------------------------------ LiveHarness
 
-    def capabilities(self) -> dict[str, bool]:
-        return {"message_images": self.options.images,
-                "function_result_images": self.options.images}
-
     async def start(self, emit: EmitFn) -> None:
-        self._emit = emit
-        self._root.mkdir(parents=True, exist_ok=True)
+        await super().start(emit)
         self._watchdog = asyncio.create_task(self._watch(), name="codex:watchdog")
 
     async def stop(self) -> None:
-        for w in self._workers.values():
-            w.cancel()
+        self._cancel_tasks()
         self._watchdog.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._watchdog
         for proc in list(self.sessions.values()):
             await self._kill(proc)
         self.sessions.clear()
-        if self._own_root:
-            shutil.rmtree(self._root, ignore_errors=True)
+        self._remove_root()
 
     async def handle(self, delivery: Mapping[str, Any]) -> None:
-        if delivery.get("runtime_id") != self.options.runtime_id:
+        if delivery.get("runtime_id") != self.options.runtime_id or not self._accept(delivery):
             return
-        did = str(delivery.get("delivery_id"))
-        if did in self._seen:
-            log.info("delivery.duplicate", delivery_id=did)
-            return
-        self._seen[did] = None
-        # Hand over and return: one worker per Session takes its deliveries in order, so a
-        # Session whose process is starting never holds up the others.
         sid = str(delivery.get("session_id"))
-        queue = self._queues.get(sid)
-        if queue is None:
-            queue = self._queues[sid] = asyncio.Queue()
-            self._workers[sid] = asyncio.create_task(self._work(sid, queue),
-                                                     name=f"codex:{sid}:in")
-        queue.put_nowait(delivery)
+        self._hand_over(sid, dict(delivery), partial(self._work, sid))
 
-    async def _work(self, sid: str, queue: asyncio.Queue[Mapping[str, Any]]) -> None:
+    async def _work(self, sid: str, queue: asyncio.Queue[Json]) -> None:
         def failed(exc: Exception) -> str:
             if isinstance(exc, _HarnessDown):
                 return f"harness_unavailable: {exc}"
@@ -175,18 +153,11 @@ class CodexLive:
 
     # ------------------------------------------------------------------ output
 
-    def _out(self, proc: _Proc, native: Json | None, turn_id: str | None) -> None:
+    def _observe(self, proc: _Proc, native: Json | None, turn_id: str | None) -> None:
         rec = envelope(self.options.runtime_id, HARNESS, proc.core_session_id, turn_id, native)
         if proc.thread_id:  # the Session's own thread: records of any other are a subagent's
             rec["root_thread_id"] = proc.thread_id
-        self._emit([Emit(rec)])
-
-    def _refuse(self, delivery: Mapping[str, Any], reason: str, call_id: str | None = None,
-                code: str | None = None) -> None:
-        log.warning("delivery.refused", session_id=delivery.get("session_id"),
-                    kind=delivery.get("kind"), reason=reason, call_id=call_id)
-        self._emit([Emit(refusal(self.options.runtime_id, HARNESS, delivery, reason, call_id,
-                                 code))])
+        self._out([rec])
 
     # ------------------------------------------------------------------ process
 
@@ -200,7 +171,7 @@ class CodexLive:
         return await self._spawn(sid)
 
     async def _spawn(self, sid: str) -> _Proc:
-        home = self._root / f"{sid}-{int(time.time() * 1000)}"
+        home = self.root / f"{sid}-{int(time.time() * 1000)}"
         (home / "work").mkdir(parents=True, exist_ok=True)
         o = self.options
         (home / "config.toml").write_text(config_toml(o.model_base_url, o.model, o.api_key_env))
@@ -213,14 +184,13 @@ class CodexLive:
             "ALL_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost",
             "RUST_LOG": os.environ.get("SESSION_CORE_CODEX_RUST_LOG", "error"),
         })
-        process = await asyncio.create_subprocess_exec(
-            self.binary, "app-server", stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
-            cwd=str(home / "work"), limit=64 * 1024 * 1024)
+        process = await spawn([self.binary, "app-server"], cwd=home / "work", env=env,
+                              stderr=True)
         proc = _Proc(sid, process, home)
         self.sessions[sid] = proc
         proc.tasks.append(own_time(self._read(proc), name=f"codex:{sid}:out"))
-        proc.tasks.append(own_time(self._drain(proc), name=f"codex:{sid}:err"))
+        proc.tasks.append(own_time(drain(process, "codex.stderr", session_id=sid),
+                                   name=f"codex:{sid}:err"))
         log.info("codex.spawned", session_id=sid, pid=process.pid)
         await self._request(proc, "initialize", {
             "clientInfo": {"name": "session-core", "version": "1"},
@@ -237,7 +207,7 @@ class CodexLive:
     def _write(self, proc: _Proc, message: Json) -> None:
         if proc.dead or proc.process.stdin is None:
             raise _HarnessDown("the codex process is not running")
-        proc.process.stdin.write((json.dumps(message) + "\n").encode())
+        proc.process.stdin.write(json_line(message))
 
     async def _request(self, proc: _Proc, method: str, params: Json) -> Json:
         rid = proc.next_id
@@ -259,23 +229,14 @@ class CodexLive:
         result = reply.get("result")
         return result if isinstance(result, dict) else {}
 
-    async def _drain(self, proc: _Proc) -> None:
-        assert proc.process.stderr is not None
-        while line := await proc.process.stderr.readline():
-            log.debug("codex.stderr", session_id=proc.core_session_id,
-                      line=line.decode(errors="replace").rstrip()[:500])
-
     async def _read(self, proc: _Proc) -> None:
         assert proc.process.stdout is not None
         reason = "the codex process exited"
         try:
             while line := await proc.process.stdout.readline():
                 proc.last_output = time.monotonic()
-                try:
-                    message = json.loads(line)
-                    if not isinstance(message, dict):
-                        raise ValueError("not an object")
-                except ValueError:
+                message = parse_record(line)
+                if message is None:
                     self.bad_lines += 1
                     proc.bad_run += 1
                     log.warning("codex.bad_line", session_id=proc.core_session_id,
@@ -332,7 +293,7 @@ class CodexLive:
             call_id = params.get("callId")
             if isinstance(call_id, str):
                 proc.pending[call_id] = (message["id"], str(native_turn))
-        self._out(proc, message, core_turn)
+        self._observe(proc, message, core_turn)
         if method == "turn/completed" and proc.turn is not None and (
                 native_turn == proc.turn.native_turn_id):
             self._turn_over(proc)
@@ -365,10 +326,10 @@ class CodexLive:
         if turn is not None:
             for call_id, (_rid, native_turn) in list(proc.pending.items()):
                 if native_turn == turn.native_turn_id:
-                    self._out(proc, {"method": "item/released", "synthesized": True, "params": {
+                    self._observe(proc, {"method": "item/released", "synthesized": True, "params": {
                         "threadId": proc.thread_id, "turnId": native_turn, "callId": call_id,
                         "reason": reason}}, turn.core_turn_id)
-            self._out(proc, {"method": "turn/completed", "synthesized": True, "params": {
+            self._observe(proc, {"method": "turn/completed", "synthesized": True, "params": {
                 "threadId": proc.thread_id,
                 "turn": {"id": turn.native_turn_id, "status": "failed",
                          "error": {"message": reason}}}}, turn.core_turn_id)
@@ -381,12 +342,7 @@ class CodexLive:
 
     async def _kill(self, proc: _Proc) -> None:
         proc.dead = True
-        if proc.process.stdin is not None:
-            proc.process.stdin.close()
-        with contextlib.suppress(ProcessLookupError):
-            proc.process.kill()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(proc.process.wait(), 5)
+        await stop_process(proc.process)
         for t in proc.tasks:
             t.cancel()
         shutil.rmtree(proc.home, ignore_errors=True)
