@@ -2,7 +2,7 @@
 spelled here once, as a one-value ``Literal`` type (what the pydantic models of
 ``shared.contracts`` and ``shared.typedrecords`` declare) and the constant of its value (what
 builders write and consumers compare), and so are the harness and placement names. Nothing else
-in the product code spells them (``tests/unit/test_schema_literals.py``)."""
+in the product code spells them (``tests/unit/test_one_model_per_record.py``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""One model per record (issue 60): every record schema name (``"runtime.delivery/1"``) and the
-harness and placement enumerations are spelled once in the product code, in
-``shared/messages/schemas.py``; builders, decoders and contracts import them from there.
+"""One model per record: every record schema name (``"runtime.delivery/1"``) and the harness and
+placement enumerations are spelled once in the product code — the services, ``shared/``, the
+Runtime (``runtimes/``) and every other top-level package but those in ``NOT_PRODUCT`` — in
+``shared/messages/schemas.py``; builders, decoders, contracts and the Runtime import them from
+there. A second spelling anywhere in that code fails here.
 
 The code is read with ``ast``: a schema name is a ``str`` constant that is the whole of a name
 of the project's form ``<dotted.name>/<version>`` (``session.input.result/1``, ``dlq.record/1``),
@@ -117,3 +119,8 @@ def test_the_harness_and_placement_names_are_enumerated_once() -> None:
     assert not twice, "enumerated in more than one place (import HarnessName / HARNESSES / " \
         "Placement / PLACEMENTS from shared/messages/schemas.py):\n" + "\n".join(
             f"  {what}: {', '.join(places)}" for what, places in sorted(twice.items()))
+
+
+def test_the_scan_covers_the_services_shared_and_the_runtime() -> None:
+    scanned = {f.relative_to(ROOT).parts[0] for f in product_files()}
+    assert {"services", "shared", "runtimes", "scripted_model", "demo"} <= scanned
