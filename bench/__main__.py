@@ -1,7 +1,7 @@
 """``python -m bench [--quick] [--repeat N] [--case NAME ...]`` — run the benchmark cases (each
 N times, each time on a freshly started private stack), append one row per figure and repeat,
 and with N > 1 one row of medians per figure, to ``bench/results.csv``; print the table. Cases:
-admission, pipeline, growth, receipts, harness, bombs."""
+admission, pipeline, growth, receipts, harness, bombs, durability."""
 
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ from bench.common import (
     write_rows,
 )
 
-CASES = ("admission", "pipeline", "growth", "receipts", "harness", "bombs")
+CASES = ("admission", "pipeline", "growth", "receipts", "harness", "bombs", "durability")
 NEEDS_STACK = ("pipeline", "growth", "receipts", "harness", "bombs")
 # the order the cases run in: the pipeline before the growth case (its rate), the growth case,
 # the longest, last — a run stopped before the end has every other case's repeats
-RUN_ORDER = ("admission", "pipeline", "receipts", "harness", "bombs", "growth")
+RUN_ORDER = ("admission", "pipeline", "receipts", "harness", "bombs", "durability", "growth")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,6 +176,12 @@ def _run_case(case: str, run: Run, infra: Infra | None, args: argparse.Namespace
 
         progress("case 1: admission, pure")
         admission_pure.run(run, quick=args.quick)
+        return None
+    if case == "durability":  # its own FerretDB pair, no stack
+        from bench import store_durability_cost
+
+        progress("case 7: the store's durable default (synchronous=full) vs the fast opt-in")
+        store_durability_cost.run(run, quick=args.quick)
         return None
     assert infra is not None
     if case == "pipeline":

@@ -149,7 +149,9 @@ def unusable(r: Result) -> str:
 CASE_ROWS: dict[str, tuple[str, ...]] = {
     "admission": ("1",), "pipeline": ("2_pipeline_throughput", "2_pipeline_cpu_per_item"),
     "growth": ("3_",), "receipts": ("4_",),
-    "harness": ("5_codex", "5_claude"), "bombs": ("6_bombs_b_get_p99", "6_bombs_rss_peak")}
+    "harness": ("5_codex", "5_claude"), "bombs": ("6_bombs_b_get_p99", "6_bombs_rss_peak"),
+    "durability": ("7_durability_insert_many_8", "7_durability_update_one",
+                   "7_durability_bulk_write_32")}
 
 
 def run_failures(cases: Sequence[str], results: Sequence[Result]) -> list[str]:

@@ -53,6 +53,10 @@ LABELS = {
     "5_claude_runtime_turn_overhead": "5 real Claude Code Runtime ÷ bare, Turn (ms, median)",
     "6_bombs_b_get_p99": "6 image bombs: tenant B's GET p99 ÷ alone (ms)",
     "6_bombs_rss_peak": "6 image bombs: RSS peak ÷ the chart's limit (MiB)",
+    "7_durability_insert_many_8_p50": "7 store, synchronous=full ÷ off: insert_many of 8, p50 (ms)",
+    "7_durability_update_one_p50": "7 store, synchronous=full ÷ off: update_one by _id, p50 (ms)",
+    "7_durability_bulk_write_32_p50": "7 store, synchronous=full ÷ off: bulk_write of 32 "
+                                      "upserts, p50 (ms)",
 }
 
 

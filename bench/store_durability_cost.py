@@ -10,7 +10,10 @@ Items, one transaction), ``update_one`` ``$set`` by ``_id`` on 10 000 Session-li
 a ``bulk_write`` of 32 upserts of them (a round of storage's Session writer: FerretDB v1 runs
 each statement of a bulk write as its own transaction, so each is a commit). Figures: wall-clock
 latency per command, p50 and p99, median over the pairs; the ratio is full ÷ off. A diagnostic
-for docs/local-stack.md ("The cost of synchronous=FULL"), not a figure with a target."""
+for docs/local-stack.md ("The cost of synchronous=FULL"), not a figure with a target.
+
+``make bench`` runs it as case 7 (``run``): one pair per repeat, each command kind's p50 as a row
+``7_durability_…`` (value: full, baseline: off, target ``info``)."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from typing import Any
 
 from pymongo import MongoClient, UpdateOne
 
-from bench.common import percentile
+from bench.common import Result, Run, percentile, progress
 from bench.store_server_cost import SESSIONS, item_docs, session_doc, store
 from deploy.local.stack.install import install_ferretdb
 
@@ -63,6 +66,27 @@ def measure(binary: Path, level: str, ops: int) -> dict[str, tuple[float, float]
             out[kind] = (percentile(lat, 50), percentile(lat, 99))
         client.close()
     return out
+
+
+ROW_NAMES = {"insert_many of 8": "insert_many_8", "update_one $set by _id": "update_one",
+             "bulk_write of 32 upserts": "bulk_write_32"}
+
+
+def run(run_: Run, quick: bool = False) -> None:
+    """Case 7 of ``make bench``: one pair (the order alternates with the repeat), each command
+    kind's p50 and p99 under ``synchronous=full`` (the default) against ``off`` (the opt-in)."""
+    t0 = time.monotonic()
+    binary = install_ferretdb()
+    ops = 40 if quick else 400
+    order = LEVELS if run_.repeat % 2 == 1 else tuple(reversed(LEVELS))
+    got = {level: measure(binary, level, ops) for level in order}
+    for kind, name in ROW_NAMES.items():
+        (f50, f99), (o50, o99) = got["full"][kind], got["off"][kind]
+        run_.add(Result(f"7_durability_{name}_p50", f50, o50, "info", "ms",
+                        notes=f"{kind}: wall ms per command under -sqlite-synchronous full (the "
+                              f"default) vs off (the opt-in), {ops} commands a side; p99 "
+                              f"{f99:.2f} vs {o99:.2f} ms"))
+    progress(f"  case 7 took {time.monotonic() - t0:.0f}s")
 
 
 def main(argv: list[str] | None = None) -> None:
