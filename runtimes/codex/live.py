@@ -136,7 +136,7 @@ class CodexLive(LiveDriver):
         self._remove_root()
 
     async def handle(self, delivery: Mapping[str, Any]) -> None:
-        if delivery.get("runtime_id") != self.options.runtime_id or not self._accept(delivery):
+        if not self._accept(delivery):  # the delivery loop hands over only this Runtime's
             return
         sid = str(delivery.get("session_id"))
         self._hand_over(sid, dict(delivery), partial(self._work, sid))

@@ -137,3 +137,20 @@ async def test_a_failed_commit_is_tried_again_on_the_next_idle_poll() -> None:
     finally:
         publisher.cancel()
 
+
+
+async def test_a_delivery_addressed_to_another_runtime_is_never_handed_to_the_harness() -> None:
+    """Every Runtime reads the whole topic; the loop is the one place that keeps only this
+    Runtime's deliveries (the live drivers rely on it)."""
+    log, clock = Log(), Clock()
+    loop, publisher = await make_loop(log, clock)
+    other = SimpleNamespace(key=b"rt_other", value=encode(message_delivery(
+        delivery_id="dlv_other", runtime_id="rt_" + "c" * 32, session_id=SID, turn_id="turn_1",
+        kind="start", messages=[{"role": "user", "content": [{"type": "input_text",
+                                                               "text": "hi"}]}])))
+    try:
+        assert await loop.handle_raw(other) == 0
+        assert await loop.handle_raw(batch(1)["p0"][0]) == 1
+        assert log.events == ["handled"]
+    finally:
+        publisher.cancel()
