@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                          "report each figure's median with its min–max and judge the target "
                          "on the median (make bench: 3)")
     ap.add_argument("--profile", action="store_true",
-                    help="also run the product server under pyinstrument (pipeline)")
+                    help="also run the product server under pyinstrument (pipeline, bombs)")
     ap.add_argument("--growth-rate", type=float, default=None,
                     help="requests/s of the growth phases (default: half the pipeline's "
                          "saturated rate (its median over the repeats), else 10)")
@@ -208,7 +208,7 @@ def _run_case(case: str, run: Run, infra: Infra | None, args: argparse.Namespace
         from bench import image_bombs
 
         progress("case 6: image bombs from tenant A, tenant B's reads")
-        image_bombs.run(run, infra, quick=args.quick)
+        image_bombs.run(run, infra, quick=args.quick, profile=args.profile)
     elif case == "harness":
         from bench import harness_overhead
 
