@@ -35,6 +35,7 @@ from runtimes.traces import TRACES
 from shared import tracing
 from shared.kafka import DeadLetters, encode, ensure_topics, max_record_bytes, producer_send
 from shared.logging import get_logger
+from shared.sealing import KeyPair
 from shared.service import cancel_all
 from shared.settings import Settings
 from shared.topics import topics_for
@@ -56,6 +57,8 @@ class RuntimeService:
         self.live = live
         self.status = config.status
         self.incarnation = uuid.uuid4().hex  # this process (``registration``)
+        # sealed deliveries: a key pair of this process's own, its public half registered
+        self.keys = KeyPair.generate() if config.sealed_deliveries else None
         self.producer = runtime_producer(settings, config.runtime_id)
         # a real harness's records without a fact may wait a moment for the ones behind them
         self.outbox = ObservationOutbox(self.producer, self.topics.runtime_observations,
@@ -98,7 +101,8 @@ class RuntimeService:
         handle = deliveries.to_harness(self.live, self.harness, self.clock, self.outbox.enqueue)
         loop = self._deliveries = deliveries.DeliveryLoop(
             consumer, self.config.runtime_id, handle, self.outbox, self.ready,
-            lambda r, poison: self.dlq.record(r, poison))
+            lambda r, poison: self.dlq.record(r, poison), harness=self.config.harness,
+            keys=self.keys)
         self._task(loop.run(), "runtime:in")
         if self.live is None:
             self._task(deliveries.idle_ticks(self.harness, self.clock, self.outbox.enqueue),
@@ -124,7 +128,7 @@ class RuntimeService:
 
     async def register(self, status: str | None = None) -> None:
         rec = registration(self.config, self.harness, status or self.status, self.live,
-                           self.incarnation)
+                           self.incarnation, self.keys.public if self.keys else None)
         await self.producer.send_and_wait(self.topics.runtime_registrations, encode(rec),
                                           key=self.config.runtime_id.encode())
 

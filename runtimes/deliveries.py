@@ -16,14 +16,15 @@ from aiokafka import AIOKafkaConsumer
 from opentelemetry import trace
 
 from runtimes.harness import Emit, SimulatedHarness
-from runtimes.live import LiveHarness
+from runtimes.live import LiveHarness, refusal
 from runtimes.outbox import ObservationOutbox
 from runtimes.registration import consumer_group
 from runtimes.traces import TRACES
-from shared import tracing, typedrecords
+from shared import sealing, tracing, typedrecords
 from shared.domain.poison import Poison
 from shared.kafka import client_security, max_record_bytes
 from shared.logging import bound, get_logger
+from shared.sealing import KeyPair
 from shared.settings import Settings
 from shared.topics import Topics
 
@@ -107,6 +108,8 @@ class DeliveryLoop:
     outbox: ObservationOutbox
     ready: asyncio.Event
     dead_letter: DeadLetter
+    harness: str = ""
+    keys: KeyPair | None = None  # sealed deliveries: this Runtime's key pair (shared/sealing.py)
     clock: Callable[[], float] = time.monotonic
     uncommitted_since: float | None = None  # the first batch not committed yet
 
@@ -154,6 +157,11 @@ class DeliveryLoop:
         if got.model.runtime_id != self.runtime_id:
             return 0
         value = got.value
+        if sealing.is_sealed(value):
+            opened = self.unseal(value)
+            if opened is None:
+                return 1
+            value = opened
         with bound(session_id=value.get("session_id"), delivery_id=value.get("delivery_id"),
                    call_id=value.get("call_id")), tracing.consuming(TRACES.tracer, r):
             if TRACES.tracer is not None:
@@ -161,6 +169,23 @@ class DeliveryLoop:
             log.info("delivery.received", kind=value.get("kind"), turn_id=value.get("turn_id"))
             await self.handle(value)
         return 1
+
+
+    def unseal(self, delivery: dict[str, Any]) -> dict[str, Any] | None:
+        """A sealed delivery opened with this Runtime's key; one it cannot open (no key, sealed
+        to another, altered) is refused — Core fails its Turn and learns why — never run."""
+        try:
+            if self.keys is None:
+                raise sealing.SealError("sealed, and this Runtime has no sealing key")
+            return sealing.unseal(delivery, self.keys)
+        except sealing.SealError as exc:
+            log.warning("delivery.unsealable", session_id=delivery.get("session_id"),
+                        delivery_id=delivery.get("delivery_id"), reason=str(exc))
+            call_id = delivery.get("call_id")
+            self.outbox.enqueue([Emit(refusal(
+                self.runtime_id, self.harness, delivery, f"unsealable: {exc}",
+                call_id if isinstance(call_id, str) else None))])
+            return None
 
 
 async def idle_ticks(harness: SimulatedHarness, clock: Callable[[], float],

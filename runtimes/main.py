@@ -80,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-s", type=float, default=3.0)
     p.add_argument("--turn-idle-ms", type=int, default=1500,
                    help="a Turn with no pending call ends this long after its last input")
+    p.add_argument("--sealed-deliveries", action=argparse.BooleanOptionalAction,
+                   default=env.get("SESSION_CORE_RUNTIME_SEALED_DELIVERIES", "").lower()
+                   in ("1", "true", "yes"),
+                   help="ask Core to seal this Runtime's deliveries to a key made at start, so "
+                   "no other reader of runtime.deliveries sees their content (docs/security.md)")
     real = p.add_argument_group(
         "real engine (--engine real): drive the real harness binary (docs/harnesses.md)")
     real.add_argument("--engine", choices=("simulated", "real"),
@@ -136,6 +141,7 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         heartbeat_s=args.heartbeat_s,
         turn_idle_s=args.turn_idle_ms / 1000,
         switches=switches,
+        sealed_deliveries=args.sealed_deliveries,
     )
 
 

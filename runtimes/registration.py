@@ -35,11 +35,13 @@ class RuntimeConfig:
     heartbeat_s: float = 3.0
     turn_idle_s: float = 1.5
     switches: Switches = field(default_factory=Switches)
+    # deliveries sealed to a key pair made at start (shared/sealing.py, docs/security.md)
+    sealed_deliveries: bool = False
 
 
 def registration(config: RuntimeConfig, harness: SimulatedHarness, status: str,
-                 live: LiveHarness | None = None, incarnation: str | None = None
-                 ) -> dict[str, Any]:
+                 live: LiveHarness | None = None, incarnation: str | None = None,
+                 sealed_key: str | None = None) -> dict[str, Any]:
     """The ``runtime.registration/1`` record (CONTRACT §2) plus informative extras:
     ``switches`` (the misbehaviour switches in force), ``turn_idle_ms``, ``engine``
     (``simulated`` or ``real``) and ``incarnation`` (this process's own id, new at every start:
@@ -58,6 +60,7 @@ def registration(config: RuntimeConfig, harness: SimulatedHarness, status: str,
         function_result_images=bool(caps.get("function_result_images")),
         status=status,
         heartbeat_at=now_rfc3339(),
+        sealed_key=sealed_key,
         switches=harness.switches.active() if live is None else {},
         turn_idle_ms=int(config.turn_idle_s * 1000),
         engine="simulated" if live is None else "real",

@@ -84,6 +84,20 @@ def hash_key(argv: list[str]) -> int:
     return 0
 
 
+def seal_key(argv: list[str]) -> int:
+    """``session-core seal-key``: print a new X25519 private key for ``SESSION_CORE_SEAL_KEY``
+    (the dispatcher's and the receipt tracker's Secret) on stdout, its public key on stderr.
+    docs/security.md, "Sealed deliveries"."""
+    p = argparse.ArgumentParser(prog="session-core seal-key", description=seal_key.__doc__)
+    p.parse_args(argv)
+    from shared.sealing import KeyPair
+
+    keys = KeyPair.generate()
+    print(f"public key (for reference): {keys.public}", file=sys.stderr)
+    print(keys.private_text)
+    return 0
+
+
 COMMANDS: dict[str, str] = {
     "admission": "run the admission service (HTTP API + session.input)",
     "storage": "run the storage service",
@@ -94,9 +108,10 @@ COMMANDS: dict[str, str] = {
     "conformance": "the Runtime qualification kit",
     "demo": "play the demo against a running stack",
     "hash-key": "make an API key entry",
+    "seal-key": "make Core's key for sealed deliveries",
 }
 # commands whose own module parses the rest of the command line (``--help`` included)
-OWN_PARSER = ("topics", "runtime", "conformance", "hash-key")
+OWN_PARSER = ("topics", "runtime", "conformance", "hash-key", "seal-key")
 
 
 def _version() -> str:
@@ -125,6 +140,8 @@ def main(argv: list[str] | None = None) -> None:
         sub.choices[args.command].parse_args(rest)
     if args.command == "hash-key":  # the standard library only: works on any install
         sys.exit(hash_key(rest))
+    if args.command == "seal-key":
+        sys.exit(seal_key(rest))
     try:
         from shared import eventloop
         from shared.process import begin

@@ -370,7 +370,7 @@ class DeadLetter(BaseModel):
     offset: int | None = Field(description="its offset there")
     reason: Literal["undecodable", "missing_schema", "unexpected_schema", "invalid_fields",
                     "unprocessable", "too_large", "not_bound_runtime",
-                    "wrong_tenant"] = Field(
+                    "wrong_tenant", "unsealable"] = Field(
         description="the reason code (shared/domain/poison.py; the label of "
                     "session_core_dlq_records_total)")
     detail: str = Field(description="the reason in words (up to 300 characters)")

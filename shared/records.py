@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.messages import schemas
+from shared.sealing import ALG as SEALING_ALG
 
 # the schema names, spelled once in shared.messages.schemas
 ADMITTED = schemas.ADMITTED  # admission → storage
@@ -86,16 +87,20 @@ def observation_record(*, runtime_id: str, session_id: str, harness: str,
 def registration_record(*, runtime_id: str, harness: str, bridge_protocol: int,
                         placements: list[str], message_images: bool,
                         function_result_images: bool, status: str, heartbeat_at: str,
-                        **extra: Any) -> dict[str, Any]:
-    """A ``runtime.registration/1`` (CONTRACT §2); ``extra`` fields are informative only."""
+                        sealed_key: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A ``runtime.registration/1`` (CONTRACT §2); ``extra`` fields are informative only.
+    ``sealed_key``: the Runtime's public key, for sealed deliveries (``shared.sealing``)."""
+    caps: dict[str, Any] = {"message_images": message_images,
+                            "function_result_images": function_result_images}
+    if sealed_key is not None:
+        caps["sealed_deliveries"] = {"alg": SEALING_ALG, "key": sealed_key}
     return {
         "schema": REGISTRATION,
         "runtime_id": runtime_id,
         "harness": harness,
         "bridge_protocol": bridge_protocol,
         "placements": list(placements),
-        "capabilities": {"message_images": message_images,
-                         "function_result_images": function_result_images},
+        "capabilities": caps,
         "status": status,
         "heartbeat_at": heartbeat_at,
         **extra,

@@ -122,6 +122,10 @@ class Settings(BaseSettings):
     runtime_heartbeat_timeout_s: float = 15.0
     # an input waiting for an eligible Runtime this long fails its Turn with the reason
     binding_wait_timeout_s: float = 60.0
+    # Core's X25519 private key (unpadded base64url, ``session-core seal-key``) for sealed
+    # deliveries, the same for the dispatcher (seals) and the receipt tracker (opens); unset:
+    # a Runtime that asks for sealed deliveries is not bound (docs/security.md)
+    seal_key: str | None = None
 
     # --- receipt tracker --------------------------------------------------------------
     # the spec's 10-second wait ("at most 10 seconds for a receipt"), not a tuning knob: tests

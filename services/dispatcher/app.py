@@ -50,7 +50,8 @@ class DispatcherService(CoreService):
             KafkaOutbox(self.broker, self.topics.core_facts, self.topics.runtime_deliveries,
                         self.tracer),
             heartbeat_timeout_s=settings.runtime_heartbeat_timeout_s,
-            binding_wait_timeout_s=settings.binding_wait_timeout_s, clock=time.time)
+            binding_wait_timeout_s=settings.binding_wait_timeout_s, clock=time.time,
+            seal_key=settings.seal_key)
         self.lock = asyncio.Lock()  # one decision at a time per replica
         self.wake = asyncio.Event()
         self.sweeper: asyncio.Task[None] | None = None

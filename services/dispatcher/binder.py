@@ -22,10 +22,11 @@ from services.dispatcher.domain.binding import (
     is_alive,
     ready_by_harness,
 )
-from shared import records, tracing
+from shared import records, sealing, tracing
 from shared.domain import wire
 from shared.logging import get_logger
 from shared.metrics import DISPATCH_BINDINGS, DISPATCH_DELIVERIES, DISPATCH_REFUSALS
+from shared.sealing import KeyPair
 from shared.storekeys import verdict_fact_id
 
 log = get_logger(__name__)
@@ -61,8 +62,11 @@ class Outbox(Protocol):
 class Binder:
     def __init__(self, repo: Repository, registry: Registry, out: Outbox, *,
                  heartbeat_timeout_s: float, binding_wait_timeout_s: float,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], seal_key: str | None = None) -> None:
         self.repo = repo
+        # Core's public key, the second recipient of every sealed delivery (the receipt
+        # tracker opens it); None: no seal key, a Runtime that asks for sealing is not bound
+        self.core_key = KeyPair.from_private(seal_key).public if seal_key else None
         self.registry = registry
         self.out = out
         self.heartbeat_timeout = timedelta(seconds=heartbeat_timeout_s)
@@ -214,6 +218,7 @@ class Binder:
                 harness=b["harness"], placement=b["placement"],
                 needs_message_images=b["needs_images"], now=now,
                 heartbeat_timeout=self.heartbeat_timeout, session_id=sid,
+                can_seal=self.core_key is not None,
             )
             if rt is None:
                 if b.get("status") != WAITING or not b.get("announced_wait"):
@@ -317,7 +322,7 @@ class Binder:
         rt = self.live(b.get("runtime_id")) if b is not None else None
         if b is None or rt is None or b.get("turn_id") != turn_id:
             return
-        await self.out.deliver(rt.runtime_id, wire.interrupt_delivery(
+        await self.send(rt, wire.interrupt_delivery(
             delivery_id=wire.interrupt_delivery_id(rec["event_id"]),
             runtime_id=rt.runtime_id, session_id=rec["session_id"], turn_id=turn_id,
             reason=reason))
@@ -353,13 +358,24 @@ class Binder:
             await self.repo.update_binding(sid, {"turn_id": rec["turn_id"],
                                                  "incarnation": rt.incarnation})
         refusal = check_delivery(rt, kind, images)
+        if refusal is None and rt.sealed_key is not None and self.core_key is None:
+            refusal = ("sealed_deliveries: the Runtime asks for them and Core has no seal key "
+                       "(SESSION_CORE_SEAL_KEY)")
         if refusal is not None:
             await self.fail_input(rec, refusal)
             return
-        await self.out.deliver(rt.runtime_id, msg)
+        await self.send(rt, msg)
         DISPATCH_DELIVERIES.labels(kind).inc()
         log.info("dispatcher.delivered", session_id=sid, runtime_id=rt.runtime_id, kind=kind,
                  delivery_id=did)
+
+    async def send(self, rt: RuntimeInfo, delivery: Doc) -> None:
+        """``delivery`` to ``rt``: sealed to its key and Core's when it registered one
+        (shared/sealing.py). Without a seal key Core never sends such a Runtime a tenant's
+        content (``deliver`` fails the input first); an interrupt carries none."""
+        if rt.sealed_key is not None and self.core_key is not None:
+            delivery = sealing.seal(delivery, [rt.sealed_key, self.core_key])
+        await self.out.deliver(rt.runtime_id, delivery)
 
     # ---- the sweep: rebind from gone Runtimes, bind waiting Sessions, time out waits ------
     async def sweep(self) -> None:
@@ -416,7 +432,7 @@ class Binder:
         # published before the binding changes: a publish that fails is tried again
         await self.publish_fact(sid, f"restart:{turn_id}:{b.get('incarnation')}", kind="turn",
                                 turn_id=turn_id, state="failed", reason=reason)
-        await self.out.deliver(rt.runtime_id, wire.interrupt_delivery(
+        await self.send(rt, wire.interrupt_delivery(
             delivery_id=f"int_restart_{turn_id}_{rt.incarnation}", runtime_id=rt.runtime_id,
             session_id=sid, turn_id=turn_id, reason=reason))
         DISPATCH_DELIVERIES.labels("interrupt").inc()

@@ -15,11 +15,13 @@ from services.receipts import verdicts
 from services.receipts.progress import StreamReader, offsets_client, start_offsets
 from services.receipts.repository import ReceiptRepository
 from services.receipts.tracker import Tracker
-from shared import tracing, typedrecords
+from shared import sealing, tracing, typedrecords
 from shared.coreservice import CoreService
+from shared.domain.poison import UNSEALABLE, Poison
 from shared.failures import settle
 from shared.kafka import ensure_topics, make_producer
 from shared.logging import get_logger
+from shared.sealing import KeyPair
 from shared.service import StopSteps, cancel, decode_records, records_of
 from shared.settings import Settings
 from shared.store import Doc
@@ -38,6 +40,8 @@ class ReceiptService(CoreService):
             self.topics.runtime_deliveries: typedrecords.DELIVERY,
             self.topics.runtime_observations: typedrecords.OBSERVATION}
         self.tasks: list[asyncio.Task[None]] = []
+        # sealed deliveries' content is opened with Core's key (shared/sealing.py)
+        self.keys = KeyPair.from_private(settings.seal_key) if settings.seal_key else None
         # The facts go out on a plain producer, as storage's outputs do: at 2 000 timeouts/s
         # FastStream's per-publish wrapper was 2.5 of the tracker's 4 s in its verdict batches
         # (docs/receipts.md, "The deadline path")
@@ -105,9 +109,13 @@ class ReceiptService(CoreService):
     # use) is taken record by record and the failing ones dead-lettered; the store away: the
     # batch is retried, then read again (shared/failures.py).
     async def on_deliveries(self, body: Any, msg: KafkaMessage) -> None:
-        batch = [(raw, (got.value, raw.timestamp / 1000.0))
-                 for raw, got in await decode_records(self.dlq, msg.raw_message, self.types)
-                 if got.value.get("kind") == "function_result"]
+        batch = []
+        for raw, got in await decode_records(self.dlq, msg.raw_message, self.types):
+            if got.value.get("kind") != "function_result":
+                continue
+            rec = await self.opened(raw, got.value)
+            if rec is not None:
+                batch.append((raw, (rec, raw.timestamp / 1000.0)))
         if self.tracer is not None:  # a deadline's verdict goes on in its delivery's trace
             for raw, (rec, _) in batch:
                 ctx = tracing.context_of(raw.headers)
@@ -115,6 +123,20 @@ class ReceiptService(CoreService):
                     self.tracker.traces[(rec["session_id"], rec["call_id"])] = ctx
         await settle(self.dlq, batch, self.tracker.open_calls, what="receipts.open_calls")
         self.deliveries_reader.handled(records_of(msg.raw_message))
+
+    async def opened(self, raw: Any, rec: Doc) -> Doc | None:
+        """The delivered result as the tracker matches it: a sealed one opened with Core's key
+        (its content is what the receipt is compared with); one that does not open goes to
+        the DLQ, and its call gets no window here (the Runtime refuses it too)."""
+        if not sealing.is_sealed(rec):
+            return rec
+        try:
+            if self.keys is None:
+                raise sealing.SealError("sealed, and the tracker has no SESSION_CORE_SEAL_KEY")
+            return sealing.unseal(rec, self.keys)
+        except sealing.SealError as exc:
+            await self.dlq.record(raw, Poison(UNSEALABLE, str(exc)[:300]))
+            return None
 
     async def on_observations(self, body: Any, msg: KafkaMessage) -> None:
         batch = await decode_records(self.dlq, msg.raw_message, self.types)

@@ -19,6 +19,8 @@ TOO_LARGE = "too_large"
 NOT_BOUND = "not_bound_runtime"
 # a record on a tenant's own input topic that names another tenant (services/admission)
 WRONG_TENANT = "wrong_tenant"
+# a sealed delivery Core's seal key does not open (services/receipts, shared/sealing.py)
+UNSEALABLE = "unsealable"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ from services.admission.app import AdmissionService
 from services.dispatcher.app import DispatcherService
 from services.receipts.app import ReceiptService
 from services.storage.app import StorageService
+from shared import sealing
 from shared.kafka import decode, encode, ensure_topics, stop_consumer
+from shared.sealing import KeyPair
 from shared.service import cancel
 from shared.settings import Settings
 from shared.topics import topics_for
@@ -103,8 +105,9 @@ class TestRuntime:
     def __init__(self, settings: Settings, harness: str, *, placements: tuple[str, ...] = (
             "none", "openai_hosted", "self_hosted"), bridge_protocol: int | None = 3,
             message_images: bool = True, function_result_images: bool = True,
-            runtime_id: str | None = None) -> None:
+            runtime_id: str | None = None, sealed: KeyPair | None = None) -> None:
         self.settings = settings
+        self.sealed = sealed  # asks for sealed deliveries, opened with this key pair
         self.topics = topics_for(settings)
         self.runtime_id = runtime_id or f"rt_{uuid.uuid4().hex}"
         self.harness = harness
@@ -113,17 +116,21 @@ class TestRuntime:
         self.message_images = message_images
         self.function_result_images = function_result_images
         self.deliveries: asyncio.Queue[Json] = asyncio.Queue()
+        self.raw: list[bytes] = []  # this Runtime's delivery records as they were on the topic
         self.producer: AIOKafkaProducer | None = None
         self.consumer: AIOKafkaConsumer | None = None
         self.tasks: list[asyncio.Task[None]] = []
 
     def registration(self, status: str = "ready") -> Json:
+        caps: Json = {"message_images": self.message_images,
+                      "function_result_images": self.function_result_images}
+        if self.sealed is not None:
+            caps["sealed_deliveries"] = {"alg": sealing.ALG, "key": self.sealed.public}
         return {
             "schema": "runtime.registration/1", "runtime_id": self.runtime_id,
             "harness": self.harness, "bridge_protocol": self.bridge_protocol,
             "placements": list(self.placements),
-            "capabilities": {"message_images": self.message_images,
-                             "function_result_images": self.function_result_images},
+            "capabilities": caps,
             "status": status,
             "heartbeat_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
         }
@@ -160,6 +167,9 @@ class TestRuntime:
         async for r in self.consumer:
             d = decode(r.value)
             if d.get("runtime_id") == self.runtime_id:
+                self.raw.append(r.value)
+                if self.sealed is not None and sealing.is_sealed(d):
+                    d = sealing.unseal(d, self.sealed)
                 d["_timestamp"] = r.timestamp / 1000.0
                 await self.deliveries.put(d)
 

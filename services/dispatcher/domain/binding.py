@@ -28,6 +28,8 @@ from typing import Any, Literal
 from shared.domain.harness import CLAUDE_CODE, HARNESSES
 from shared.messages import schemas
 from shared.records import parse_time
+from shared.sealing import ALG as SEALING_ALG
+from shared.sealing import check_public
 
 RuntimeStatus = Literal["ready", "draining", "gone"]
 REGISTRATION_SCHEMA = schemas.REGISTRATION
@@ -54,6 +56,9 @@ class RuntimeInfo:
     # a change under the same ``runtime_id`` is a restart, which lost the native Turns the
     # process ran (``Binder.sweep``). None: not reported.
     incarnation: str | None = None
+    # The public key its deliveries are sealed to (``capabilities.sealed_deliveries``,
+    # shared/sealing.py); None: delivered in clear, as CONTRACT §2 shows them.
+    sealed_key: str | None = None
 
 
 def from_registration(record: Mapping[str, Any]) -> RuntimeInfo:
@@ -68,6 +73,10 @@ def from_registration(record: Mapping[str, Any]) -> RuntimeInfo:
     bridge = record.get("bridge_protocol")
     if bridge is not None and (isinstance(bridge, bool) or not isinstance(bridge, int)):
         raise TypeError(f"bridge_protocol must be an integer, got {bridge!r}")
+    sealed = caps.get("sealed_deliveries")
+    if sealed is not None and (not isinstance(sealed, dict) or sealed.get("alg") != SEALING_ALG):
+        raise ValueError(f"capabilities.sealed_deliveries: expected {{alg: {SEALING_ALG!r}, "
+                         "key}")
     placements = record["placements"]
     if not isinstance(placements, list) or not all(isinstance(p, str) for p in placements):
         raise TypeError("placements must be a list of strings")
@@ -83,6 +92,7 @@ def from_registration(record: Mapping[str, Any]) -> RuntimeInfo:
         heartbeat_at=parse_time(record["heartbeat_at"]),
         incarnation=incarnation if isinstance(incarnation := record.get("incarnation"), str)
         and incarnation else None,
+        sealed_key=check_public(sealed.get("key")) if sealed is not None else None,
     )
 
 
@@ -97,8 +107,10 @@ def ineligibility(
     needs_message_images: bool,
     now: datetime,
     heartbeat_timeout: timedelta,
+    can_seal: bool = True,
 ) -> str | None:
-    """Why ``rt`` cannot take a new Session (``None`` when it can)."""
+    """Why ``rt`` cannot take a new Session (``None`` when it can). ``can_seal``: Core holds a
+    seal key; a Runtime that asks for sealed deliveries is never sent one in clear."""
     if rt.harness != harness:
         return f"harness is {rt.harness}, not {harness}"
     if rt.status != "ready":
@@ -109,6 +121,8 @@ def ineligibility(
         return f"placement {placement} not supported"
     if harness == "claude_code" and rt.bridge_protocol not in CLAUDE_BRIDGE_PROTOCOLS:
         return f"claude_code bridge protocol {rt.bridge_protocol} is not 3"
+    if rt.sealed_key is not None and not can_seal:
+        return "sealed_deliveries: asked for, and Core has no seal key (SESSION_CORE_SEAL_KEY)"
     if needs_message_images and not rt.message_images:
         return f"{MESSAGE_IMAGES_UNSUPPORTED}: does not report message image support"
     return None
@@ -146,13 +160,14 @@ def choose(
     now: datetime,
     heartbeat_timeout: timedelta,
     session_id: str | None = None,
+    can_seal: bool = True,
 ) -> RuntimeInfo | None:
     """The eligible Runtime with the fewest bound Sessions, or ``None`` (the Session waits)."""
     candidates = [
         rt
         for rt in runtimes
         if ineligibility(rt, harness, placement, needs_message_images, now,
-                         heartbeat_timeout) is None
+                         heartbeat_timeout, can_seal) is None
     ]
     if not candidates:
         return None
