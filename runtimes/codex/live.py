@@ -97,7 +97,9 @@ class _Proc:
     turn: _Turn | None = None
     # native turn id → Core turn id, for the envelopes of records about earlier Turns
     turns: FIFOCache[str, str] = field(default_factory=lambda: FIFOCache(1000))
-    ended: FIFOCache[str, None] = field(default_factory=lambda: FIFOCache(1000))  # Core turn ids
+    # Core turn ids whose native Turn has ended: the Session's (``CodexLive._ended``), shared
+    # by its successive processes, so a Turn ended by a process's death stays ended for the next
+    ended: FIFOCache[str, None] = field(default_factory=lambda: FIFOCache(1000))
     pending: dict[str, tuple[Any, str]] = field(default_factory=dict)  # call → (rpc id, turn)
     waiting: dict[int, asyncio.Future[Json]] = field(default_factory=dict)
     next_id: int = 1
@@ -118,6 +120,10 @@ class CodexLive(LiveDriver):
         self.binary = options.binary or default_binary("codex")
         self.sessions: dict[str, _Proc] = {}
         self._deaths: dict[str, list[float]] = {}
+        # per Session, across its processes: a steer of a Turn whose process died is refused
+        # ``turn_ended`` (Core hands it over again as the next Turn), never run as a new native
+        # Turn under the ended Core Turn — which then had two ends on the harness's side
+        self._ended: dict[str, FIFOCache[str, None]] = {}
 
     # ------------------------------------------------------------------ LiveHarness
 
@@ -186,7 +192,7 @@ class CodexLive(LiveDriver):
         })
         process = await spawn([self.binary, "app-server"], cwd=home / "work", env=env,
                               stderr=True)
-        proc = _Proc(sid, process, home)
+        proc = _Proc(sid, process, home, ended=self._ended.setdefault(sid, FIFOCache(1000)))
         self.sessions[sid] = proc
         proc.tasks.append(own_time(self._read(proc), name=f"codex:{sid}:out"))
         proc.tasks.append(own_time(drain(process, "codex.stderr", session_id=sid),
@@ -402,7 +408,7 @@ class CodexLive(LiveDriver):
                     await self._request(proc, "turn/interrupt", {
                         "threadId": proc.thread_id, "turnId": running.native_turn_id})
             return
-        if proc is not None and turn_id in proc.ended:
+        if turn_id in self._ended.get(sid, ()):
             self._refuse(delivery, f"the native turn of {turn_id} has ended",
                          code=REFUSAL_TURN_ENDED)
             return

@@ -7,6 +7,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+from cachetools import FIFOCache
+
 from runtimes.codex.live import CodexLive, _Proc, _Turn
 from runtimes.live import LiveOptions
 
@@ -21,7 +23,7 @@ def driver_with_session(tmp_path: Path, thread_id: str, native_turn: str
     out: list[dict[str, Any]] = []
     h._emit = lambda emits: out.extend(e.record for e in emits)
     proc = _Proc("session_a", types.SimpleNamespace(returncode=None), tmp_path,  # type: ignore[arg-type]
-                 thread_id=thread_id)
+                 thread_id=thread_id, ended=h._ended.setdefault("session_a", FIFOCache(1000)))
     proc.turn = _Turn("turn_1", native_turn)
     h.sessions["session_a"] = proc
     return h, proc, out

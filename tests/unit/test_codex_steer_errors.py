@@ -75,3 +75,36 @@ def test_only_the_error_that_means_the_turn_ended_is_turn_ended(
         assert error["message"] in refusal["reason"]
         # the native Turn is still live: the Runtime ends it, as Core ends its Turn
         assert ("turn/interrupt", {"threadId": "thread_1", "turnId": NATIVE_TURN}) in sent
+
+
+def test_a_steer_of_a_turn_whose_process_died_is_turn_ended_not_a_new_native_turn(
+        tmp_path: Path) -> None:
+    """The process running Turn ``turn_1`` dies (``kill -9``): the Turn fails (the synthesized
+    end). A steer of ``turn_1`` delivered afterwards is refused ``turn_ended`` — Core hands its
+    messages over again as the next Turn — and no process is spawned for it: run as a new
+    native Turn under ``turn_1``, the harness's side showed two ends for one Core Turn (the
+    real-binary chaos row ``kill -9 harness mid-Turn`` found it)."""
+    h, proc, out = driver_with_session(tmp_path, "thread_1", NATIVE_TURN)
+    proc.process.kill = lambda: None  # type: ignore[method-assign]
+    spawned: list[str] = []
+
+    async def no_spawn(sid: str) -> _Proc:
+        spawned.append(sid)
+        raise AssertionError("a process spawned for a steer of an ended Turn")
+
+    h._proc = no_spawn  # type: ignore[method-assign]
+
+    async def run() -> None:
+        await h._died(proc, "the codex process exited (exit code -9)")
+        await h._messages("session_a", {
+            "delivery_id": "dlv_2", "runtime_id": "rt_1", "session_id": "session_a",
+            "turn_id": "turn_1", "kind": "steer",
+            "messages": [{"role": "user", "content": [{"type": "input_text", "text": "and?"}]}]})
+
+    asyncio.run(run())
+    ends = [r for r in out if isinstance(r.get("native"), dict)
+            and r["native"].get("method") == "turn/completed"]
+    assert len(ends) == 1 and ends[0]["turn_id"] == "turn_1", ends
+    [refusal] = [r["refusal"] for r in out if r.get("refusal")]
+    assert refusal["code"] == "turn_ended" and refusal["delivery_id"] == "dlv_2", refusal
+    assert spawned == []
