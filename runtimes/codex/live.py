@@ -80,6 +80,7 @@ FORWARDED = frozenset({"turn/started", "item/started", "item/completed", "item/t
                        "thread/tokenUsage/updated", "turn/completed", "error"})
 MAX_BAD_LINES = 20  # consecutive non-JSON lines before the process is declared broken
 RPC_TIMEOUT_S = 60.0
+ENDED_SESSIONS = 10_000  # Sessions whose ended Turns are remembered (the least recent forgotten)
 
 @dataclass
 class _Turn:
@@ -123,7 +124,7 @@ class CodexLive(LiveDriver):
         # per Session, across its processes: a steer of a Turn whose process died is refused
         # ``turn_ended`` (Core hands it over again as the next Turn), never run as a new native
         # Turn under the ended Core Turn — which then had two ends on the harness's side
-        self._ended: dict[str, FIFOCache[str, None]] = {}
+        self._ended: FIFOCache[str, FIFOCache[str, None]] = FIFOCache(ENDED_SESSIONS)
 
     # ------------------------------------------------------------------ LiveHarness
 
