@@ -126,6 +126,9 @@ class Settings(BaseSettings):
     # deliveries, the same for the dispatcher (seals) and the receipt tracker (opens); unset:
     # a Runtime that asks for sealed deliveries is not bound (docs/security.md)
     seal_key: str | None = None
+    # only Runtimes that ask for sealed deliveries are bound (needs seal_key): no tenant's
+    # content is ever on runtime.deliveries in clear
+    require_sealed_deliveries: bool = False
 
     # --- receipt tracker --------------------------------------------------------------
     # the spec's 10-second wait ("at most 10 seconds for a receipt"), not a tuning knob: tests

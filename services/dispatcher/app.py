@@ -51,7 +51,8 @@ class DispatcherService(CoreService):
                         self.tracer),
             heartbeat_timeout_s=settings.runtime_heartbeat_timeout_s,
             binding_wait_timeout_s=settings.binding_wait_timeout_s, clock=time.time,
-            seal_key=settings.seal_key)
+            seal_key=settings.seal_key,
+            require_sealing=settings.require_sealed_deliveries)
         self.lock = asyncio.Lock()  # one decision at a time per replica
         self.wake = asyncio.Event()
         self.sweeper: asyncio.Task[None] | None = None

@@ -62,11 +62,16 @@ class Outbox(Protocol):
 class Binder:
     def __init__(self, repo: Repository, registry: Registry, out: Outbox, *,
                  heartbeat_timeout_s: float, binding_wait_timeout_s: float,
-                 clock: Callable[[], float], seal_key: str | None = None) -> None:
+                 clock: Callable[[], float], seal_key: str | None = None,
+                 require_sealing: bool = False) -> None:
+        if require_sealing and not seal_key:
+            raise ValueError("SESSION_CORE_REQUIRE_SEALED_DELIVERIES needs SESSION_CORE_SEAL_KEY: "
+                             "without it no Runtime could ever be bound")
         self.repo = repo
         # Core's public key, the second recipient of every sealed delivery (the receipt
         # tracker opens it); None: no seal key, a Runtime that asks for sealing is not bound
         self.core_key = KeyPair.from_private(seal_key).public if seal_key else None
+        self.require_sealing = require_sealing  # only Runtimes that ask for sealing are bound
         self.registry = registry
         self.out = out
         self.heartbeat_timeout = timedelta(seconds=heartbeat_timeout_s)
@@ -218,7 +223,7 @@ class Binder:
                 harness=b["harness"], placement=b["placement"],
                 needs_message_images=b["needs_images"], now=now,
                 heartbeat_timeout=self.heartbeat_timeout, session_id=sid,
-                can_seal=self.core_key is not None,
+                can_seal=self.core_key is not None, must_seal=self.require_sealing,
             )
             if rt is None:
                 if b.get("status") != WAITING or not b.get("announced_wait"):
@@ -361,6 +366,8 @@ class Binder:
         if refusal is None and rt.sealed_key is not None and self.core_key is None:
             refusal = ("sealed_deliveries: the Runtime asks for them and Core has no seal key "
                        "(SESSION_CORE_SEAL_KEY)")
+        if refusal is None and rt.sealed_key is None and self.require_sealing:
+            refusal = "sealed_deliveries: required here, and the Runtime does not ask for them"
         if refusal is not None:
             await self.fail_input(rec, refusal)
             return

@@ -59,10 +59,11 @@ def test_without_a_seal_key_a_runtime_that_asks_for_sealing_is_not_eligible() ->
     assert ineligibility(rt(), "claude_code", "none", False, NOW, TIMEOUT, can_seal=False) is None
 
 
-def sealing_world(seal_key: str | None) -> World:
+def sealing_world(seal_key: str | None, require: bool = False) -> World:
     world = World()
     world.binder = Binder(world.repo, world.registry, world.out, heartbeat_timeout_s=HEARTBEAT_S,
-                          binding_wait_timeout_s=WAIT_S, clock=world.clock, seal_key=seal_key)
+                          binding_wait_timeout_s=WAIT_S, clock=world.clock, seal_key=seal_key,
+                          require_sealing=require)
     return world
 
 
@@ -97,6 +98,24 @@ async def test_without_a_seal_key_a_sealing_runtime_gets_no_session_and_no_conte
     world.register("rt_plain")  # a Runtime that does not ask gets it, in clear
     await world.binder.sweep()
     assert [(rid, "messages" in m) for rid, m in world.out.deliveries] == [("rt_plain", True)]
+
+
+async def test_where_sealing_is_required_only_a_sealing_runtime_is_bound() -> None:
+    world = sealing_world(CORE.private_text, require=True)
+    world.register("rt_plain")
+    await world.binder.accept(stored("s1", "t1", "start"))
+    assert world.delivered() == []  # the Session waits
+    register_sealing(world, "rt_sealed")
+    await world.binder.sweep()
+    assert [(rid, sealing.is_sealed(m)) for rid, m in world.out.deliveries] == [
+        ("rt_sealed", True)]
+    why = ineligibility(rt(), "claude_code", "none", False, NOW, TIMEOUT, must_seal=True)
+    assert why is not None and "required" in why
+
+
+def test_requiring_sealing_without_a_seal_key_is_refused_at_start() -> None:
+    with pytest.raises(ValueError, match="SESSION_CORE_SEAL_KEY"):
+        sealing_world(None, require=True)
 
 
 class Outbox:

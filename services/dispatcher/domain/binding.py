@@ -108,9 +108,11 @@ def ineligibility(
     now: datetime,
     heartbeat_timeout: timedelta,
     can_seal: bool = True,
+    must_seal: bool = False,
 ) -> str | None:
     """Why ``rt`` cannot take a new Session (``None`` when it can). ``can_seal``: Core holds a
-    seal key; a Runtime that asks for sealed deliveries is never sent one in clear."""
+    seal key; a Runtime that asks for sealed deliveries is never sent one in clear.
+    ``must_seal``: only such Runtimes are bound (``require_sealed_deliveries``)."""
     if rt.harness != harness:
         return f"harness is {rt.harness}, not {harness}"
     if rt.status != "ready":
@@ -123,6 +125,8 @@ def ineligibility(
         return f"claude_code bridge protocol {rt.bridge_protocol} is not 3"
     if rt.sealed_key is not None and not can_seal:
         return "sealed_deliveries: asked for, and Core has no seal key (SESSION_CORE_SEAL_KEY)"
+    if rt.sealed_key is None and must_seal:
+        return "sealed_deliveries: required here, and the Runtime does not ask for them"
     if needs_message_images and not rt.message_images:
         return f"{MESSAGE_IMAGES_UNSUPPORTED}: does not report message image support"
     return None
@@ -161,13 +165,14 @@ def choose(
     heartbeat_timeout: timedelta,
     session_id: str | None = None,
     can_seal: bool = True,
+    must_seal: bool = False,
 ) -> RuntimeInfo | None:
     """The eligible Runtime with the fewest bound Sessions, or ``None`` (the Session waits)."""
     candidates = [
         rt
         for rt in runtimes
         if ineligibility(rt, harness, placement, needs_message_images, now,
-                         heartbeat_timeout, can_seal) is None
+                         heartbeat_timeout, can_seal, must_seal) is None
     ]
     if not candidates:
         return None
