@@ -1,9 +1,10 @@
-"""Record schemas (the public ones are in CONTRACT §2, typed in ``shared.contracts``; what
-consumers read is typed in ``shared.typedrecords``). Every record is JSON with a ``schema``
-field. The names live here (imported: each is spelled once, in ``shared.messages.schemas``) so
-producers and consumers agree; so do the envelopes built here
-(``item_record``, ``stored_record``, ``fact_record``, ``observation_record``,
-``registration_record``, ``control_record`` — check the functions below). The bodies are built
+"""Record builders. Every record is JSON with a ``schema`` field; each record has one model in
+``shared.messages`` (the public ones are CONTRACT §2), which its consumers decode with and these
+builders are checked against (tests/unit/test_builders_match_models.py). The names live here
+(imported: each is spelled once, in ``shared.messages.schemas``) so producers and consumers
+agree; so do the envelopes built here (``item_record``, ``stored_record``, ``fact_record``,
+``observation_record``, ``registration_record``, ``control_record`` — check the functions
+below). The bodies are built
 by the domain: ``session.admitted/1`` by ``services.admission.domain.validation``
 (``admitted_record``), ``runtime.delivery/1`` by ``shared.domain.wire``, decisions by
 ``services.storage.domain.sessions``."""

@@ -15,11 +15,12 @@ from services.receipts import verdicts
 from services.receipts.progress import StreamReader, offsets_client, start_offsets
 from services.receipts.repository import ReceiptRepository
 from services.receipts.tracker import Tracker
-from shared import tracing, typedrecords
+from shared import tracing
 from shared.coreservice import CoreService
 from shared.failures import settle
 from shared.kafka import ensure_topics, make_producer
 from shared.logging import get_logger
+from shared.messages import decode
 from shared.service import StopSteps, cancel, decode_records, records_of
 from shared.settings import Settings
 from shared.store import Doc
@@ -34,9 +35,9 @@ class ReceiptService(CoreService):
         self.repo = ReceiptRepository(self.db)
         self.tracker = Tracker(self.repo, self.send_facts, settings.receipt_window_s)
         self.tracker.tracer = self.tracer  # None: tracing off
-        self.types: typedrecords.TopicTypes = {
-            self.topics.runtime_deliveries: typedrecords.DELIVERY,
-            self.topics.runtime_observations: typedrecords.OBSERVATION}
+        self.types: decode.TopicTypes = {
+            self.topics.runtime_deliveries: decode.DELIVERY,
+            self.topics.runtime_observations: decode.OBSERVATION}
         self.tasks: list[asyncio.Task[None]] = []
         # The facts go out on a plain producer, as storage's outputs do: at 2 000 timeouts/s
         # FastStream's per-publish wrapper was 2.5 of the tracker's 4 s in its verdict batches
