@@ -75,13 +75,17 @@ def fact_record(session_id: str, fact_id: str, body: dict[str, Any]) -> dict[str
 
 def observation_record(*, runtime_id: str, session_id: str, harness: str,
                        native: dict[str, Any] | None, turn_id: str | None,
-                       observation_id: str) -> dict[str, Any]:
+                       observation_id: str, observed_at: str | None = None) -> dict[str, Any]:
     """A ``runtime.observation/1``: one native record as the harness printed it (``native``),
-    or ``None`` for a refusal, which the caller adds as ``refusal``. The publisher stamps
-    ``observed_at``."""
-    return {"schema": OBSERVATION, "runtime_id": runtime_id, "session_id": session_id,
-            "harness": harness, "native": native, "turn_id": turn_id,
-            "observation_id": observation_id}
+    or ``None`` for a refusal, which the caller adds as ``refusal``. ``observed_at`` (which the
+    contract requires): given, or left to the publisher, which stamps it as it sends (the
+    Runtime's outbox, ``runtimes.outbox``)."""
+    rec = {"schema": OBSERVATION, "runtime_id": runtime_id, "session_id": session_id,
+           "harness": harness, "native": native, "turn_id": turn_id,
+           "observation_id": observation_id}
+    if observed_at is not None:
+        rec["observed_at"] = observed_at
+    return rec
 
 
 def registration_record(*, runtime_id: str, harness: str, bridge_protocol: int,
