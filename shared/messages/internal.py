@@ -54,18 +54,6 @@ class Fact(_Record):
     kind: str
 
 
-class Observation(_Record):
-    """``runtime.observation/1`` as storage and the dispatcher read it (a Runtime may send
-    more): storage reads ``native``, the dispatcher a ``refusal``."""
-
-    schema_: schemas.ObservationSchema = Field(alias="schema")
-    runtime_id: str
-    session_id: str
-    harness: str | None = None
-    native: dict[str, Any] | None = None
-    refusal: dict[str, Any] | None = None
-
-
 class StoredMessage(_Record):
     """One message of a stored input; its ``content`` parts pass through untouched."""
 
