@@ -12,10 +12,10 @@ from aiokafka import AIOKafkaConsumer
 from runtimes.deliveries import FETCH_MAX_WAIT_MS, Batches, DeadLetter, read_forever
 from runtimes.harness import SimulatedHarness
 from runtimes.registration import STATUSES
-from shared import typedrecords
 from shared.domain.poison import UNPROCESSABLE, Poison
 from shared.kafka import assigned_consumer
 from shared.logging import get_logger
+from shared.messages import decode
 from shared.settings import Settings
 
 log = get_logger(__name__)
@@ -61,7 +61,7 @@ async def apply_control(r: Any, runtime_id: str, harness: SimulatedHarness, stat
     """One control record: the switches applied to ``harness`` and the status in force after
     it, or ``None`` when it changed nothing (another Runtime's, or bad: a bad record addressed
     to this Runtime is dead-lettered)."""
-    got = typedrecords.CONTROL.decode(r.value or b"")
+    got = decode.CONTROL.decode(r.value or b"")
     if isinstance(got, Poison):
         if r.key == runtime_id.encode():
             await dead_letter(r, got)

@@ -20,10 +20,11 @@ from runtimes.live import LiveHarness, refusal
 from runtimes.outbox import ObservationOutbox
 from runtimes.registration import consumer_group
 from runtimes.traces import TRACES
-from shared import sealing, tracing, typedrecords
+from shared import sealing, tracing
 from shared.domain.poison import Poison
 from shared.kafka import client_security, max_record_bytes
 from shared.logging import bound, get_logger
+from shared.messages import decode
 from shared.sealing import KeyPair
 from shared.settings import Settings
 from shared.topics import Topics
@@ -149,7 +150,7 @@ class DeliveryLoop:
                 log.exception("runtime.commit_failed")
 
     async def handle_raw(self, r: Any) -> int:
-        got = typedrecords.DELIVERY.decode(r.value or b"")
+        got = decode.DELIVERY.decode(r.value or b"")
         if isinstance(got, Poison):
             if r.key == self.runtime_id.encode():
                 await self.dead_letter(r, got)

@@ -1,9 +1,10 @@
-"""Record schemas (the public ones are in CONTRACT §2, typed in ``shared.contracts``; what
-consumers read is typed in ``shared.typedrecords``). Every record is JSON with a ``schema``
-field. The names live here (imported: each is spelled once, in ``shared.messages.schemas``) so
-producers and consumers agree; so do the envelopes built here
-(``item_record``, ``stored_record``, ``fact_record``, ``observation_record``,
-``registration_record``, ``control_record`` — check the functions below). The bodies are built
+"""Record builders. Every record is JSON with a ``schema`` field; each record has one model in
+``shared.messages`` (the public ones are CONTRACT §2), which its consumers decode with and these
+builders are checked against (tests/unit/test_builders_match_models.py). The names live here
+(imported: each is spelled once, in ``shared.messages.schemas``) so producers and consumers
+agree; so do the envelopes built here (``item_record``, ``stored_record``, ``fact_record``,
+``observation_record``, ``registration_record``, ``control_record`` — check the functions
+below). The bodies are built
 by the domain: ``session.admitted/1`` by ``services.admission.domain.validation``
 (``admitted_record``), ``runtime.delivery/1`` by ``shared.domain.wire``, decisions by
 ``services.storage.domain.sessions``."""
@@ -75,13 +76,17 @@ def fact_record(session_id: str, fact_id: str, body: dict[str, Any]) -> dict[str
 
 def observation_record(*, runtime_id: str, session_id: str, harness: str,
                        native: dict[str, Any] | None, turn_id: str | None,
-                       observation_id: str) -> dict[str, Any]:
+                       observation_id: str, observed_at: str | None = None) -> dict[str, Any]:
     """A ``runtime.observation/1``: one native record as the harness printed it (``native``),
-    or ``None`` for a refusal, which the caller adds as ``refusal``. The publisher stamps
-    ``observed_at``."""
-    return {"schema": OBSERVATION, "runtime_id": runtime_id, "session_id": session_id,
-            "harness": harness, "native": native, "turn_id": turn_id,
-            "observation_id": observation_id}
+    or ``None`` for a refusal, which the caller adds as ``refusal``. ``observed_at`` (which the
+    contract requires): given, or left to the publisher, which stamps it as it sends (the
+    Runtime's outbox, ``runtimes.outbox``)."""
+    rec = {"schema": OBSERVATION, "runtime_id": runtime_id, "session_id": session_id,
+           "harness": harness, "native": native, "turn_id": turn_id,
+           "observation_id": observation_id}
+    if observed_at is not None:
+        rec["observed_at"] = observed_at
+    return rec
 
 
 def registration_record(*, runtime_id: str, harness: str, bridge_protocol: int,

@@ -111,8 +111,10 @@ def _aad(delivery: Mapping[str, Any]) -> bytes:
 
 def seal(delivery: Mapping[str, Any], recipients: list[str]) -> dict[str, Any]:
     """``delivery`` with its ``SEALED_FIELDS`` moved into ``sealed``, readable by each of the
-    ``recipients`` (public keys)."""
+    ``recipients`` (public keys); one without any (an interrupt) as it is."""
     body = {k: delivery[k] for k in SEALED_FIELDS if k in delivery}
+    if not body:
+        return dict(delivery)
     cek, nonce = ChaCha20Poly1305.generate_key(), os.urandom(12)
     ct = ChaCha20Poly1305(cek).encrypt(nonce, json.dumps(body, separators=(",", ":"),
                                                          ensure_ascii=False).encode(),

@@ -16,7 +16,7 @@ from aiokafka.structs import ConsumerRecord
 from shared.domain.poison import UNEXPECTED_SCHEMA, Poison
 from shared.kafka import DeadLetters
 from shared.logging import get_logger
-from shared.typedrecords import Decoded, RecordType
+from shared.messages.decode import Decoded, RecordType
 
 log = get_logger(__name__)
 
@@ -34,7 +34,7 @@ T = TypeVar("T")
 async def decode_records(
     dlq: DeadLetters, raws: tuple[Raw, ...] | Any, types: Mapping[str, RecordType[Any]],
 ) -> list[tuple[Raw, Decoded[Any]]]:
-    """The records of a batch decoded with their topic's model (``shared.typedrecords``); every
+    """The records of a batch decoded with their topic's model (``shared.messages.decode``); every
     other one goes to its topic's DLQ with the reason, and the batch goes on without it."""
 
     def decode(r: Raw) -> Decoded[Any] | Poison:

@@ -11,9 +11,9 @@ from aiokafka import AIOKafkaConsumer
 from shared.domain.poison import UNPROCESSABLE, Poison
 from shared.kafka import DeadLetters, assigned_consumer, stop_consumer
 from shared.logging import get_logger
+from shared.messages.decode import RecordType
 from shared.service import cancel
 from shared.settings import Settings
-from shared.typedrecords import RecordType
 
 log = get_logger(__name__)
 
@@ -22,7 +22,7 @@ class Tail:
     """One topic read by this process alone (no consumer group), every record handed to
     ``dispatch``. ``at_end``: only what is published after ``start`` (answers, Items); else the
     whole topic first (the compacted registry). Records that are not the tail's ``RecordType``
-    (``shared.typedrecords``), or that ``dispatch`` refuses with
+    (``shared.messages.decode``), or that ``dispatch`` refuses with
     ``ValueError``/``KeyError``/``TypeError``, go to the DLQ. ``dispatch`` gets the record's
     value exactly as decoded, and the record itself (its headers: a trace to go on in)."""
 

@@ -1,7 +1,7 @@
 """The OpenAPI document of CONTRACT §1. The handlers read raw bodies (strict JSON parsing, the
 domain validator), so FastAPI cannot infer their shapes: request bodies come from the pydantic
-models of ``shared.domain.content``, answers from those of ``shared.contracts`` (the models the
-record schemas come from), and each operation is described below.
+models of ``shared.domain.content``, answers from those of ``services.admission.answers`` (an
+Item is the record model of ``shared.messages.items``), and each operation is described below.
 
 ``python -m services.admission.openapi > docs/openapi.json`` writes the checked-in copy;
 ``tests/unit/test_openapi.py`` checks that the served document equals it."""
@@ -17,12 +17,13 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import TypeAdapter
 from pydantic.json_schema import models_json_schema
 
-from shared import contracts
+from services.admission import answers
 from shared.domain.content import (
     CreateSessionBody,
     MessageEventBody,
     ToolResultEventBody,
 )
+from shared.messages import generate, items
 
 Json = dict[str, Any]
 REF = "#/components/schemas/{model}"
@@ -34,10 +35,10 @@ def _ref(name: str) -> Json:
 
 _ID = {"type": "string", "pattern": "^[a-z]+_[0-9a-f]{32}$"}
 
-# The answers' bodies (shared.contracts), rendered as they are served (serialization mode).
-RESPONSE_MODELS = (contracts.Error, contracts.SessionCreated, contracts.EventAccepted,
-                   contracts.Session, contracts.ItemPage, contracts.ToolResult,
-                   contracts.Health)
+# The answers' bodies (services.admission.answers), rendered as served (serialization mode).
+RESPONSE_MODELS = (answers.Error, answers.SessionCreated, answers.EventAccepted,
+                   answers.Session, answers.ItemPage, answers.ToolResult,
+                   answers.Health)
 REQUEST_MODELS = (CreateSessionBody, MessageEventBody, ToolResultEventBody)
 # Fields an Item carries on the topic only (shared.records.ITEM_TOPIC_ONLY): an HTTP answer
 # that held one would not conform.
@@ -204,14 +205,14 @@ def component_schemas() -> dict[str, Json]:
         ref_template=REF,
     )
     defs: dict[str, Json] = top["$defs"]
-    union = TypeAdapter(contracts.Item).json_schema(ref_template=REF, mode="serialization")
+    union = TypeAdapter(items.Item).json_schema(ref_template=REF, mode="serialization")
     union.pop("$defs", None)
     defs = {name: _named(schema, union) for name, schema in defs.items()}
     for name in ("MessageItem", "AgentMessageItem", "FunctionCallItem", "FunctionCallOutputItem",
                  "FunctionCallApplicationItem", "TurnItem"):
         for field in _TOPIC_ONLY:
             defs[name]["properties"].pop(field, None)
-    union = contracts.name_nested_unions(union, defs, REF)
+    union = generate.name_nested_unions(union, defs, REF)
     defs["Item"] = {**union, "description": "A public Item (CONTRACT §2), by `type` (and a "
                     "message by `role`)."}
     return dict(sorted(defs.items()))

@@ -17,8 +17,9 @@ from typing import Any
 
 from opentelemetry.trace import Span, Tracer
 
-from shared import records, tracing, typedrecords
+from shared import records, tracing
 from shared.kafka import DeadLetters
+from shared.messages import decode
 from shared.settings import Settings
 from shared.tail import Tail
 
@@ -33,7 +34,7 @@ def handing(tracer: Tracer | None, record: Any, **attributes: Any
 class ReplyTail(Tail):
     def __init__(self, settings: Settings, topic: str, dlq: DeadLetters,
                  tracer: Tracer | None = None) -> None:
-        super().__init__(settings, topic, typedrecords.STORAGE_REPLY, dlq)
+        super().__init__(settings, topic, decode.STORAGE_REPLY, dlq)
         self.waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.tracer = tracer
 
@@ -58,7 +59,7 @@ class ItemTail(Tail):
 
     def __init__(self, settings: Settings, topic: str, dlq: DeadLetters,
                  tracer: Tracer | None = None) -> None:
-        super().__init__(settings, topic, typedrecords.ITEM, dlq)
+        super().__init__(settings, topic, decode.ITEM, dlq)
         self.listeners: dict[str, set[asyncio.Queue[dict[str, Any]]]] = defaultdict(set)
         self.tracer = tracer
 

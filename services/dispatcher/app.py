@@ -18,13 +18,14 @@ from services.dispatcher.domain.binding import RuntimeInfo
 from services.dispatcher.outbox import KafkaOutbox
 from services.dispatcher.registry import RegistryTail
 from services.dispatcher.repository import DispatcherRepository
-from shared import tracing, typedrecords
+from shared import tracing
 from shared.coreservice import CoreService
 from shared.domain.poison import NOT_BOUND, Poison
 from shared.failures import settle
 from shared.ids import new_id
 from shared.kafka import broker_ping, ensure_topics
 from shared.logging import bound, get_logger
+from shared.messages import decode
 from shared.metrics import set_ready_runtimes, set_runtimes
 from shared.service import StopSteps, cancel, decode_records
 from shared.settings import Settings
@@ -40,9 +41,9 @@ class DispatcherService(CoreService):
         super().__init__(settings, GROUP, "dispatcher")
         self.repo = DispatcherRepository(self.db)
         self.instance = new_id("rt").replace("rt_", "dsp_")
-        self.types: typedrecords.TopicTypes = {
-            self.topics.session_stored: typedrecords.STORED,
-            self.topics.runtime_observations: typedrecords.OBSERVATION}
+        self.types: decode.TopicTypes = {
+            self.topics.session_stored: decode.STORED,
+            self.topics.runtime_observations: decode.OBSERVATION}
         self.registry = RegistryTail(settings, self.topics.runtime_registrations, self._changed,
                                      self.dlq)
         self.binder = Binder(

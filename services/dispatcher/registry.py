@@ -2,8 +2,9 @@
 ``runtime.registrations`` topic from the beginning (no consumer group) and keeps the latest
 registration per Runtime in memory. Malformed registrations go to the DLQ (``Tail``): every
 replica reads the whole topic, so each replica dead-letters a bad registration once per start.
-A registration is decoded with ``shared.typedrecords.Registration`` (strict types, a known
-status, an RFC 3339 heartbeat with a time zone) before it reaches the registry.
+A registration is decoded with its one model, ``shared.messages.runtime.RuntimeRegistration``
+(strict types, a known harness and status, an RFC 3339 heartbeat with a time zone) before it
+reaches the registry.
 
 A missed heartbeat only means something while this replica can read the topic: when the broker
 is away no heartbeat can arrive, whether the Runtime lives or not. ``ReadingClock`` knows when
@@ -18,9 +19,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.dispatcher.domain.binding import RuntimeInfo, from_registration
-from shared import typedrecords
 from shared.kafka import DeadLetters
 from shared.logging import get_logger
+from shared.messages import decode
 from shared.tail import Tail
 
 log = get_logger(__name__)
@@ -62,7 +63,7 @@ class RegistryTail(Tail):
 
     def __init__(self, settings: Any, topic: str, on_change: Callable[[RuntimeInfo], None],
                  dlq: DeadLetters) -> None:
-        super().__init__(settings, topic, typedrecords.REGISTRATION, dlq)
+        super().__init__(settings, topic, decode.REGISTRATION, dlq)
         self.runtimes: dict[str, RuntimeInfo] = {}
         self.on_change = on_change
         # A caught-up poll comes every fetch wait (50 ms) while the broker answers; a fifth of

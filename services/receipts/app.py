@@ -15,12 +15,13 @@ from services.receipts import verdicts
 from services.receipts.progress import StreamReader, offsets_client, start_offsets
 from services.receipts.repository import ReceiptRepository
 from services.receipts.tracker import Tracker
-from shared import sealing, tracing, typedrecords
+from shared import sealing, tracing
 from shared.coreservice import CoreService
 from shared.domain.poison import UNSEALABLE, Poison
 from shared.failures import settle
 from shared.kafka import ensure_topics, make_producer
 from shared.logging import get_logger
+from shared.messages import decode
 from shared.sealing import KeyPair
 from shared.service import StopSteps, cancel, decode_records, records_of
 from shared.settings import Settings
@@ -36,9 +37,9 @@ class ReceiptService(CoreService):
         self.repo = ReceiptRepository(self.db)
         self.tracker = Tracker(self.repo, self.send_facts, settings.receipt_window_s)
         self.tracker.tracer = self.tracer  # None: tracing off
-        self.types: typedrecords.TopicTypes = {
-            self.topics.runtime_deliveries: typedrecords.DELIVERY,
-            self.topics.runtime_observations: typedrecords.OBSERVATION}
+        self.types: decode.TopicTypes = {
+            self.topics.runtime_deliveries: decode.DELIVERY,
+            self.topics.runtime_observations: decode.OBSERVATION}
         self.tasks: list[asyncio.Task[None]] = []
         # sealed deliveries' content is opened with Core's key (shared/sealing.py)
         self.keys = KeyPair.from_private(settings.seal_key) if settings.seal_key else None

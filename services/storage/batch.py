@@ -30,11 +30,12 @@ from services.storage.offsets import OffsetCommits
 from services.storage.publishorder import PublishOrder
 from services.storage.repository import StaleDecision, StorageRepository
 from services.storage.sessionwriter import SessionWriter
-from shared import records, tracing, typedrecords
+from shared import records, tracing
 from shared.domain.poison import NOT_BOUND, UNPROCESSABLE, Poison
 from shared.failures import poison_of
 from shared.kafka import DeadLetters, encode
 from shared.logging import get_logger
+from shared.messages import decode
 from shared.metrics import STORAGE_BATCH_RECORDS, STORAGE_BATCH_SECONDS, Stopwatch
 from shared.records import item_record
 from shared.service import decode_records
@@ -143,7 +144,7 @@ class BatchWriter:
     decided: DecidedState
     dlq: DeadLetters
     topics: Topics
-    types: dict[str, typedrecords.RecordType[Any]]
+    types: dict[str, decode.RecordType[Any]]
     send: Send
     handovers: Handovers
     tracer: Tracer | None = None  # on: a ``process <topic>`` span per record (``_trace``)

@@ -21,11 +21,13 @@ from services.storage.domain.sessions import (
     decide_tool_result,
 )
 from services.storage.repository import StorageRepository
-from shared import itemstore, records, typedrecords
+from shared import itemstore, records
 from shared.domain import errors, idempotency
 from shared.domain.observations import CallOpened, TurnEnded, classify_all
 from shared.domain.tenancy import DEFAULT_TENANT
 from shared.logging import bound, get_logger
+from shared.messages import decode, internal
+from shared.messages.runtime import RuntimeObservation
 from shared.metrics import STORAGE_COLD_SESSIONS
 from shared.store import PK_LOOKUPS_MAX, find_by_ids
 from shared.storecodec import item_from_doc
@@ -109,20 +111,20 @@ class Outputs:
 
 
 # What storage reads from each of its topics' schemas.
-RECORD_TYPES: dict[str, typedrecords.RecordType[Any]] = {
-    records.ADMITTED: typedrecords.ADMITTED,
-    records.FACT: typedrecords.FACT,
-    records.OBSERVATION: typedrecords.OBSERVATION,
+RECORD_TYPES: dict[str, decode.RecordType[Any]] = {
+    records.ADMITTED: decode.ADMITTED,
+    records.FACT: decode.FACT,
+    records.OBSERVATION: decode.OBSERVATION,
 }
 
 
-def inputs_of(rec: typedrecords.Decoded[Any]) -> list[Json]:
+def inputs_of(rec: decode.Decoded[Any]) -> list[Json]:
     """The storage inputs a decoded record stands for: admitted input and facts as they came
     (their content exactly as decoded), the facts an observation shows (none: not ours)."""
-    if isinstance(rec.model, typedrecords.AdmittedCreate | typedrecords.AdmittedEvent
-                  | typedrecords.Fact):
+    if isinstance(rec.model, internal.AdmittedCreate | internal.AdmittedEvent
+                  | internal.Fact):
         return [rec.value]
-    if isinstance(rec.model, typedrecords.Observation):
+    if isinstance(rec.model, RuntimeObservation):
         return _observed_facts(rec.model, rec.value)
     return []
 
@@ -133,10 +135,10 @@ def record_to_inputs(rec: Json) -> list[Json]:
     kind = RECORD_TYPES.get(str(rec.get("schema")))
     if kind is None:
         return []
-    return inputs_of(typedrecords.Decoded(kind.adapter.validate_python(rec), rec))
+    return inputs_of(decode.Decoded(kind.adapter.validate_python(rec), rec))
 
 
-def _observed_facts(obs: typedrecords.Observation, rec: Json) -> list[Json]:
+def _observed_facts(obs: RuntimeObservation, rec: Json) -> list[Json]:
     """The facts one observation shows, in the order the harness printed them: what the agent
     said and the calls it made (a Claude Code record's blocks in their order), the usage it
     reported, then the Turn's end."""

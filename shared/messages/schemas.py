@@ -1,6 +1,6 @@
 """Every record on Kafka names its schema (``{"schema": "runtime.delivery/1", …}``); each name is
-spelled here once, as a one-value ``Literal`` type (what the pydantic models of
-``shared.contracts`` and ``shared.typedrecords`` declare) and the constant of its value (what
+spelled here once, as a one-value ``Literal`` type (what the record models of
+``shared.messages`` declare) and the constant of its value (what
 builders write and consumers compare), and so are the harness and placement names. Nothing else
 in the product code spells them (``tests/unit/test_one_model_per_record.py``)."""
 

@@ -132,7 +132,8 @@ async def test_the_broker_refuses_what_a_principal_may_not_write(core: Settings)
     await produce(rt, t.runtime_registrations, registration("rt_" + "a" * 32), "rt_" + "a" * 32)
     await produce(rt, t.runtime_observations, records.observation_record(
         runtime_id="rt_" + "a" * 32, session_id="session_" + "0" * 32, harness="codex",
-        native=None, turn_id=None, observation_id="o"), "session_" + "0" * 32)
+        native=None, turn_id=None, observation_id="o", observed_at=records_now()),
+        "session_" + "0" * 32)
     # a tenant writes another tenant's input topic, or the shared one (naming anyone)
     await refused(globex, t.tenant_input("acme"), {**create("x"), "tenant": "acme"})
     await refused(globex, t.session_input, {**create("x"), "tenant": "acme"})
@@ -194,7 +195,7 @@ async def test_core_runs_under_its_principals_and_refuses_a_runtime_it_did_not_b
         def obs(rid: str, call_id: str, name: str) -> Json:
             return records.observation_record(
                 runtime_id=rid, session_id=sid, harness="codex", turn_id=d["turn_id"],
-                observation_id=uuid.uuid4().hex, native={
+                observation_id=uuid.uuid4().hex, observed_at=records_now(), native={
                     "method": "item/started", "params": {
                         "threadId": "thr", "turnId": "nt", "item": {
                             "type": "dynamicToolCall", "id": call_id, "tool": name,

@@ -54,17 +54,20 @@ class Sent:
 
 
 _REG = {"schema": records.REGISTRATION, "runtime_id": "rt_x", "harness": "codex",
-        "status": "ready", "placements": ["none"], "heartbeat_at": "2026-01-01T00:00:00Z"}
+        "bridge_protocol": 3, "status": "ready", "placements": ["none"],
+        "capabilities": {"message_images": True, "function_result_images": True},
+        "heartbeat_at": "2026-01-01T00:00:00Z"}
 REG_BAD_STATUS = encode({**_REG, "status": "exploded"})
 REG_BAD_PLACEMENTS = encode({**_REG, "runtime_id": "rt_z", "placements": ["none", 3]})
 OBS_BAD_REFUSAL = encode({"schema": records.OBSERVATION, "runtime_id": RT, "session_id": SID,
+                          "harness": "codex", "observed_at": "2026-01-01T00:00:00Z",
                           "native": None, "refusal": "refused"})
 STORED_BAD_KIND = encode({"schema": records.STORED, "session_id": SID, "event_id": "evt_x",
                           "harness": "codex", "placement": "none", "kind": "resume"})
 # what the DLQ record's detail names, for the records the typed decoders refuse
 DETAIL = {
     REG_BAD_STATUS: "runtime.registration/1: status: Input should be 'ready'",
-    REG_BAD_PLACEMENTS: "runtime.registration/1: placements.1: Input should be a valid string",
+    REG_BAD_PLACEMENTS: "runtime.registration/1: placements.1: Input should be 'none'",
     OBS_BAD_REFUSAL: "refusal",
     STORED_BAD_KIND: "session.stored/1: record: Input tag 'resume'",
 }

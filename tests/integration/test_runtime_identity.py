@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaProducer
 
 from services.storage.app import StorageService
 from shared import records
-from shared.kafka import encode
+from shared.kafka import encode, now_rfc3339
 from shared.settings import Settings
 from tests.support.binding import binding_fact
 from tests.support.kafka import read_records
@@ -40,7 +40,8 @@ def observation(runtime_id: str, sid: str, turn_id: str | None, native: Json | N
                 **extra: Any) -> Json:
     return {**records.observation_record(runtime_id=runtime_id, session_id=sid,
                                          harness="codex", native=native, turn_id=turn_id,
-                                         observation_id=f"obs_{uuid.uuid4().hex}"), **extra}
+                                         observation_id=f"obs_{uuid.uuid4().hex}",
+                                         observed_at=now_rfc3339()), **extra}
 
 
 async def send(settings: Settings, topic: str, *recs: Json) -> None:

@@ -13,7 +13,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from shared import records
-from shared.kafka import encode, max_record_bytes
+from shared.kafka import encode, max_record_bytes, now_rfc3339
 from tests.support.binding import binding_fact
 from tests.support.builders import admitted_create
 from tests.support.system import System, SystemFactory
@@ -61,7 +61,8 @@ def observed(sid: str, turn_id: str, native: Json) -> Json:
     # the native item's identity is what makes it the same
     return records.observation_record(runtime_id="rt_" + "1" * 32, session_id=sid,
                                       harness="claude_code", native=native, turn_id=turn_id,
-                                      observation_id=f"obs_{uuid.uuid4().hex}")
+                                      observation_id=f"obs_{uuid.uuid4().hex}",
+                                      observed_at=now_rfc3339())
 
 
 def assistant(uuid_: str, *blocks: Json, parent: str | None = None) -> Json:
@@ -141,7 +142,8 @@ async def test_a_2_mb_answer_is_stored_and_published_whole(core: System) -> None
     await publish(core, core.topics.runtime_observations,
                   *[records.observation_record(
                       runtime_id="rt_" + "2" * 32, session_id=sid, harness="codex", native=n,
-                      turn_id=turn_id, observation_id=f"obs_{uuid.uuid4().hex}")
+                      turn_id=turn_id, observation_id=f"obs_{uuid.uuid4().hex}",
+                      observed_at=now_rfc3339())
                     for n in (native_text, end)])
     published = await core.items.wait_for(sid, lambda i: i["type"] == "message"
                                           and i["role"] == "agent", timeout=60)
@@ -192,7 +194,8 @@ async def test_an_answer_over_16_mib_is_stored_in_parts_and_published_whole(
         "type": "agentMessage", "id": "msg_huge", "text": big}}}
     await publish(core, core.topics.runtime_observations, records.observation_record(
         runtime_id=RT, session_id=sid, harness="codex", native=said,
-        turn_id=turn_id, observation_id=f"obs_{uuid.uuid4().hex}"))
+        turn_id=turn_id, observation_id=f"obs_{uuid.uuid4().hex}",
+        observed_at=now_rfc3339()))
     db = core.storage.repo.db
     # journaled: the create, the binding, the held message (a change without an Item: its
     # Session document is written with it, not later)
@@ -216,7 +219,8 @@ async def test_an_answer_over_16_mib_is_stored_in_parts_and_published_whole(
             "id": "tu", "status": "completed"}}}
         await publish(core, core.topics.runtime_observations, records.observation_record(
             runtime_id=RT, session_id=sid, harness="codex", native=end,
-            turn_id=turn_id, observation_id=f"obs_{uuid.uuid4().hex}"))
+            turn_id=turn_id, observation_id=f"obs_{uuid.uuid4().hex}",
+            observed_at=now_rfc3339()))
         published = await core.items.wait_for(sid, lambda i: i["type"] == "message"
                                               and i["role"] == "agent", timeout=120)
         assert published["content"] == [{"type": "output_text", "text": big}]

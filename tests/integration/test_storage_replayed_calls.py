@@ -132,6 +132,7 @@ async def test_the_storage_handler_opens_no_call_from_a_replayed_tool_use(
         def obs(native: Json) -> list[Json]:
             return record_to_inputs({"schema": records.OBSERVATION, "session_id": sid,
                                      "runtime_id": RT, "harness": "claude_code",
+                                     "observed_at": now_rfc3339(),
                                      "native": native})
 
         await handler.handle([create, binding_fact(sid, RT)])

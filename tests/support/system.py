@@ -176,12 +176,15 @@ class TestRuntime:
     async def next_delivery(self, timeout: float = 20) -> Json:
         return await asyncio.wait_for(self.deliveries.get(), timeout)
 
+    def observation(self, session_id: str, native: Json | None, **extra: Any) -> Json:
+        return {"schema": "runtime.observation/1", "runtime_id": self.runtime_id,
+                "session_id": session_id, "harness": self.harness,
+                "observed_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+                "observation_id": uuid.uuid4().hex, "native": native, **extra}
+
     async def observe(self, session_id: str, native: Json | None, **extra: Any) -> None:
         assert self.producer is not None
-        rec = {"schema": "runtime.observation/1", "runtime_id": self.runtime_id,
-               "session_id": session_id, "harness": self.harness,
-               "observed_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-               "observation_id": uuid.uuid4().hex, "native": native, **extra}
+        rec = self.observation(session_id, native, **extra)
         await self.producer.send_and_wait(self.topics.runtime_observations, encode(rec),
                                           key=session_id.encode())
 

@@ -132,10 +132,14 @@ def test_usage_sums_field_by_field() -> None:
 
 # --------------------------------------------------------------------------- facts, in order
 
+OBS_SID = "session_" + "1" * 32
+AT = "2026-11-30T10:00:00Z"
+
+
 def observation(harness: str, native: Any, **extra: Any) -> dict[str, Any]:
-    return records.observation_record(runtime_id="rt_1", session_id="session_1",
+    return records.observation_record(runtime_id="rt_1", session_id=OBS_SID,
                                       harness=harness, native=native, turn_id="turn_1",
-                                      observation_id="obs_1") | extra
+                                      observation_id="obs_1") | {"observed_at": AT} | extra
 
 
 def test_a_claude_record_gives_its_blocks_facts_in_printed_order() -> None:
@@ -143,7 +147,7 @@ def test_a_claude_record_gives_its_blocks_facts_in_printed_order() -> None:
         text("first"), tool_use("t1"), text("second"))))
     assert [(f["kind"], f.get("text") or f.get("call_id")) for f in facts] == [
         ("agent_message", "first"), ("function_call", "t1"), ("agent_message", "second")]
-    assert facts[0]["fact_id"] == "obs:session_1:agent:claude:u1:0"
+    assert facts[0]["fact_id"] == f"obs:{OBS_SID}:agent:claude:u1:0"
     assert facts[0]["turn_id"] == "turn_1" and facts[0]["phase"] is None
 
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter
 
-from shared import contracts, typedrecords
 from shared.domain import wire
 from shared.domain.poison import Poison
 from shared.kafka import encode
+from shared.messages import decode, runtime
 from tests.unit.test_binder import World, stored
 
 Doc = dict[str, Any]
@@ -115,7 +115,7 @@ def test_an_interrupt_is_the_contract_and_what_a_runtime_reads() -> None:
     rec = wire.interrupt_delivery(delivery_id="int_1", runtime_id="rt_" + "a" * 32,
                                   session_id="session_" + "b" * 32, turn_id="turn_1",
                                   reason="message_images_unsupported: …")
-    TypeAdapter(contracts.RuntimeDelivery).validate_python(rec)
-    got = typedrecords.DELIVERY.decode(encode(rec))
+    TypeAdapter(runtime.RuntimeDelivery).validate_python(rec)
+    got = decode.DELIVERY.decode(encode(rec))
     assert not isinstance(got, Poison) and got.value == rec
     assert wire.event_of_delivery(wire.interrupt_delivery_id("evt_ab")) is None

@@ -137,7 +137,8 @@ def test_a_replayed_tool_use_gives_storage_no_function_call_fact(key: str, value
 
     def observation(native: dict[str, Any]) -> dict[str, Any]:
         return {"schema": records.OBSERVATION, "runtime_id": "rt_" + "3" * 32,
-                "session_id": sid, "harness": "claude_code", "native": native}
+                "session_id": sid, "harness": "claude_code", "native": native,
+                "observed_at": "2026-11-30T10:00:00Z"}
 
     live = record_to_inputs(observation(assistant()))
     # the live record: its text is an agent message, its tool_use the call

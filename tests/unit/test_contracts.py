@@ -1,5 +1,5 @@
 """The generated contract documents (``docs/schemas/*.json``, ``docs/asyncapi.json``) equal what
-the code generates: regenerate with ``python -m shared.contracts``."""
+the code generates: regenerate with ``python -m shared.messages.generate``."""
 
 from __future__ import annotations
 
@@ -8,21 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from shared import asyncapi, contracts
+from shared.messages import asyncapi, generate
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
-@pytest.mark.parametrize("name", sorted(contracts.SCHEMAS))
+@pytest.mark.parametrize("name", sorted(generate.SCHEMAS))
 def test_checked_in_schema_equals_the_generated_one(name: str) -> None:
     path = DOCS / "schemas" / f"{name}.json"
-    assert path.read_text() == contracts.rendered(name), \
-        f"{path} drifted: run python -m shared.contracts"
+    assert path.read_text() == generate.rendered(name), \
+        f"{path} drifted: run python -m shared.messages.generate"
 
 
 def test_checked_in_asyncapi_equals_the_generated_one() -> None:
     assert (DOCS / "asyncapi.json").read_text() == asyncapi.rendered(), \
-        "docs/asyncapi.json drifted: run python -m shared.contracts"
+        "docs/asyncapi.json drifted: run python -m shared.messages.generate"
 
 
 def test_asyncapi_payloads_are_the_contract_models_not_empty() -> None:
@@ -37,7 +37,7 @@ def test_asyncapi_payloads_are_the_contract_models_not_empty() -> None:
 
 
 def test_item_union_is_discriminated_on_type() -> None:
-    schema = contracts.json_schema("session.items")
+    schema = generate.json_schema("session.items")
     assert schema["discriminator"]["propertyName"] == "type"
     assert set(schema["discriminator"]["mapping"]) == {
         "message", "function_call", "function_call_output", "function_call_application", "turn"}

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from shared import contracts
 from shared.domain import poison
 from shared.domain.poison import Poison
 from shared.kafka import DLQ_ROOM, DLQ_TEXT_MAX, dlq_envelope
+from shared.messages import deadletter
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "schemas" / "dlq.json")
                     .read_text())
@@ -25,7 +25,7 @@ CODES = {v for k, v in vars(poison).items() if k.isupper() and isinstance(v, str
 
 
 def test_the_reason_codes_are_the_poison_codes() -> None:
-    reason = contracts.DeadLetter.model_fields["reason"].annotation
+    reason = deadletter.DeadLetter.model_fields["reason"].annotation
     assert set(typing.get_args(reason)) == CODES
     assert set(SCHEMA["properties"]["reason"]["enum"]) == CODES
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, get_args
 
 ROOT = Path(__file__).resolve().parents[2]
 # The product code is every top-level package but these (so the Runtimes' code is scanned
@@ -124,3 +126,94 @@ def test_the_harness_and_placement_names_are_enumerated_once() -> None:
 def test_the_scan_covers_the_services_shared_and_the_runtime() -> None:
     scanned = {f.relative_to(ROOT).parts[0] for f in product_files()}
     assert {"services", "shared", "runtimes", "scripted_model", "demo"} <= scanned
+
+
+
+# --------------------------------------------------------------------------- one model each
+def _members(model: Any) -> set[type]:
+    """The classes of one record's model: the class, or every member of its (nested,
+    discriminated) union."""
+    if isinstance(model, type):
+        return {model}
+    return {c for arg in get_args(model) for c in _members(arg)}
+
+
+def _declaring(cls: type) -> set[type]:
+    """``cls`` and each base of it that declares the record's ``schema`` field itself (the
+    common envelope of a union's members is part of that one model)."""
+    return {c for c in cls.__mro__ if "schema_" in getattr(c, "__annotations__", {})}
+
+
+def _where(cls: type) -> str:
+    return f"{Path(sys.modules[cls.__module__].__file__ or '').relative_to(ROOT)}::{cls.__name__}"
+
+
+def record_classes(trees: list[tuple[str, ast.AST]] | None = None) -> dict[str, list[str]]:
+    """Each class in the product code (or ``trees``: label, module) that declares a record's
+    ``schema`` field (``schema_: <Name>Schema``, a type of shared/messages/schemas.py), or that
+    subclasses a class of a record's model → ``path::Class``, by schema name (a subclass: by
+    ``subclass of <Class>``)."""
+    from shared.messages import catalog, schemas
+
+    if trees is None:
+        trees = [(str(path.relative_to(ROOT)), ast.parse(path.read_text(), str(path)))
+                 for path in product_files()]
+    model_names = {c.__name__ for m in catalog.MODELS.values() for c in _members(m)}
+    found: dict[str, list[str]] = defaultdict(list)
+    for label, tree in trees:
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            place = f"{label}::{node.name}"
+            for stmt in node.body:
+                if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                        and stmt.target.id == "schema_"):
+                    for name in re.findall(r"\b(\w+Schema)\b", ast.unparse(stmt.annotation)):
+                        found[get_args(getattr(schemas, name))[0]].append(place)
+            for base in node.bases:
+                name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+                if name in model_names:
+                    found[f"subclass of {name}"].append(place)
+    return found
+
+
+def second_models(found: dict[str, list[str]]) -> dict[str, list[str]]:
+    """What ``found`` holds beyond each record's one model (``catalog.MODELS``)."""
+    from shared.messages import catalog
+
+    allowed = {schema: {_where(c) for m in _members(model) for c in _declaring(m)}
+               for schema, model in catalog.MODELS.items()}
+    extra = {what: sorted(set(places) - allowed.get(what, set()))
+             for what, places in found.items()}
+    return {what: places for what, places in extra.items() if places}
+
+
+def test_every_record_has_one_model() -> None:
+    """One pydantic model per record (issue 60): the model ``shared.messages.catalog.MODELS``
+    names for its schema — one class, or one discriminated union of classes that share an
+    envelope — which consumers decode with, builders are checked against and the published
+    schemas come from. A second model of a record anywhere in the product code (a consumer's
+    own view, a subclass of a record model) fails here."""
+    from shared.messages import catalog, schemas
+
+    assert set(catalog.MODELS) == set(schemas.ALL)
+    found = record_classes()
+    assert set(schemas.ALL) <= set(found), "the scan sees no model of some records"
+    second = second_models(found)
+    assert not second, "a second model of a record (use its one model in shared/messages/, " \
+        "catalog.MODELS):\n" + "\n".join(
+            f"  {what}: {', '.join(places)}" for what, places in sorted(second.items()))
+
+
+def test_the_one_model_check_sees_a_second_model() -> None:
+    """A consumer's own view of ``runtime.delivery/1`` (what ``shared/typedrecords.py`` held
+    beside ``shared/contracts.py``) and a subclass of a record model are each found."""
+    source = ("from pydantic import BaseModel, Field\n"
+              "from shared.messages import runtime, schemas\n"
+              "class Delivery(BaseModel):\n"
+              "    schema_: schemas.DeliverySchema = Field(alias='schema')\n"
+              "class MyRegistration(runtime.RuntimeRegistration):\n    pass\n")
+    found = record_classes([("shared/probe.py", ast.parse(source))])
+    assert second_models(found) == {
+        "runtime.delivery/1": ["shared/probe.py::Delivery"],
+        "subclass of RuntimeRegistration": ["shared/probe.py::MyRegistration"]}

@@ -117,13 +117,13 @@ def test_operations_have_short_stable_ids_and_tags(served: dict[str, Any]) -> No
 
 
 def test_answers_are_the_contract_models(served: dict[str, Any]) -> None:
-    """Each success answer is a pydantic model of shared.contracts; states are enums; Items are
-    one discriminated union without the topic-only fields."""
-    from shared import contracts
+    """Each success answer is a pydantic model of services.admission.answers; states are enums;
+    Items are one discriminated union without the topic-only fields."""
+    from services.admission import answers
 
     schemas = served["components"]["schemas"]
-    for model in (contracts.SessionCreated, contracts.EventAccepted, contracts.Session,
-                  contracts.ItemPage, contracts.ToolResult, contracts.Error):
+    for model in (answers.SessionCreated, answers.EventAccepted, answers.Session,
+                  answers.ItemPage, answers.ToolResult, answers.Error):
         assert set(schemas[model.__name__]["properties"]) == {
             f.alias or name for name, f in model.model_fields.items()}, model.__name__
     assert schemas["Session"]["properties"]["status"]["enum"] == ["waiting_for_runtime", "bound"]

@@ -1,6 +1,6 @@
 """The records the dispatcher and the reference Runtime publish, built in one place
 (``shared.records``, ``shared.domain.wire``), are what their consumers decode
-(``shared.typedrecords``) and what the public contract describes (``shared.contracts``)."""
+with the one model of each record (``shared.messages``)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,17 @@ from runtimes.app import RuntimeConfig, registration
 from runtimes.harness import SimulatedHarness
 from services.dispatcher.domain import binding
 from services.storage.domain.sessions import decide_create, decide_tool_result
-from shared import contracts, records, typedrecords
+from shared import records
 from shared.domain import receipts, wire
 from shared.domain.poison import Poison
 from shared.kafka import encode, now_rfc3339
+from shared.messages import decode, internal, runtime
 
 RT = "rt_" + "a" * 32
 SID = "session_" + "b" * 32
 
 
-def _decoded(kind: typedrecords.RecordType[Any], rec: dict[str, Any]) -> Any:
+def _decoded(kind: decode.RecordType[Any], rec: dict[str, Any]) -> Any:
     got = kind.decode(encode(rec))
     assert not isinstance(got, Poison), got
     assert got.value == rec
@@ -31,8 +32,8 @@ def _decoded(kind: typedrecords.RecordType[Any], rec: dict[str, Any]) -> Any:
 def test_a_registration_is_the_contract_and_what_the_registry_reads() -> None:
     cfg = RuntimeConfig(runtime_id=RT, harness="claude_code")
     rec = registration(cfg, SimulatedHarness(runtime_id=RT, harness="claude_code"), "ready")
-    contracts.RuntimeRegistration.model_validate(rec)
-    assert _decoded(typedrecords.REGISTRATION, rec).status == "ready"
+    runtime.RuntimeRegistration.model_validate(rec)
+    assert _decoded(decode.REGISTRATION, rec).status == "ready"
     assert binding.from_registration(rec).bridge_protocol == 3
 
 
@@ -44,21 +45,21 @@ def test_deliveries_are_the_contract_and_what_a_runtime_reads() -> None:
         delivery_id="dlv_2", runtime_id=RT, session_id=SID, turn_id="turn_1", call_id="c1",
         name="f", success=True, output="ok", error=None)
     for rec in (start, result):
-        TypeAdapter(contracts.RuntimeDelivery).validate_python(rec)
-        assert _decoded(typedrecords.DELIVERY, rec).runtime_id == RT
+        TypeAdapter(runtime.RuntimeDelivery).validate_python(rec)
+        assert _decoded(decode.DELIVERY, rec).runtime_id == RT
 
 
 def test_observations_and_facts_are_what_storage_and_the_dispatcher_read() -> None:
     obs = records.observation_record(runtime_id=RT, session_id=SID, harness="codex",
                                      native={"method": "turn/completed"}, turn_id="turn_1",
                                      observation_id="obs_1")
-    contracts.RuntimeObservation.model_validate({**obs, "observed_at": now_rfc3339()})
-    assert _decoded(typedrecords.OBSERVATION, obs).native == {"method": "turn/completed"}
+    obs["observed_at"] = now_rfc3339()  # stamped as the Runtime's outbox publishes it
+    assert _decoded(decode.OBSERVATION, obs).native == {"method": "turn/completed"}
     fact = records.fact_record(SID, "dsp:x", {"kind": "turn", "state": "failed",
                                               "turn_id": "turn_1", "reason": "r"})
-    assert _decoded(typedrecords.FACT, fact).kind == "turn"
+    assert _decoded(decode.FACT, fact).kind == "turn"
     control = records.control_record(RT, {"replay": True})
-    assert _decoded(typedrecords.CONTROL, control).set == {"replay": True}
+    assert _decoded(decode.CONTROL, control).set == {"replay": True}
 
 
 def test_the_schema_names_the_domain_uses_are_the_records_ones() -> None:
@@ -76,8 +77,8 @@ def test_stored_inputs_are_what_the_dispatcher_reads() -> None:
         "messages": [{"role": "user", "content": [{"type": "input_text", "text": " hi "}]}]},
         "2026-11-30T10:00:00Z")
     assert created.to_deliver is not None and created.state is not None
-    start = _decoded(typedrecords.STORED, records.stored_record(created.to_deliver))
-    assert isinstance(start, typedrecords.StoredMessages) and start.kind == "start"
+    start = _decoded(decode.STORED, records.stored_record(created.to_deliver))
+    assert isinstance(start, internal.StoredMessages) and start.kind == "start"
     state = created.state.__class__(**{**created.state.__dict__, "open_calls": {"c1": "f"}})
     result = decide_tool_result(state, {
         "request_id": "req_2", "event_id": "evt_2", "call_id": "c1",
@@ -85,5 +86,5 @@ def test_stored_inputs_are_what_the_dispatcher_reads() -> None:
         "fields_present": ["output"], "submission_fingerprint": "sfp", "fingerprint": "fp2"},
         "2026-11-30T10:00:01Z")
     assert result.to_deliver is not None
-    got = _decoded(typedrecords.STORED, records.stored_record(result.to_deliver))
-    assert isinstance(got, typedrecords.StoredResult) and got.submission.success is True
+    got = _decoded(decode.STORED, records.stored_record(result.to_deliver))
+    assert isinstance(got, internal.StoredResult) and got.submission.success is True

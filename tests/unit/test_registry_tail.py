@@ -1,6 +1,6 @@
 """The dispatcher's Runtime registry reads ``runtime.registrations`` through the typed decoder
-(shared.typedrecords.Registration): a malformed registration goes to the DLQ with the field and
-the reason, and the registrations after it are still read."""
+(shared.messages.runtime.RuntimeRegistration): a malformed registration goes to the DLQ with the
+field and the reason, and the registrations after it are still read."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ RT = "rt_" + "a" * 32
 def _reg(**fields: Any) -> bytes:
     return json.dumps({"schema": records.REGISTRATION, "runtime_id": RT, "harness": "codex",
                        "bridge_protocol": 3, "placements": ["none"], "status": "ready",
-                       "capabilities": {"message_images": True},
+                       "capabilities": {"message_images": True, "function_result_images": False},
                        "heartbeat_at": "2026-11-30T10:00:00Z", **fields}).encode()
 
 

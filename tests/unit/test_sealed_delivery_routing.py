@@ -141,9 +141,12 @@ def loop_of(keys: KeyPair | None) -> tuple[DeliveryLoop, list[Any], Outbox]:
     return loop, handled, outbox
 
 
+SID = "session_" + "1" * 32
+
+
 def delivery() -> dict[str, Any]:
     return wire.message_delivery(
-        delivery_id="dlv_1", runtime_id="rt_a", session_id="session_1", turn_id="turn_1",
+        delivery_id="dlv_1", runtime_id="rt_a", session_id=SID, turn_id="turn_1",
         kind="start", messages=[{"role": "user", "content": [{"type": "input_text",
                                                               "text": "hello"}]}])
 

@@ -121,3 +121,18 @@ def test_any_content_round_trips_byte_for_byte(messages: list[list[dict[str, str
     opened = sealing.unseal(json.loads(json.dumps(s)), RUNTIME)  # through the wire's JSON
     assert json.dumps(opened, ensure_ascii=False).encode() == \
         json.dumps(d, ensure_ascii=False).encode()
+
+
+def test_an_interrupt_carries_no_content_and_stays_as_it_is() -> None:
+    d = wire.interrupt_delivery(delivery_id="int_1", runtime_id="rt_a", session_id="session_1",
+                                turn_id="turn_1", reason="the input was refused")
+    assert sealing.seal(d, [RUNTIME.public]) == d
+
+
+def test_the_records_model_names_the_same_algorithm() -> None:
+    from typing import get_args
+
+    from shared.messages import runtime
+
+    for model in (runtime.Sealed, runtime.SealedDeliveries):
+        assert get_args(model.model_fields["alg"].annotation) == (sealing.ALG,)

@@ -12,7 +12,8 @@ from services.storage.handler import record_to_inputs
 
 
 def _end(subtype: str, **extra: Any) -> dict[str, Any]:
-    return {"schema": "runtime.observation/1", "runtime_id": "rt_1", "session_id": "session_1",
+    return {"schema": "runtime.observation/1", "runtime_id": "rt_1",
+            "session_id": "session_" + "1" * 32, "observed_at": "2026-11-30T10:00:00Z",
             "harness": "claude_code", "turn_id": "turn_1", "observation_id": "obs_1",
             "native": {"type": "result", "session_id": "n-1", "subtype": subtype}, **extra}
 

@@ -1,5 +1,5 @@
 """Which records the receipt tracker accepts from its topics (``runtime.deliveries`` and
-``runtime.observations``, decoded with ``shared.typedrecords`` like every other consumer):
+``runtime.observations``, decoded with ``shared.messages.decode`` like every other consumer):
 everything else is poison, with a reason code for the metric label."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from deploy.local.stack import free_port
-from shared import records, typedrecords
+from shared import records
 from shared.domain.poison import (
     INVALID_FIELDS,
     NO_SCHEMA,
@@ -22,20 +22,25 @@ from shared.domain.poison import (
 )
 from shared.health import serve_health
 from shared.kafka import DLQ_RECORDS, dlq_envelope
+from shared.messages import decode
 
 SID = "session_" + "a" * 32
 GOOD: dict[str, dict[str, Any]] = {
     records.OBSERVATION: {"schema": records.OBSERVATION, "runtime_id": "rt_1",
-                          "session_id": SID, "harness": "codex", "native": {}},
+                          "session_id": SID, "harness": "codex",
+                          "observed_at": "2026-11-30T10:00:00Z", "native": {}},
     records.DELIVERY: {"schema": records.DELIVERY, "delivery_id": "d", "runtime_id": "rt_1",
-                       "session_id": SID, "kind": "start"},
+                       "session_id": SID, "turn_id": "turn_1", "kind": "start",
+                       "messages": []},
 }
 
 
-TYPES = {records.OBSERVATION: typedrecords.OBSERVATION, records.DELIVERY: typedrecords.DELIVERY,
-         records.CONTROL: typedrecords.CONTROL}
-REQUIRED = {records.OBSERVATION: ("runtime_id", "session_id"),
-            records.DELIVERY: ("delivery_id", "runtime_id", "session_id", "kind")}
+TYPES = {records.OBSERVATION: decode.OBSERVATION, records.DELIVERY: decode.DELIVERY,
+         records.CONTROL: decode.CONTROL}
+# every field the contract requires (CONTRACT §2): a record without one is poison
+REQUIRED = {records.OBSERVATION: ("runtime_id", "session_id", "harness", "observed_at", "native"),
+            records.DELIVERY: ("delivery_id", "runtime_id", "session_id", "turn_id", "kind",
+                               "messages")}
 
 
 def _raw(v: Any) -> bytes:
@@ -89,7 +94,7 @@ def test_conditional_fields_apply_and_are_typed() -> None:
     result = {**GOOD[records.DELIVERY], "kind": "function_result"}
     got = accept(_raw(result), frozenset({records.DELIVERY}))
     assert isinstance(got, Poison) and "call_id" in got.detail
-    ok = {**result, "call_id": "c1", "success": True}
+    ok = {**result, "call_id": "c1", "name": "f", "success": True, "content": []}
     assert accept(_raw(ok), frozenset({records.DELIVERY})) == ok
     got = accept(_raw({**ok, "success": 1}), frozenset({records.DELIVERY}))
     assert isinstance(got, Poison) and "success" in got.detail

@@ -126,15 +126,22 @@ def tracker(store: MemoryReceiptStore, facts: Facts, clock: Clock,
 
 
 # ---- records as the Runtime and the dispatcher publish them ----------------------------------
+# (each complete as its one model, shared.messages.runtime, requires:
+# tests/unit/test_builders_match_models.py)
+RT = "rt_" + "f" * 32  # the Runtime the results are delivered to, whose observations count
+AT = "2026-11-30T10:00:00.000Z"
+
 
 def delivery(sid: str, cid: str, text: str = "ok", success: bool = True) -> Doc:
-    return {"schema": "runtime.delivery/1", "session_id": sid, "call_id": cid,
-            "kind": "function_result", "name": "f", "success": success,
+    return {"schema": "runtime.delivery/1", "delivery_id": f"dlv-{cid}", "runtime_id": RT,
+            "session_id": sid, "turn_id": "turn_1", "call_id": cid, "kind": "function_result",
+            "name": "f", "success": success,
             "content": [{"type": "input_text", "text": text}]}
 
 
 def announced(sid: str, cid: str, native_session: str = "native-1") -> Doc:
-    return {"schema": "runtime.observation/1", "session_id": sid, "harness": "claude_code",
+    return {"schema": "runtime.observation/1", "runtime_id": RT, "session_id": sid,
+            "harness": "claude_code", "observed_at": AT,
             "native": {"type": "assistant", "uuid": f"a-{cid}", "session_id": native_session,
                        "parent_tool_use_id": None, "message": {"role": "assistant", "content": [
                            {"type": "tool_use", "id": cid, "name": "f", "input": {}}]}}}
@@ -148,12 +155,14 @@ def receipt(sid: str, cid: str, text: str = "ok", *, success: bool = True,
                     "type": "tool_result", "tool_use_id": cid, "is_error": not success,
                     "content": [{"type": "text", "text": text}]}]}}
     rec.update(native)
-    return {"schema": "runtime.observation/1", "session_id": sid, "harness": "claude_code",
+    return {"schema": "runtime.observation/1", "runtime_id": RT, "session_id": sid,
+            "harness": "claude_code", "observed_at": AT,
             "native": rec}
 
 
 def refusal(sid: str, cid: str) -> Doc:
-    return {"schema": "runtime.observation/1", "session_id": sid, "harness": "claude_code",
+    return {"schema": "runtime.observation/1", "runtime_id": RT, "session_id": sid,
+            "harness": "claude_code", "observed_at": AT,
             "native": None, "refusal": {"delivery_id": f"dlv-{cid}", "kind": "function_result",
                                         "reason": "no pending call", "terminal": True,
                                         "call_id": cid}}
@@ -161,7 +170,8 @@ def refusal(sid: str, cid: str) -> Doc:
 
 def codex_announced(sid: str, cid: str, thread: str = "th-1", turn: str = "tu-1") -> Doc:
     """Codex's ``item/started`` of a dynamic-tool call (what announces the call)."""
-    return {"schema": "runtime.observation/1", "session_id": sid, "harness": "codex",
+    return {"schema": "runtime.observation/1", "runtime_id": RT, "session_id": sid,
+            "harness": "codex", "observed_at": AT,
             "native": {"method": "item/started", "params": {
                 "threadId": thread, "turnId": turn, "item": {
                     "type": "dynamicToolCall", "id": cid, "tool": "f", "arguments": {},
@@ -172,7 +182,8 @@ def codex_completed(sid: str, cid: str, items: list[Doc], *, success: bool = Tru
                     thread: str = "th-1", turn: str = "tu-1") -> Doc:
     """Codex's ``item/completed`` of a dynamic-tool call. With ``success=False`` and no items it
     is also what Codex prints when it releases the call unanswered (golden unanswered.jsonl)."""
-    return {"schema": "runtime.observation/1", "session_id": sid, "harness": "codex",
+    return {"schema": "runtime.observation/1", "runtime_id": RT, "session_id": sid,
+            "harness": "codex", "observed_at": AT,
             "native": {"method": "item/completed", "params": {
                 "threadId": thread, "turnId": turn, "item": {
                     "type": "dynamicToolCall", "id": cid, "tool": "f", "arguments": {},

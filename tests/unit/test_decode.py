@@ -1,4 +1,4 @@
-"""The one decoder of the records admission and storage consume (shared.typedrecords): a record
+"""The one decoder of the records admission and storage consume (shared.messages.decode): a record
 that is not its topic's model is poison with the validation's reason; a valid one comes out
 typed, with its content exactly as it was on the wire."""
 
@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from shared import records, typedrecords
+from shared import records
 from shared.domain.poison import INVALID_FIELDS, NO_SCHEMA, UNDECODABLE, UNEXPECTED_SCHEMA, Poison
 from shared.kafka import dlq_envelope
+from shared.messages import decode, internal
 from shared.service import decode_records
 
 SID = "session_" + "a" * 32
@@ -37,7 +38,7 @@ def _admitted(**extra: Any) -> dict[str, Any]:
 ])
 def test_what_is_not_the_model_is_poison_with_the_reason(raw: bytes, code: str,
                                                          reason: str) -> None:
-    got = typedrecords.ADMITTED.decode(raw)
+    got = decode.ADMITTED.decode(raw)
     assert isinstance(got, Poison)
     assert got.code == code
     assert reason in got.detail, got.detail
@@ -46,9 +47,9 @@ def test_what_is_not_the_model_is_poison_with_the_reason(raw: bytes, code: str,
 def test_types_are_strict() -> None:
     reply = {"schema": records.STORAGE_REPLY, "request_id": "r", "body": {}}
     for status in (True, "201", 201.5):
-        got = typedrecords.STORAGE_REPLY.decode(json.dumps({**reply, "status": status}).encode())
+        got = decode.STORAGE_REPLY.decode(json.dumps({**reply, "status": status}).encode())
         assert isinstance(got, Poison) and got.code == INVALID_FIELDS, status
-    ok = typedrecords.STORAGE_REPLY.decode(json.dumps({**reply, "status": 201}).encode())
+    ok = decode.STORAGE_REPLY.decode(json.dumps({**reply, "status": 201}).encode())
     assert not isinstance(ok, Poison) and ok.model.status == 201
 
 
@@ -61,9 +62,9 @@ def test_content_comes_out_exactly_as_it_went_in() -> None:
                     metadata={"z": 1, "a": [12345678901234567890, 1.0, -0.0, [[]]]},
                     future_field={"kept": True})
     raw = json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode()
-    got = typedrecords.ADMITTED.decode(raw)
+    got = decode.ADMITTED.decode(raw)
     assert not isinstance(got, Poison)
-    assert isinstance(got.model, typedrecords.AdmittedEvent)
+    assert isinstance(got.model, internal.AdmittedEvent)
     assert got.model.session_id == SID and got.model.event_type == records.EV_MESSAGE
     assert json.dumps(got.value, ensure_ascii=False, separators=(",", ":")).encode() == raw
     assert list(got.value) == list(rec)
@@ -86,7 +87,7 @@ async def test_a_batch_sends_poison_to_the_dlq_and_goes_on() -> None:
     raws = (Raw("t.facts", json.dumps(fact).encode(), 0),
             Raw("t.facts", json.dumps({**fact, "kind": None}).encode(), 1),
             Raw("t.other", json.dumps(fact).encode(), 2))
-    out = await decode_records(Dlq(), raws, {"t.facts": typedrecords.FACT})  # type: ignore[arg-type]
+    out = await decode_records(Dlq(), raws, {"t.facts": decode.FACT})  # type: ignore[arg-type]
     assert [(r.offset, d.model.fact_id) for r, d in out] == [(0, "f1")]
     assert [(t, e["reason"]) for t, e in sent] == [("t.facts", INVALID_FIELDS),
                                                    ("t.other", UNEXPECTED_SCHEMA)]
@@ -97,31 +98,32 @@ async def test_a_batch_sends_poison_to_the_dlq_and_goes_on() -> None:
 RT = "rt_" + "b" * 32
 MESSAGES = [{"role": "user", "content": [{"type": "input_text", "text": " x "},
                                          {"type": "input_image", "image_url": "data:,"}]}]
-GOOD: dict[str, tuple[typedrecords.RecordType[Any], dict[str, Any]]] = {
-    "stored_messages": (typedrecords.STORED, {
+GOOD: dict[str, tuple[decode.RecordType[Any], dict[str, Any]]] = {
+    "stored_messages": (decode.STORED, {
         "schema": records.STORED, "session_id": SID, "event_id": "evt_1", "harness": "codex",
         "placement": "none", "kind": "start", "turn_id": "turn_1", "messages": MESSAGES,
         "has_images": True, "item_ids": ["item_1"]}),
-    "stored_result": (typedrecords.STORED, {
+    "stored_result": (decode.STORED, {
         "schema": records.STORED, "session_id": SID, "event_id": "evt_2", "harness": "codex",
         "placement": "none", "kind": "function_result", "turn_id": None, "call_id": "call_1",
         "name": "f", "submission": {"call_id": "call_1", "success": False, "output": [],
                                     "error": ""},
         "fields_present": ["output", "error"]}),
-    "registration": (typedrecords.REGISTRATION, {
+    "registration": (decode.REGISTRATION, {
         "schema": records.REGISTRATION, "runtime_id": RT, "harness": "claude_code",
         "bridge_protocol": 3, "placements": ["none"], "status": "ready",
         "capabilities": {"message_images": True, "function_result_images": False},
         "heartbeat_at": "2026-11-30T10:00:00+01:00"}),
-    "delivery": (typedrecords.DELIVERY, {
+    "delivery": (decode.DELIVERY, {
         "schema": records.DELIVERY, "delivery_id": "dlv_1", "runtime_id": RT,
         "session_id": SID, "turn_id": "turn_1", "kind": "function_result", "call_id": "c",
         "name": "f", "success": True, "content": []}),
-    "control": (typedrecords.CONTROL, {
+    "control": (decode.CONTROL, {
         "schema": records.CONTROL, "runtime_id": RT, "set": {"replay": True}}),
-    "observation": (typedrecords.OBSERVATION, {
+    "observation": (decode.OBSERVATION, {
         "schema": records.OBSERVATION, "runtime_id": RT, "session_id": SID, "harness": "codex",
-        "native": None, "refusal": {"delivery_id": "dlv_1", "code": "turn_ended"}}),
+        "observed_at": "2026-11-30T10:00:00Z", "native": None,
+        "refusal": {"delivery_id": "dlv_1", "code": "turn_ended"}}),
 }
 # (record, field, a wrong value, what the reason says)
 WRONG = [
@@ -134,10 +136,12 @@ WRONG = [
      "submission.success: Input should be a valid boolean"),
     ("stored_result", "call_id", None, "call_id: Input should be a valid string"),
     ("registration", "status", "exploded", "status: Input should be 'ready', 'draining'"),
-    ("registration", "placements", ["none", 3], "placements.1: Input should be a valid string"),
+    ("registration", "placements", ["none", 3], "placements.1: Input should be 'none'"),
+    ("registration", "harness", "gemini", "harness: Input should be 'codex'"),
     ("registration", "bridge_protocol", "3", "bridge_protocol: Input should be a valid integer"),
     ("registration", "heartbeat_at", "2026-11-30T10:00:00", "timestamp without a time zone"),
-    ("delivery", "success", None, "needs call_id (a string) and success (a boolean)"),
+    ("delivery", "success", None, "function_result.success: Input should be a valid boolean"),
+    ("delivery", "call_id", 7, "function_result.call_id: Input should be a valid string"),
     ("delivery", "runtime_id", 1, "runtime_id: Input should be a valid string"),
     ("control", "set", "everything", "set: Input should be a valid dictionary"),
     ("observation", "refusal", "no", "refusal: Input should be a valid dictionary"),
@@ -169,5 +173,5 @@ def test_a_delivery_of_an_unknown_kind_reaches_the_runtime() -> None:
     """The Runtime refuses it with a refusal observation (Core then learns why the Turn fails);
     the DLQ would leave Core waiting."""
     _, good = GOOD["delivery"]
-    got = typedrecords.DELIVERY.decode(json.dumps({**good, "kind": "resume"}).encode())
+    got = decode.DELIVERY.decode(json.dumps({**good, "kind": "resume"}).encode())
     assert not isinstance(got, Poison) and got.model.kind == "resume"
