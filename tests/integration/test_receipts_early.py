@@ -34,7 +34,8 @@ RT = "rt_1"  # the Runtime the results are delivered to, whose observations alon
 
 
 def delivery(sid: str, cid: str) -> Json:
-    return {"schema": "runtime.delivery/1", "session_id": sid, "call_id": cid,
+    return {"schema": "runtime.delivery/1", "delivery_id": f"dlv_{cid}", "runtime_id": RT,
+            "session_id": sid, "turn_id": "turn_1", "call_id": cid,
             "kind": "function_result", "name": "f", "success": True,
             "content": [{"type": "input_text", "text": f"result of {cid}"}]}
 
