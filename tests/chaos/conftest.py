@@ -104,9 +104,7 @@ def real_core(chaos_stack: Stack, real_model: ModelProcess,
     if not Path(claude_process.default_binary()).exists():
         unavailable("claude not installed (python3 -m deploy.local.stack install)")
     env = {"SESSION_CORE_STORAGE_REPLY_TIMEOUT_MS": "10000",
-           "SESSION_CORE_BINDING_WAIT_TIMEOUT_S": "60",
-           # the burst before each strike: hundreds of one tenant's requests at once
-           "SESSION_CORE_MAX_INFLIGHT_PER_TENANT": "4096"}
+           "SESSION_CORE_BINDING_WAIT_TIMEOUT_S": "60"}
     with launched(chaos_stack, tmp_path_factory.mktemp("chaos-real-logs"),
                   real_runtimes(real_model.url), API_KEY, env, prefix="cr",
                   label="chaos real", show_logs=True) as c:

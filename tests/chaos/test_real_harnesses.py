@@ -28,10 +28,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.chaos import API_KEY, BURST_LEAD_S, MIN_POWER, Row, make_row, p_detect
+from tests.support.chaos import API_KEY, Row, make_row
 from tests.support.chaosload import topic_ends, verify
 from tests.support.chaosreal import (
-    BURST_PER_SESSION,
     PAUSE_S,
     ModelProcess,
     RealLoad,
@@ -42,10 +41,7 @@ from tests.support.processes import Core
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]
 
-SESSIONS = int(os.environ.get("CHAOS_REAL_SESSIONS", "6"))  # codex and claude alternating
-# every row (one harness) must meet this many inputs in flight at its strike: a loss of 1 in
-# 50 in-flight inputs is then caught with 1 − 0.98^150 = 95.2 % in one run
-MIN_IN_FLIGHT = int(os.environ.get("CHAOS_REAL_MIN_IN_FLIGHT", "150"))
+SESSIONS = int(os.environ.get("CHAOS_REAL_SESSIONS", "4"))  # codex and claude alternating
 RUNTIMES = ("runtime-codex_real", "runtime-claude_real")
 HARNESS = {"codex": "real codex", "claude_code": "real claude"}
 DOWN_S = 3.0
@@ -91,35 +87,6 @@ def signal_harnesses(core: Core, sig: int) -> int:
 
 def kill_harnesses(core: Core) -> int:
     return signal_harnesses(core, signal.SIGKILL)
-
-
-def started_count(core: Core, name: str) -> int:
-    """How many times the Runtime process ``name`` logged ``runtime.started`` (registered,
-    its deliveries consumer started)."""
-    assert core.log_dir is not None
-    log = core.log_dir / f"{name}.log"
-    return log.read_text(errors="replace").count('"runtime.started"') if log.exists() else 0
-
-
-def kill_runtimes(core: Core) -> int:
-    """``kill -9`` of each real Runtime process's group: the Runtime and, with it, its
-    harness processes (which also die with their parent, ``die_with_parent``)."""
-    for n in RUNTIMES:
-        core.kill(n)
-    return len(RUNTIMES)
-
-
-def restart_runtimes(core: Core, budget: float = 90.0) -> None:
-    """Start the killed Runtimes again under their ids, and wait until each has registered
-    and started its deliveries consumer again (``runtime.started`` logged once more)."""
-    before = {n: started_count(core, n) for n in RUNTIMES}
-    for n in RUNTIMES:
-        core.respawn(n)
-    deadline = time.monotonic() + budget
-    while any(started_count(core, n) <= before[n] for n in RUNTIMES):
-        assert core.dead() == [], core.logs_tail()
-        assert time.monotonic() < deadline, "the restarted Runtimes did not start"
-        time.sleep(0.2)
 
 
 async def until_handed_over(core: Core, calls: set[str], budget: float = 30.0) -> int:
@@ -180,9 +147,6 @@ async def run_real(core: Core, model: ModelProcess, api: httpx.AsyncClient,
     else:
         await asyncio.sleep(0.3)
         mid = -1
-    # the burst: steers of the running Turns, admitted and not yet done with at the strike
-    load.burst(BURST_PER_SESSION * len(load.runs))
-    await asyncio.sleep(BURST_LEAD_S)
     at, t_fault = time.time(), time.monotonic()
     hit = await asyncio.to_thread(strike)
     if restore is not None:
@@ -190,8 +154,6 @@ async def run_real(core: Core, model: ModelProcess, api: httpx.AsyncClient,
         await asyncio.to_thread(restore)
     t_restored = time.monotonic()
     recovered = await real_probe(api, model)
-    await load.bursts_acked()
-    load.after_fault.set()
     try:
         await asyncio.wait_for(running, 400)
     except TimeoutError:
@@ -220,9 +182,6 @@ async def run_real(core: Core, model: ModelProcess, api: httpx.AsyncClient,
         out.append(v)
         assert v.problems == [], (label, v.problems)
         assert v.acked == v.sent, [i for i in sub.inputs if not i.acked]
-        # the row's power, asserted: a row that met too few inputs in flight fails
-        assert v.in_flight and min(v.in_flight) >= MIN_IN_FLIGHT, (label, v.in_flight)
-        assert p_detect(min(v.in_flight)) >= MIN_POWER, (label, v.in_flight)
     assert load.problems == [], load.problems
     assert answers <= OK, answers
     return out
@@ -263,31 +222,6 @@ async def test_kill_model_server_mid_response(
         record: Callable[[Row], None]) -> None:
     """``kill -9`` of the model server while it streams its answers to the applied results;
     started again 3 s later on the same port (the cut replies are played again)."""
-    def strike() -> int:
-        cut = real_model.kill()
-        # the replies open at the kill (the burst's steers may have made the harnesses cut the
-        # paused reply and ask again): printed; the row struck one process, the model server
-        sys.stderr.write(f"\n[chaos] model server killed with {cut} script(s) mid-reply\n")
-        return 1
-
     await run_real(real_core, real_model, real_api, record,
-                   "kill -9 model server mid-response", "result", strike,
+                   "kill -9 model server mid-response", "result", real_model.kill,
                    real_model.start, when="streaming")
-
-
-async def test_kill_runtime_process_mid_turn(
-        real_core: Core, real_model: ModelProcess, real_api: httpx.AsyncClient,
-        record: Callable[[Row], None]) -> None:
-    """``kill -9`` of the Runtime processes themselves (``session-core runtime --engine
-    real``, their harness processes dying with them) while the model streams its answers to
-    the applied results, the burst's steers on their way; started again 3 s later under the
-    same Runtime ids. Each call whose result was in flight ends ``applied`` only with the
-    harness's receipt, else ``uncertain``; the Turns the dead processes ran end failed (no
-    harness end printed) or as the harness printed; nothing lost, nothing twice."""
-    vs = await run_real(real_core, real_model, real_api, record,
-                        "kill -9 Runtime process mid-Turn", "result",
-                        lambda: kill_runtimes(real_core), lambda: restart_runtimes(real_core),
-                        when="streaming")
-    for v in vs:
-        assert v.verdicts["applied"] + v.verdicts["uncertain"] + v.verdicts["failed"] \
-            == v.calls, v.verdicts

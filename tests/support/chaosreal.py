@@ -10,15 +10,7 @@ than the last (``<base> q<k>`` and ``k`` dots), so the model server plays the ne
 script (the longest key found in the request wins; the history holds the older keys). At round
 ``fault_round`` every Session waits at a gate (before its message for a fault mid-Turn, before
 its result for a fault mid-result) until the scenario opens it and strikes; that round's model
-replies pause (``wait``) so the harness is busy, not idle, when the fault hits.
-
-Just before the strike the scenario sends a burst (``Load.burst``): ``BURST_PER_SESSION``
-messages to every Session, steers of the fault round's running Turn (no script key of their
-own: the model answers them from the round's script, which has no call left, or with plain
-text), so that hundreds of inputs are admitted and not yet done with (stored, delivered, their
-Turn ended) at the strike. The round after the fault waits until the burst is acked and the
-Session is quiet (``_quiet``), so its message starts a Turn of its own and never races a
-burst Turn's end."""
+replies pause (``wait``) so the harness is busy, not idle, when the fault hits."""
 
 from __future__ import annotations
 
@@ -45,11 +37,6 @@ REPO = Path(__file__).resolve().parents[2]
 FUNCTION = "get_weather"  # the real Runtimes' default public function
 ROUNDS = 3
 PAUSE_S = 8.0  # the fault round's model pause: the harness is mid-Turn when the fault hits
-# messages of the burst per Session: Claude Code's bridge counts at most 64 user messages in one
-# native Turn (runtimes/claude/live.py, past it the Turn is interrupted and failed), and the
-# fault round's message and the burst's steers share one; 60 stays under that bound
-BURST_PER_SESSION = int(os.environ.get("CHAOS_REAL_BURST_PER_SESSION", "60"))
-QUIET_S = 3.0  # after the burst: no new Item and no Turn open this long before the next round
 
 
 class ModelProcess:
@@ -197,7 +184,6 @@ class RealLoad(Load):
         self.at_gate = 0
         self.gate = asyncio.Event()
         self.fault_calls: set[str] = set()  # calls whose result was in flight at the fault
-        self.after_fault = asyncio.Event()  # set by the scenario once the burst is acked
 
     def text(self, run: SessionRun, step: Any) -> str:  # unused: rounds make their own
         raise NotImplementedError
@@ -234,11 +220,6 @@ class RealLoad(Load):
     async def _session(self, http: httpx.AsyncClient, run: SessionRun) -> None:
         await asyncio.sleep(run.index * self.stagger_s)
         for k in range(ROUNDS):
-            if k == self.fault_round + 1:  # the burst's Turns over first
-                await self.after_fault.wait()
-                if not await self._quiet(http, run):
-                    self.problems.append(f"s{run.index}: the burst's Turns never ended")
-                    return
             text = self.key(run, k)
             await asyncio.to_thread(self.model.register, text, self.replies(run, k))
             content = [{"type": "input_text", "text": text}]
@@ -265,8 +246,7 @@ class RealLoad(Load):
                         "client_event_id": inp.idem}) is None:
                     self.problems.append(f"s{run.index}: {text} not acked")
                     return
-            call = await self._call_or_end(http, run, self.city(run, k), starts,
-                                           may_end=k == self.fault_round)
+            call = await self._call_or_end(http, run, self.city(run, k), starts)
             if call is None:  # the Turn ended without the call (the fault hit it first)
                 if not (k == self.fault_round and self.phase == "turn"):
                     self.problems.append(f"s{run.index}: round {k}: no call, Turn over")
@@ -284,44 +264,15 @@ class RealLoad(Load):
                     "success": True, "output": said, "client_event_id": res.idem}) is None:
                 self.problems.append(f"s{run.index}: result of round {k} not acked")
                 return
-            if k == self.fault_round:
-                continue  # the burst's Turns run on: the next round waits for them (_quiet)
             left = await self._wait_turns_over(http, run)
             if left:
                 self.problems.append(f"s{run.index}: Turns {sorted(left)} never ended")
                 return
 
-    async def bursts_acked(self) -> None:
-        """Until every burst input has its answer (acked, or its retry budget spent)."""
-        while any(not t.done() for t in self.bursts):
-            await asyncio.gather(*self.bursts, return_exceptions=True)
-
-    async def _quiet(self, http: httpx.AsyncClient, run: SessionRun,
-                     timeout: float = 240.0) -> bool:
-        """Until the Session has every burst message of its own as an Item, no Turn open,
-        and no new Item for ``QUIET_S``; False at the timeout."""
-        deadline = time.monotonic() + timeout
-        mine = [i.key for i in run.inputs if i.concurrent and i.acked]
-        count, since = -1, time.monotonic()
-        while time.monotonic() < deadline:
-            items = await self._poll(http, run)
-            if items is not None:
-                texts = {p.get("text") for it in items if it.get("type") == "message"
-                         for p in it.get("content", [])}
-                if len(items) != count:
-                    count, since = len(items), time.monotonic()
-                if (set(mine) <= texts and not turns_open(items)
-                        and time.monotonic() - since >= QUIET_S):
-                    return True
-            await asyncio.sleep(0.5)
-        return False
-
     async def _call_or_end(self, http: httpx.AsyncClient, run: SessionRun, city: str,
-                           starts: int, timeout: float = 150.0, may_end: bool = False
-                           ) -> Json | None:
-        """The ``function_call`` Item for ``city``; with ``may_end`` (the round the fault hit)
-        None when a Turn started after the message (more than ``starts`` Turns) and every Turn
-        has ended without the call."""
+                           starts: int, timeout: float = 150.0) -> Json | None:
+        """The ``function_call`` Item for ``city``; None when a Turn started after the message
+        (more than ``starts`` Turns) and every Turn has ended without the call."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             items = await self._poll(http, run) or []
@@ -331,7 +282,7 @@ class RealLoad(Load):
                     return it
             started = sum(1 for it in items if it.get("type") == "turn"
                           and it.get("state") == "started")
-            if may_end and started > starts and not turns_open(items):
+            if started > starts and not turns_open(items):
                 return None
             await asyncio.sleep(0.3)
         self.problems.append(f"s{run.index}: call {city} never came")

@@ -22,8 +22,14 @@ def driver_with_session(tmp_path: Path, thread_id: str, native_turn: str
                               work_dir=tmp_path))
     out: list[dict[str, Any]] = []
     h._emit = lambda emits: out.extend(e.record for e in emits)
+    # the process shares the driver's per-Session record of ended Turns, as ``CodexLive._proc``
+    # makes it; a driver without one (the code before that fix, when a test is checked against
+    # it) gives each process its own, as it did
+    shared = getattr(h, "_ended", None)
+    ended = (shared.setdefault("session_a", FIFOCache(1000)) if shared is not None
+             else FIFOCache(1000))
     proc = _Proc("session_a", types.SimpleNamespace(returncode=None), tmp_path,  # type: ignore[arg-type]
-                 thread_id=thread_id, ended=h._ended.setdefault("session_a", FIFOCache(1000)))
+                 thread_id=thread_id, ended=ended)
     proc.turn = _Turn("turn_1", native_turn)
     h.sessions["session_a"] = proc
     return h, proc, out
