@@ -75,22 +75,32 @@ async def run_scenario(core: Core, api: httpx.AsyncClient, record: Callable[[Row
                 avoid_steer_race=avoid_steer_race, pace_s=pace_s)
     since = await topic_ends(core.settings)
     running = asyncio.create_task(load.run())
-    await asyncio.sleep(WARMUP_S)
-    await load.all_created()
     t_fault = time.monotonic()
-    faults_at = [await burst_then(load, inject)]
-    await asyncio.sleep(DOWN_S)
-    if ready is not None:
-        await asyncio.to_thread(ready)
-        faults_at.append(await burst_then(load, restore))
-    else:
-        await asyncio.to_thread(restore)
-    t_restored = time.monotonic()
-    recovered = await probe(api)
     try:
-        await asyncio.wait_for(running, 400)
-    except TimeoutError:
-        pytest.fail(f"load not done 400 s after the probe: {load.progress()}; {load.problems}")
+        await asyncio.sleep(WARMUP_S)
+        await load.all_created()
+        t_fault = time.monotonic()
+        faults_at = [await burst_then(load, inject)]
+        await asyncio.sleep(DOWN_S)
+        if ready is not None:
+            await asyncio.to_thread(ready)
+            faults_at.append(await burst_then(load, restore))
+        else:
+            await asyncio.to_thread(restore)
+        t_restored = time.monotonic()
+        recovered = await probe(api)
+        try:
+            await asyncio.wait_for(running, 400)
+        except TimeoutError:
+            pytest.fail(f"load not done 400 s after the probe: {load.progress()}; "
+                        f"{load.problems}")
+    except (AssertionError, pytest.fail.Exception) as exc:
+        # the stack did not recover: say what the client got and what each service logged
+        # lately, here, where CI shows it (the log directory is gone with CI's machine)
+        running.cancel()
+        seen = Counter(s for t, s in load.statuses if t >= t_fault)
+        raise AssertionError(f"{exc}\n[chaos] {fault}: the load's answers from the fault on "
+                             f"{dict(seen)}; dead: {core.dead()}\n{core.diagnosis()}") from exc
     t_load = time.monotonic()
     assert core.dead() == [], core.logs_tail()
 

@@ -125,14 +125,22 @@ async def probe(api: httpx.AsyncClient, budget: float = 180.0) -> float:
     body = {"harness": "codex", "placement": "none", "client_request_id": crid,
             "input": f"probe {crid} call p {{}}"}
     sid = None
+    answers: Counter[str] = Counter()  # what the creates got, for the failure message
+    last = ""
     while sid is None:
-        with contextlib.suppress(httpx.TransportError):
+        try:
             r = await api.post("/v1/sessions", json=body)
+        except httpx.TransportError as exc:
+            answers[type(exc).__name__] += 1
+        else:
+            answers[str(r.status_code)] += 1
             if r.status_code == 201:
                 sid = r.json()["id"]
                 break
+            last = r.text[:300]
             assert r.status_code >= 500 or r.status_code == 429, r.text
-        assert time.monotonic() - t0 < budget, "probe: no Session"
+        assert time.monotonic() - t0 < budget, (
+            f"probe: no Session in {budget:.0f} s; answers {dict(answers)}, the last {last}")
         await asyncio.sleep(0.5)
     call_id = None
     sent = False

@@ -174,11 +174,14 @@ class Load:
                 for j, kind in enumerate(step.images)]
 
     def progress(self) -> str:
-        """Where each Session's script stands (for a load that does not finish)."""
-        return ", ".join(f"s{r.index}: {len(r.inputs)}/{len(SCRIPT)} sent, last "
-                         f"{r.inputs[-1].key if r.inputs else '-'} "
-                         f"{'acked' if r.inputs and r.inputs[-1].acked else 'not acked'}"
-                         for r in self.runs)
+        """Where each Session's script stands (for a load that does not finish), and the
+        answers of the last 30 s."""
+        recent = Counter(s for t, s in self.statuses if t >= time.monotonic() - 30)
+        return f"answers in the last 30 s {dict(recent)}; " + ", ".join(
+            f"s{r.index}: {len(r.inputs)}/{len(SCRIPT)} sent, last "
+            f"{r.inputs[-1].key if r.inputs else '-'} "
+            f"{'acked' if r.inputs and r.inputs[-1].acked else 'not acked'}"
+            for r in self.runs)
 
     @property
     def inputs(self) -> list[Input]:

@@ -5,12 +5,14 @@ its own process group, so tests can stop them gracefully (SIGTERM), crash them (
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +86,28 @@ class Core:
 
     def dead(self) -> list[str]:
         return [n for n, p in self.procs.items() if p.poll() is not None]
+
+    def diagnosis(self, lines: int = 1500, last: int = 3) -> str:
+        """What each service logged lately, compactly (for a failure message, which CI shows
+        where it shows nothing else): per log, the warning and error events among its last
+        ``lines`` lines, counted, and its last ``last`` lines that are not access logs."""
+        assert self.log_dir is not None
+        out = []
+        for f in sorted(self.log_dir.glob("*.log")):
+            tail = f.read_text(errors="replace").splitlines()[-lines:]
+            counts: Counter[str] = Counter()
+            for line in tail:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and rec.get("level") in ("warning", "error", "critical"):
+                    counts[f"{rec.get('level')} {str(rec.get('event'))[:90]}"] += 1
+            recent = [ln[:300] for ln in tail if '"http.access"' not in ln][-last:]
+            out.append(f"--- {f.name} ({len(tail)} lines read): "
+                       + "; ".join(f"{n}× {e}" for e, n in counts.most_common(6))
+                       + "".join(f"\n    {ln}" for ln in recent))
+        return "\n".join(out)
 
     def logs_tail(self, chars: int = 3000) -> str:
         assert self.log_dir is not None
