@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any
 
 from shared.messages import schemas
-from shared.sealing import ALG as SEALING_ALG
 
 # the schema names, spelled once in shared.messages.schemas
 ADMITTED = schemas.ADMITTED  # admission → storage
@@ -98,7 +97,7 @@ def registration_record(*, runtime_id: str, harness: str, bridge_protocol: int,
     caps: dict[str, Any] = {"message_images": message_images,
                             "function_result_images": function_result_images}
     if sealed_key is not None:
-        caps["sealed_deliveries"] = {"alg": SEALING_ALG, "key": sealed_key}
+        caps["sealed_deliveries"] = {"alg": schemas.SEALING_ALG, "key": sealed_key}
     return {
         "schema": REGISTRATION,
         "runtime_id": runtime_id,

@@ -35,7 +35,9 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-ALG = "x25519-hkdf-sha256-chacha20poly1305"
+from shared.messages.schemas import SEALING_ALG
+
+ALG = SEALING_ALG
 SEALED_FIELDS = ("messages", "content")  # what a delivery carries of the tenant's input
 ENVELOPE_FIELDS = ("schema", "delivery_id", "runtime_id", "session_id", "turn_id", "kind",
                    "call_id")

@@ -28,7 +28,7 @@ class SealedDeliveries(BaseModel):
     """A Runtime's request for sealed deliveries: the public key they are sealed to."""
 
     model_config = READ
-    alg: Literal["x25519-hkdf-sha256-chacha20poly1305"]  # shared.sealing.ALG
+    alg: schemas.SealingAlg
     key: str = Field(description="the Runtime's X25519 public key, 32 bytes, unpadded base64url")
 
 
@@ -75,6 +75,10 @@ class DeliveryEnvelope(BaseModel):
     session_id: SessionId
     turn_id: str | None
     kind: str
+    incarnation: str | None = Field(
+        default=None, description="the Runtime process it was sent to (that process's "
+        "registration ``incarnation``): a process of the same Runtime with another incarnation "
+        "does not run it (docs/runtime-boundary.md, \"Restarted under the same id\")")
 
 
 # Messages that start or steer a Turn; a Runtime refuses one without messages (``[]``).
@@ -105,7 +109,7 @@ class Sealed(BaseModel):
     readable by the Runtime the delivery is addressed to and by Core's receipt tracker."""
 
     model_config = READ
-    alg: Literal["x25519-hkdf-sha256-chacha20poly1305"]  # shared.sealing.ALG
+    alg: schemas.SealingAlg
     nonce: str
     ciphertext: str
     to: list[SealedKey]

@@ -54,3 +54,8 @@ HarnessName = Literal["codex", "claude_code", "minimax_code"]
 Placement = Literal["none", "openai_hosted", "self_hosted"]
 HARNESSES: Final[tuple[HarnessName, ...]] = get_args(HarnessName)
 PLACEMENTS: Final[tuple[Placement, ...]] = get_args(Placement)
+
+# the one algorithm of sealed deliveries (shared/sealing.py implements it; spelled here, away
+# from the ``cryptography`` import, for the records that only name it)
+SealingAlg = Literal["x25519-hkdf-sha256-chacha20poly1305"]
+SEALING_ALG: Final[SealingAlg] = _value(SealingAlg)

@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 from shared.domain.harness import CLAUDE_CODE, HARNESSES
 from shared.messages import schemas
+from shared.messages.schemas import SEALING_ALG
 from shared.records import parse_time
-from shared.sealing import ALG as SEALING_ALG
 from shared.sealing import check_public
 
 RuntimeStatus = Literal["ready", "draining", "gone"]
