@@ -102,7 +102,7 @@ class RuntimeService:
         loop = self._deliveries = deliveries.DeliveryLoop(
             consumer, self.config.runtime_id, handle, self.outbox, self.ready,
             lambda r, poison: self.dlq.record(r, poison), harness=self.config.harness,
-            keys=self.keys)
+            keys=self.keys, incarnation=self.incarnation)
         self._task(loop.run(), "runtime:in")
         if self.live is None:
             self._task(deliveries.idle_ticks(self.harness, self.clock, self.outbox.enqueue),

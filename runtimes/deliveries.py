@@ -42,7 +42,8 @@ FETCH_MAX_WAIT_MS = 500
 # harness started the delivery's Turn — the delivery loop sent it before the Session's worker
 # had written the input to the harness — on every Turn (docs/harnesses.md, Bench). What a crash
 # can redeliver grows from one batch to this window; deliveries carry their ``delivery_id`` for
-# that (at least once, as before).
+# that (at least once, as before), and the ``incarnation`` of the process they were sent to: a
+# restarted process skips what its dead predecessor read (``DeliveryLoop.handle_raw``).
 COMMIT_AFTER_S = 1.0
 
 Handle = Callable[[Mapping[str, Any]], Awaitable[None]]
@@ -111,6 +112,7 @@ class DeliveryLoop:
     dead_letter: DeadLetter
     harness: str = ""
     keys: KeyPair | None = None  # sealed deliveries: this Runtime's key pair (shared/sealing.py)
+    incarnation: str | None = None  # this process's registered id: deliveries for another skip
     clock: Callable[[], float] = time.monotonic
     uncommitted_since: float | None = None  # the first batch not committed yet
 
@@ -158,6 +160,16 @@ class DeliveryLoop:
         if got.model.runtime_id != self.runtime_id:
             return 0
         value = got.value
+        sent_to = got.model.incarnation
+        if sent_to is not None and self.incarnation is not None and sent_to != self.incarnation:
+            # Sent to another process of this Runtime: a predecessor that died after reading it
+            # (not committed yet) or before. Run again here it would repeat what that process
+            # may have run, a second native Turn for a Turn Core has ended; the dispatcher
+            # fails every Turn the predecessor left running (``Binder.restarts``).
+            log.info("delivery.other_process", session_id=value.get("session_id"),
+                     delivery_id=value.get("delivery_id"), kind=value.get("kind"),
+                     sent_to=sent_to, incarnation=self.incarnation)
+            return 1
         if sealing.is_sealed(value):
             opened = self.unseal(value)
             if opened is None:

@@ -377,9 +377,13 @@ class Binder:
                  delivery_id=did)
 
     async def send(self, rt: RuntimeInfo, delivery: Doc) -> None:
-        """``delivery`` to ``rt``: sealed to its key and Core's when it registered one
-        (shared/sealing.py). Without a seal key Core never sends such a Runtime a tenant's
-        content (``deliver`` fails the input first); an interrupt carries none."""
+        """``delivery`` to ``rt``: addressed to its process (``incarnation``, when it reports
+        one: a restarted process does not run what its predecessor read, and Core fails the
+        Turns that predecessor ran, ``restarts``), sealed to its key and Core's when it
+        registered one (shared/sealing.py). Without a seal key Core never sends such a Runtime
+        a tenant's content (``deliver`` fails the input first); an interrupt carries none."""
+        if rt.incarnation is not None:  # the process it goes to: its successor skips it
+            delivery = {**delivery, "incarnation": rt.incarnation}
         if rt.sealed_key is not None and self.core_key is not None:
             delivery = sealing.seal(delivery, [rt.sealed_key, self.core_key])
         await self.out.deliver(rt.runtime_id, delivery)

@@ -21,7 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
 
+from shared.domain.wire import message_delivery
+from shared.kafka import encode
+from shared.topics import topics_for
 from tests.support.system import System, SystemFactory, create, items
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -144,3 +148,55 @@ async def test_a_runtime_killed_and_restarted_under_its_id_takes_new_sessions(
         assert len([i for i in got if i["type"] == "turn" and i["state"] != "started"]) == 1
     finally:
         rt.stop()
+
+
+async def test_a_restarted_runtime_does_not_run_what_its_predecessor_was_sent(
+        make_system: SystemFactory, tmp_path: Path) -> None:
+    """Deliveries the dead process was sent but had not committed — read or not, the restarted
+    process cannot tell — come again to its successor, which must not run them: the predecessor
+    may have run them already (a second native Turn for a Turn Core completed: docs/chaos.md).
+    Each delivery names the process it was sent to (``incarnation``); the successor skips its
+    predecessor's and runs its own. Seen without the rule: both run."""
+    system = await make_system(runtime_heartbeat_timeout_s=6.0)
+    rid = f"rt_{uuid.uuid4().hex}"
+    rt = RuntimeProcess(system, rid, tmp_path / "runtime.log")
+    rt.start()
+    try:
+        await until(lambda: rid in system.dispatcher.registry.runtimes, 30, "no registration")
+        first = system.dispatcher.registry.runtimes[rid].incarnation
+        assert first is not None
+        await until(lambda: rt.logged("runtime.started"), 30, "the Runtime did not start")
+        rt.kill()
+        # sent to the dead process after its last commit: its successor reads it
+        old_id, new_id = f"dlv_old_{uuid.uuid4().hex}", f"dlv_new_{uuid.uuid4().hex}"
+        await send_delivery(system, rid, old_id, first)
+        rt.start()
+        await until(lambda: system.dispatcher.registry.runtimes[rid].incarnation != first, 30,
+                    "the restarted Runtime did not register")
+        second = system.dispatcher.registry.runtimes[rid].incarnation
+        assert second is not None
+        await send_delivery(system, rid, new_id, second)
+        await until(lambda: rt.logged("delivery.received", delivery_id=new_id), 60,
+                    "the delivery sent to the restarted process was not run")
+        assert rt.logged("delivery.other_process", delivery_id=old_id, sent_to=first,
+                         incarnation=second)
+        assert not rt.logged("delivery.received", delivery_id=old_id)
+    finally:
+        rt.stop()
+
+
+async def send_delivery(system: System, rid: str, delivery_id: str, incarnation: str) -> None:
+    """A ``start`` for a Session of its own, addressed to ``rid``'s process ``incarnation``, on
+    the test's ``runtime.deliveries`` as the dispatcher sends it (``Binder.send``)."""
+    delivery = {**message_delivery(
+        delivery_id=delivery_id, runtime_id=rid, session_id=f"session_{uuid.uuid4().hex}",
+        turn_id=f"turn_{uuid.uuid4().hex}", kind="start",
+        messages=[{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]),
+        "incarnation": incarnation}
+    producer = AIOKafkaProducer(bootstrap_servers=system.settings.kafka_bootstrap_servers)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topics_for(system.settings).runtime_deliveries,
+                                     encode(delivery), key=rid.encode())
+    finally:
+        await producer.stop()
