@@ -79,6 +79,10 @@ class RegistryTail(Tail):
             log.info("registry.runtime", runtime_id=rt.runtime_id, harness=rt.harness,
                      status=rt.status, message_images=rt.message_images,
                      function_result_images=rt.function_result_images)
+        elif rt.incarnation is not None and prev.incarnation not in (None, rt.incarnation):
+            # the same Runtime, another process: the sweeper fails the Turns the last one ran
+            log.info("registry.runtime_restarted", runtime_id=rt.runtime_id,
+                     incarnation=rt.incarnation, before=prev.incarnation)
         self.on_change(rt)
 
     async def polled(self) -> None:

@@ -225,3 +225,47 @@ async def test_kill_model_server_mid_response(
     await run_real(real_core, real_model, real_api, record,
                    "kill -9 model server mid-response", "result", real_model.kill,
                    real_model.start, when="streaming")
+
+
+def kill_runtimes(core: Core) -> int:
+    """``kill -9`` of the real Runtime processes (their process groups: the harness processes
+    under them die with them)."""
+    for n in RUNTIMES:
+        core.kill(n)
+    return len(RUNTIMES)
+
+
+def restarted(core: Core) -> Counter[str]:
+    """How often the dispatcher has seen each Runtime come back as a new process."""
+    assert core.log_dir is not None
+    return Counter(rid for line in (core.log_dir / "dispatcher.log").read_text(
+        errors="replace").splitlines() if "registry.runtime_restarted" in line
+        for rid in core.runtime_ids.values() if f'"runtime_id": "{rid}"' in line)
+
+
+def restart_runtimes(core: Core, budget: float = 60.0) -> None:
+    """Start the Runtimes again and wait until the dispatcher has their new registrations: a
+    Session delivered to before that may go to the dead process, and its Turn then fails
+    (docs/runtime-boundary.md, "Restarted under the same id") — the probe's would."""
+    before = restarted(core)
+    for n in RUNTIMES:
+        core.respawn(n)
+    ids = [core.runtime_ids[n.removeprefix("runtime-")] for n in RUNTIMES]
+    deadline = time.monotonic() + budget
+    while any(restarted(core)[rid] <= before[rid] for rid in ids):
+        assert time.monotonic() < deadline, "the restarted Runtimes did not register"
+        time.sleep(0.2)
+
+
+async def test_kill_runtime_process_mid_turn(real_core: Core, real_model: ModelProcess,
+                                             real_api: httpx.AsyncClient,
+                                             record: Callable[[Row], None]) -> None:
+    """``kill -9`` of the Runtime processes themselves while the model answers a message, and
+    the same Runtimes started again 3 s later under their ids: the Turns they ran fail
+    (``Binder.restarts``), what the dead processes were sent is not run again by their
+    successors (the deliveries name the process, ``incarnation``), and the next round runs on
+    the restarted Runtimes."""
+    await run_real(real_core, real_model, real_api, record,
+                   "kill -9 Runtime process mid-Turn", "turn",
+                   lambda: kill_runtimes(real_core), lambda: restart_runtimes(real_core),
+                   when="streaming")
