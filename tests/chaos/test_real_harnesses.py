@@ -1,7 +1,7 @@
 """Chaos on the real binaries: Sessions on real ``codex app-server`` and real ``claude``
 Runtimes (``--engine real``) against the scripted model server, and ``kill -9`` of the harness
-processes mid-Turn and mid-function-result, and of the model server mid-response
-(``tests/support/chaosreal.py``). Afterwards, from outside, per harness: every
+processes mid-Turn and mid-function-result, of the Runtime processes mid-Turn (started again
+under their ids), and of the model server mid-response (``tests/support/chaosreal.py``). Afterwards, from outside, per harness: every
 input stored, published and delivered exactly once (``chaosload.check``); every call exactly one
 verdict — ``applied`` exactly when the harness printed the result's receipt (judged by
 ``tests/support/receipt_rules.py``, not the product's matcher), else ``uncertain``, and only a
