@@ -9,6 +9,8 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+from structlog.testing import capture_logs
+
 from services.dispatcher.registry import RegistryTail
 from shared import records
 from shared.domain.poison import INVALID_FIELDS, Poison
@@ -50,3 +52,19 @@ def test_a_malformed_registration_is_dead_lettered_with_its_reason_and_reading_g
                              dead, strict=True):
         assert p.detail.startswith(f"{records.REGISTRATION}: {field}: "), p.detail
     assert changed == ["draining"] and tail.runtimes[RT].status == "draining"
+
+
+def test_a_runtime_back_as_a_new_process_is_logged_once_per_process() -> None:
+    """The same Runtime registering with another ``incarnation`` (restarted under its id) is
+    logged ``registry.runtime_restarted`` — what operators and the chaos row's probe go by —
+    once per new process, not on every heartbeat; a Runtime that reports none never is."""
+    tail = RegistryTail(Settings(), "t.runtime.registrations", lambda rt: None,
+                        SimpleNamespace())  # type: ignore[arg-type]
+    first, second = "1" * 32, "2" * 32
+    with capture_logs() as logs:
+        for raw in (_reg(incarnation=first), _reg(incarnation=first), _reg(incarnation=second),
+                    _reg(incarnation=second), _reg(), _reg()):
+            tail.dispatch(json.loads(raw))
+    restarts = [e for e in logs if e["event"] == "registry.runtime_restarted"]
+    assert [(e["runtime_id"], e["before"], e["incarnation"]) for e in restarts] == [
+        (RT, first, second)]
