@@ -78,7 +78,7 @@ class DeliveryEnvelope(BaseModel):
     incarnation: str | None = Field(
         default=None, description="the Runtime process it was sent to (that process's "
         "registration ``incarnation``): a process of the same Runtime with another incarnation "
-        "does not run it (docs/runtime-boundary.md, \"Restarted under the same id\")")
+        "does not run it (docs/runtime-boundary.md, \"Binding\", restarted under the same id)")
 
 
 # Messages that start or steer a Turn; a Runtime refuses one without messages (``[]``).

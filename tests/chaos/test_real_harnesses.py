@@ -1,15 +1,16 @@
 """Chaos on the real binaries: Sessions on real ``codex app-server`` and real ``claude``
 Runtimes (``--engine real``) against the scripted model server, and ``kill -9`` of the harness
 processes mid-Turn and mid-function-result, of the Runtime processes mid-Turn (started again
-under their ids), and of the model server mid-response (``tests/support/chaosreal.py``). Afterwards, from outside, per harness: every
-input stored, published and delivered exactly once (``chaosload.check``); every call exactly one
-verdict — ``applied`` exactly when the harness printed the result's receipt (judged by
-``tests/support/receipt_rules.py``, not the product's matcher), else ``uncertain``, and only a
-call whose result was in flight at the fault may be ``uncertain``; no result applied twice (the
-harness's records: two receipts of one call; the model server's request log: one result twice
-in a request's history); every Turn ended in the state Core and the harness agree on (a Turn
-the harness was killed in: failed, with no end printed or the Runtime's ``synthesized``
-failure); and each Session runs its next round on a fresh harness afterwards."""
+under their ids), and of the model server mid-response (``tests/support/chaosreal.py``).
+Afterwards, from outside, per harness: every input stored, published and delivered exactly
+once (``chaosload.check``); every call exactly one verdict — ``applied`` exactly when the
+harness printed the result's receipt (judged by ``tests/support/receipt_rules.py``, not the
+product's matcher), else ``uncertain``, and only a call whose result was in flight at the fault
+may be ``uncertain``; no result applied twice (the harness's records: two receipts of one call;
+the model server's request log: one result twice in a request's history); every Turn ended in
+the state Core and the harness agree on (a Turn the harness was killed in: failed, with no end
+printed or the Runtime's ``synthesized`` failure); and each Session runs its next round on a
+fresh harness afterwards."""
 
 from __future__ import annotations
 
@@ -246,7 +247,7 @@ def restarted(core: Core) -> Counter[str]:
 def restart_runtimes(core: Core, budget: float = 60.0) -> None:
     """Start the Runtimes again and wait until the dispatcher has their new registrations: a
     Session delivered to before that may go to the dead process, and its Turn then fails
-    (docs/runtime-boundary.md, "Restarted under the same id") — the probe's would."""
+    (docs/runtime-boundary.md, "Binding", restarted under the same id) — the probe's would."""
     before = restarted(core)
     for n in RUNTIMES:
         core.respawn(n)

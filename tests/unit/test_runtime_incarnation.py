@@ -1,9 +1,10 @@
 """Deliveries name the Runtime process they were sent to (docs/runtime-boundary.md,
-"Restarted under the same id"). The dispatcher stamps each delivery with the ``incarnation`` the
-Runtime registered (``Binder.send``); a process of that Runtime with another incarnation — one
-restarted after its predecessor read the delivery but before it committed the offset — does not
-run it again (``DeliveryLoop.handle_raw``). Without the rule, a Turn Core had already completed
-got a second native Turn from the restarted process (docs/chaos.md, "Known limitations")."""
+"Binding", restarted under the same id). The dispatcher stamps each delivery with the
+``incarnation`` the Runtime registered (``Binder.send``); a process of that Runtime with
+another incarnation — one restarted after its predecessor read the delivery but before it
+committed the offset — does not run it again (``DeliveryLoop.handle_raw``). Without the rule,
+a Turn Core had already completed got a second native Turn from the restarted process
+(docs/chaos.md, "Known limitations")."""
 
 from __future__ import annotations
 
