@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from tests.support.chaosload import Load, Verdict
+from tests.support.chaosload import Load, Verdict, create_retrying
 
 API_KEY = "chaos-key"
 # inputs sent at once just before each fault (spread over the Sessions), and how long after
@@ -124,24 +124,7 @@ async def probe(api: httpx.AsyncClient, budget: float = 180.0) -> float:
     crid = str(uuid.uuid4())
     body = {"harness": "codex", "placement": "none", "client_request_id": crid,
             "input": f"probe {crid} call p {{}}"}
-    sid = None
-    answers: Counter[str] = Counter()  # what the creates got, for the failure message
-    last = ""
-    while sid is None:
-        try:
-            r = await api.post("/v1/sessions", json=body)
-        except httpx.TransportError as exc:
-            answers[type(exc).__name__] += 1
-        else:
-            answers[str(r.status_code)] += 1
-            if r.status_code == 201:
-                sid = r.json()["id"]
-                break
-            last = r.text[:300]
-            assert r.status_code >= 500 or r.status_code == 429, r.text
-        assert time.monotonic() - t0 < budget, (
-            f"probe: no Session in {budget:.0f} s; answers {dict(answers)}, the last {last}")
-        await asyncio.sleep(0.5)
+    sid = await create_retrying(api, body, t0, budget)
     call_id = None
     sent = False
     while True:

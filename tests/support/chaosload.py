@@ -377,6 +377,29 @@ def calls_undecided(items: list[Json]) -> set[str]:
     return calls - decided
 
 
+async def create_retrying(api: httpx.AsyncClient, body: dict[str, Any], t0: float,
+                          budget: float) -> str:
+    """``POST /v1/sessions`` with ``body`` until 201, retrying like a client (every 0.5 s, on a
+    5xx, a 429 or a broken connection); the new Session's id. Fails ``budget`` seconds after
+    ``t0``, naming what the attempts got (the probes' first step)."""
+    answers: Counter[str] = Counter()
+    last = ""
+    while True:
+        try:
+            r = await api.post("/v1/sessions", json=body)
+        except httpx.TransportError as exc:
+            answers[type(exc).__name__] += 1
+        else:
+            answers[str(r.status_code)] += 1
+            if r.status_code == 201:
+                return str(r.json()["id"])
+            last = r.text[:300]
+            assert r.status_code >= 500 or r.status_code == 429, r.text
+        assert time.monotonic() - t0 < budget, (
+            f"probe: no Session in {budget:.0f} s; answers {dict(answers)}, the last {last}")
+        await asyncio.sleep(0.5)
+
+
 async def read_items(http: httpx.AsyncClient, sid: str, after: int = 0) -> list[Json] | None:
     """Every Item of a Session (after sequence ``after``) from the store through the API (None:
     not readable now)."""

@@ -30,7 +30,14 @@ from typing import Any
 import httpx
 
 from deploy.local.stack import free_port
-from tests.support.chaosload import Input, Load, SessionRun, read_items, turns_open
+from tests.support.chaosload import (
+    Input,
+    Load,
+    SessionRun,
+    create_retrying,
+    read_items,
+    turns_open,
+)
 
 Json = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
@@ -299,16 +306,7 @@ async def real_probe(api: httpx.AsyncClient, model: ModelProcess, budget: float 
     await asyncio.to_thread(model.register, key, [
         [{"tool_call": {"name": FUNCTION, "arguments": {"city": key}}}], [{"text": "ok"}]])
     body = {"harness": "codex", "placement": "none", "client_request_id": key, "input": key}
-    sid = None
-    while sid is None:
-        with contextlib.suppress(httpx.TransportError):
-            r = await api.post("/v1/sessions", json=body)
-            if r.status_code == 201:
-                sid = r.json()["id"]
-                break
-            assert r.status_code >= 500 or r.status_code == 429, r.text
-        assert time.monotonic() - t0 < budget, "probe: no Session"
-        await asyncio.sleep(0.5)
+    sid = await create_retrying(api, body, t0, budget)
     sent = False
     while True:
         assert time.monotonic() - t0 < budget, f"probe {sid}: not done in {budget} s"
