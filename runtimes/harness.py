@@ -127,9 +127,11 @@ class SimulatedHarness:
             return self._function_result(session, delivery, now)
         if kind == "interrupt":
             # Core failed this Turn: it ends natively (its pending calls released, then its
-            # failed end with Core's reason); a Turn not running here: nothing to do.
+            # failed end with Core's reason). A Turn not running here: nothing to end, but it
+            # is over — a later steer of it is refused ``turn_ended``, not run as a new Turn.
             turn = session.turn
             if turn is None or turn.core_turn_id != delivery.get("turn_id"):
+                session.ended_turns[str(delivery.get("turn_id"))] = None
                 return []
             return self._end_turn(session, failed=True,
                                   end_reason=str(delivery.get("reason") or "interrupted"))

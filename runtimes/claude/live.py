@@ -363,11 +363,14 @@ class ClaudeLive(LiveDriver):
     async def _interrupt(self, s: Session, d: Json) -> None:
         """Core failed this Turn (the dispatcher refused an input of it): the running native
         Turn is interrupted as for the bound, and its ``result`` is forwarded with Core's
-        reason as ``end_reason``. Any other Turn: nothing to do."""
+        reason as ``end_reason``. Any other Turn is not running here: nothing to end, but it is
+        over, so a later steer of it is refused ``turn_ended`` instead of opening a native Turn
+        under a Turn Core failed (a restarted process is told of its predecessor's Turns so)."""
         turn = s.turn
         if turn is None or turn.core_turn_id != d.get("turn_id"):
             log.info("claude.interrupt_not_running", session_id=s.core_session_id,
                      turn_id=d.get("turn_id"))
+            s.ended_turns.add(str(d.get("turn_id")))
             return
         if turn.end_reason is None:
             turn.end_reason = str(d.get("reason") or "Core failed the Turn")

@@ -443,12 +443,16 @@ class CodexLive(LiveDriver):
         """Core failed this Turn (the dispatcher refused an input of it): ``turn/interrupt``
         the native Turn if it is the one running. Codex answers at once and prints the end,
         ``turn/completed`` ``interrupted`` (with ``item/completed`` ``failed`` for a call it
-        waited on), forwarded as any record. Any other Turn: nothing to do."""
+        waited on), forwarded as any record. Any other Turn is not running here: nothing to
+        end, but it is over, so a later steer of it is refused ``turn_ended`` instead of opening
+        a native Turn under a Turn Core failed (a restarted process is told of its
+        predecessor's Turns so)."""
         proc = self.sessions.get(sid)
         running = proc.turn if proc is not None and not proc.dead else None
         if proc is None or running is None or running.core_turn_id != delivery.get("turn_id"):
             log.info("codex.interrupt_not_running", session_id=sid,
                      turn_id=delivery.get("turn_id"))
+            self._ended.setdefault(sid, FIFOCache(1000))[str(delivery.get("turn_id"))] = None
             return
         log.info("codex.interrupt", session_id=sid, turn_id=running.core_turn_id,
                  native_turn_id=running.native_turn_id, reason=delivery.get("reason"))

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.chaos import API_KEY, Row, make_row
+from tests.support.chaos import API_KEY, BURST_LEAD_S, Row, assert_power, make_row
 from tests.support.chaosload import topic_ends, verify
 from tests.support.chaosreal import (
     PAUSE_S,
@@ -43,6 +43,12 @@ from tests.support.processes import Core
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]
 
 SESSIONS = int(os.environ.get("CHAOS_REAL_SESSIONS", "4"))  # codex and claude alternating
+# Sessions of their own that take a burst of messages just before the strike, and how many
+# each: 4 per harness × 50 = 200 in flight per harness row (docs/chaos.md, "Real harnesses").
+# 50 stays under Claude Code's 64 user messages per Turn: the bound's refusal fails Core's Turn
+# while the harness may complete it natively — that protocol has tests of its own.
+BURST_SESSIONS = int(os.environ.get("CHAOS_REAL_BURST_SESSIONS", "8"))
+BURST = int(os.environ.get("CHAOS_REAL_BURST", "50"))
 RUNTIMES = ("runtime-codex_real", "runtime-claude_real")
 HARNESS = {"codex": "real codex", "claude_code": "real claude"}
 DOWN_S = 3.0
@@ -111,7 +117,7 @@ async def until_handed_over(core: Core, calls: set[str], budget: float = 30.0) -
 async def until_streaming(model: ModelProcess, load: RealLoad, budget: float) -> set[str]:
     """Until the fault round's pausing reply is streaming to every Session (or ``budget``
     seconds): the harnesses are then mid-Turn, waiting on the model. The scripts streaming."""
-    want = {load.key(r, load.fault_round) for r in load.runs}
+    want = {load.key(r, load.fault_round) for r in load.round_runs}
     deadline = time.monotonic() + budget
     while True:
         now = await asyncio.to_thread(model.streaming)
@@ -129,7 +135,8 @@ async def run_real(core: Core, model: ModelProcess, api: httpx.AsyncClient,
     the fault round mid-stream; ``held`` — the harness processes are stopped (SIGSTOP) before
     the gate opens, and the fault strikes once each Runtime has handed its results to them:
     the harness holds a result it has not recorded. Returns the per-harness verdicts."""
-    load = RealLoad(core.base_url, API_KEY, uuid.uuid4().hex[:8], model, SESSIONS, phase)
+    load = RealLoad(core.base_url, API_KEY, uuid.uuid4().hex[:8], model, SESSIONS, phase,
+                    burst_sessions=BURST_SESSIONS)
     load.turns_may_fail = True
     since = await topic_ends(core.settings)
     running = asyncio.create_task(load.run())
@@ -141,13 +148,16 @@ async def run_real(core: Core, model: ModelProcess, api: httpx.AsyncClient,
         streaming = await until_streaming(model, load, 3 * PAUSE_S)
         mid = len(streaming)
         for harness in HARNESS:  # the fault meets each harness mid-response
-            assert {load.key(r, load.fault_round) for r in load.runs
+            assert {load.key(r, load.fault_round) for r in load.round_runs
                     if r.harness == harness} & streaming, (harness, streaming)
     elif when == "held":
         mid = await until_handed_over(core, load.fault_calls)
     else:
         await asyncio.sleep(0.3)
         mid = -1
+    burst = load.burst_now(BURST)
+    if burst:
+        await asyncio.sleep(BURST_LEAD_S)
     at, t_fault = time.time(), time.monotonic()
     hit = await asyncio.to_thread(strike)
     if restore is not None:
@@ -161,7 +171,8 @@ async def run_real(core: Core, model: ModelProcess, api: httpx.AsyncClient,
         pytest.fail(f"load not done: {load.progress()}; {load.problems}")
     assert core.dead() == [], core.logs_tail()
     sys.stderr.write(f"\n[chaos] {fault}: struck {hit} process(es); fault-round replies "
-                     f"streaming at the strike {mid}; fault calls {len(load.fault_calls)}\n")
+                     f"streaming at the strike {mid}; fault calls {len(load.fault_calls)}; "
+                     f"burst {burst}\n")
     assert hit > 0, "the fault hit nothing"
     answers = {s for _, s in load.statuses}
     out = []
@@ -183,6 +194,8 @@ async def run_real(core: Core, model: ModelProcess, api: httpx.AsyncClient,
         out.append(v)
         assert v.problems == [], (label, v.problems)
         assert v.acked == v.sent, [i for i in sub.inputs if not i.acked]
+        if BURST_SESSIONS and BURST:
+            assert_power(f"{fault} ({label})", v)
     assert load.problems == [], load.problems
     assert answers <= OK, answers
     return out

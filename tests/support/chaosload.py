@@ -219,17 +219,22 @@ class Load:
         self.burst_rounds += 1
         for k in range(total):
             run = runs[k % len(runs)]
-            text = f"chaos {self.tag} s{run.index} b{self.burst_rounds}.{k}"
-            content = [{"type": "input_text", "text": text}]
-            inp = Input(run.index, "message", text, str(uuid.uuid4()), content=content,
-                        concurrent=True)
-            run.inputs.append(inp)
-            payload = {"type": "agent.session.input.message",
-                       "input": [{"role": "user", "content": content}],
-                       "client_event_id": inp.idem}
-            self.bursts.append(asyncio.create_task(
-                self._send(self.http, inp, f"/v1/sessions/{run.session_id}/events", payload)))
+            self.send_concurrent(run, f"chaos {self.tag} s{run.index} b{self.burst_rounds}.{k}")
         return total
+
+    def send_concurrent(self, run: SessionRun, text: str) -> None:
+        """Send ``text`` to ``run``'s Session as a message beside others (a burst's): a task
+        that ``run`` waits for."""
+        assert self.http is not None, "a burst while the load runs"
+        content = [{"type": "input_text", "text": text}]
+        inp = Input(run.index, "message", text, str(uuid.uuid4()), content=content,
+                    concurrent=True)
+        run.inputs.append(inp)
+        payload = {"type": "agent.session.input.message",
+                   "input": [{"role": "user", "content": content}],
+                   "client_event_id": inp.idem}
+        self.bursts.append(asyncio.create_task(
+            self._send(self.http, inp, f"/v1/sessions/{run.session_id}/events", payload)))
 
     async def _session(self, http: httpx.AsyncClient, run: SessionRun) -> None:
         await asyncio.sleep(run.index * self.stagger_s)

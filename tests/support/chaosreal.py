@@ -10,7 +10,16 @@ than the last (``<base> q<k>`` and ``k`` dots), so the model server plays the ne
 script (the longest key found in the request wins; the history holds the older keys). At round
 ``fault_round`` every Session waits at a gate (before its message for a fault mid-Turn, before
 its result for a fault mid-result) until the scenario opens it and strikes; that round's model
-replies pause (``wait``) so the harness is busy, not idle, when the fault hits."""
+replies pause (``wait``) so the harness is busy, not idle, when the fault hits.
+
+Power: ``burst_sessions`` more Sessions (harnesses alternating) run no rounds. Each is created
+with a message of its own key, waits at the gate, and just before the strike takes ``burst``
+messages at once (``RealLoad.burst_now``). The first starts a Turn whose model reply pauses
+``PAUSE_S``; the others are steers of it or wait behind it. All of them are in flight at the
+strike. They go to Sessions of their own: a burst message handed over again after the fault
+(a steer refused once its Turn ended comes back as a new Turn) then only starts one more Turn
+of a burst Session, whose later model requests get the server's default reply. It never lands in
+a round's Turn, where the model would be asked past the round's script."""
 
 from __future__ import annotations
 
@@ -139,13 +148,15 @@ class ModelProcess:
         ``PAUSE_S`` + 1 s ago: its answer is still streaming."""
         now = time.time() if now is None else now
         last: dict[str, Json] = {}
-        for r in self.requests():
+        played: Counter[str] = Counter()
+        for r in self.requests():  # read once: the log holds every burst's history (MBs)
             if r.get("script_key"):
                 last[r["script_key"]] = r
+                played[r["script_key"]] += 1
         out = set()
         for key, r in last.items():
             replies = self.scripts.get(key, [])
-            n = sum(1 for x in self.requests() if x.get("script_key") == key)
+            n = played[key]
             reply = replies[n - 1] if 0 < n <= len(replies) else []
             if any("wait" in s for s in reply) and now - float(r["at"]) < PAUSE_S + 1:
                 out.add(key)
@@ -183,8 +194,11 @@ class RealLoad(Load):
     before the fault round's message) or ``result`` (before its function result)."""
 
     def __init__(self, base_url: str, api_key: str, tag: str, model: ModelProcess,
-                 sessions: int, phase: str, fault_round: int = 1) -> None:
-        super().__init__(base_url, api_key, tag, sessions=sessions, pace_s=0.0)
+                 sessions: int, phase: str, fault_round: int = 1,
+                 burst_sessions: int = 0) -> None:
+        super().__init__(base_url, api_key, tag, sessions=sessions + burst_sessions,
+                         pace_s=0.0)
+        self.rounds = sessions  # Sessions [0, rounds) run the rounds, the others take a burst
         self.model = model
         self.phase = phase
         self.fault_round = fault_round
@@ -194,6 +208,57 @@ class RealLoad(Load):
 
     def text(self, run: SessionRun, step: Any) -> str:  # unused: rounds make their own
         raise NotImplementedError
+
+    @property
+    def round_runs(self) -> list[SessionRun]:
+        return self.runs[:self.rounds]
+
+    @property
+    def burst_runs(self) -> list[SessionRun]:
+        return self.runs[self.rounds:]
+
+    def burst_key(self, run: SessionRun) -> str:
+        return f"chaos {self.tag} s{run.index} burst"
+
+    def burst_now(self, per_session: int) -> int:
+        """``per_session`` messages at once to each burst Session (see the module's
+        docstring); ``run`` waits for their answers. Returns how many were started."""
+        n = 0
+        for run in self.burst_runs:
+            if run.session_id is None:
+                continue
+            for k in range(per_session):
+                self.send_concurrent(run, f"{self.burst_key(run)} m{k}")
+                n += 1
+        return n
+
+    async def _burst_session(self, http: httpx.AsyncClient, run: SessionRun) -> None:
+        """Create the Session (its first Turn answered at once), let that Turn end, wait at
+        the gate. The burst's Turn then gets the pausing reply, every later request the
+        default one."""
+        key = self.burst_key(run)
+        await asyncio.to_thread(self.model.register, key, [
+            [{"text": "ready"}], [{"text": "looking"}, {"wait": PAUSE_S}, {"text": "seen"}]])
+        content = [{"type": "input_text", "text": key}]
+        inp = Input(run.index, "create", key, str(uuid.uuid4()), content=content)
+        run.inputs.append(inp)
+        body = await self._send(http, inp, "/v1/sessions", {
+            "harness": run.harness, "placement": "none",
+            "input": [{"role": "user", "content": content}], "client_request_id": inp.idem})
+        if body is None:
+            self.problems.append(f"s{run.index}: create not acked")
+            return
+        run.session_id = body["id"]
+        deadline = time.monotonic() + 150
+        while True:  # its first Turn has started and ended: the burst starts a Turn of its own
+            items = await self._poll(http, run) or []
+            if any(it.get("type") == "turn" for it in items) and not turns_open(items):
+                break
+            if time.monotonic() > deadline:
+                self.problems.append(f"s{run.index}: the first Turn did not end")
+                return
+            await asyncio.sleep(0.3)
+        await self.wait_gate()
 
     def key(self, run: SessionRun, k: int) -> str:
         return f"chaos {self.tag} s{run.index} q{k}" + "." * k
@@ -226,6 +291,9 @@ class RealLoad(Load):
 
     async def _session(self, http: httpx.AsyncClient, run: SessionRun) -> None:
         await asyncio.sleep(run.index * self.stagger_s)
+        if run.index >= self.rounds:
+            await self._burst_session(http, run)
+            return
         for k in range(ROUNDS):
             text = self.key(run, k)
             await asyncio.to_thread(self.model.register, text, self.replies(run, k))
