@@ -239,16 +239,8 @@ class RealLoad(Load):
         key = self.burst_key(run)
         await asyncio.to_thread(self.model.register, key, [
             [{"text": "ready"}], [{"text": "looking"}, {"wait": PAUSE_S}, {"text": "seen"}]])
-        content = [{"type": "input_text", "text": key}]
-        inp = Input(run.index, "create", key, str(uuid.uuid4()), content=content)
-        run.inputs.append(inp)
-        body = await self._send(http, inp, "/v1/sessions", {
-            "harness": run.harness, "placement": "none",
-            "input": [{"role": "user", "content": content}], "client_request_id": inp.idem})
-        if body is None:
-            self.problems.append(f"s{run.index}: create not acked")
+        if not await self._create(http, run, key):
             return
-        run.session_id = body["id"]
         deadline = time.monotonic() + 150
         while True:  # its first Turn has started and ended: the burst starts a Turn of its own
             items = await self._poll(http, run) or []
@@ -259,6 +251,21 @@ class RealLoad(Load):
                 return
             await asyncio.sleep(0.3)
         await self.wait_gate()
+
+    async def _create(self, http: httpx.AsyncClient, run: SessionRun, text: str) -> bool:
+        """Create ``run``'s Session with the message ``text``; False (a problem noted) when
+        the create is not acked."""
+        content = [{"type": "input_text", "text": text}]
+        inp = Input(run.index, "create", text, str(uuid.uuid4()), content=content)
+        run.inputs.append(inp)
+        body = await self._send(http, inp, "/v1/sessions", {
+            "harness": run.harness, "placement": "none",
+            "input": [{"role": "user", "content": content}], "client_request_id": inp.idem})
+        if body is None:
+            self.problems.append(f"s{run.index}: create not acked")
+            return False
+        run.session_id = body["id"]
+        return True
 
     def key(self, run: SessionRun, k: int) -> str:
         return f"chaos {self.tag} s{run.index} q{k}" + "." * k
@@ -304,15 +311,8 @@ class RealLoad(Load):
             starts = sum(1 for it in run.seen if it.get("type") == "turn"
                          and it.get("state") == "started")
             if k == 0:
-                inp = Input(run.index, "create", text, str(uuid.uuid4()), content=content)
-                run.inputs.append(inp)
-                body = await self._send(http, inp, "/v1/sessions", {
-                    "harness": run.harness, "placement": "none", "input": msg,
-                    "client_request_id": inp.idem})
-                if body is None:
-                    self.problems.append(f"s{run.index}: create not acked")
+                if not await self._create(http, run, text):
                     return
-                run.session_id = body["id"]
             else:
                 inp = Input(run.index, "message", text, str(uuid.uuid4()), content=content)
                 run.inputs.append(inp)
