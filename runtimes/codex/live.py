@@ -126,6 +126,10 @@ class CodexLive(LiveDriver):
         # Turn under the ended Core Turn — which then had two ends on the harness's side
         self._ended: FIFOCache[str, FIFOCache[str, None]] = FIFOCache(ENDED_SESSIONS)
 
+    def _ended_turns(self, sid: str) -> FIFOCache[str, None]:
+        """The Session's ended Core Turns, one record across its processes."""
+        return self._ended.setdefault(sid, FIFOCache(1000))
+
     # ------------------------------------------------------------------ LiveHarness
 
     async def start(self, emit: EmitFn) -> None:
@@ -193,7 +197,7 @@ class CodexLive(LiveDriver):
         })
         process = await spawn([self.binary, "app-server"], cwd=home / "work", env=env,
                               stderr=True)
-        proc = _Proc(sid, process, home, ended=self._ended.setdefault(sid, FIFOCache(1000)))
+        proc = _Proc(sid, process, home, ended=self._ended_turns(sid))
         self.sessions[sid] = proc
         proc.tasks.append(own_time(self._read(proc), name=f"codex:{sid}:out"))
         proc.tasks.append(own_time(drain(process, "codex.stderr", session_id=sid),
@@ -452,7 +456,7 @@ class CodexLive(LiveDriver):
         if proc is None or running is None or running.core_turn_id != delivery.get("turn_id"):
             log.info("codex.interrupt_not_running", session_id=sid,
                      turn_id=delivery.get("turn_id"))
-            self._ended.setdefault(sid, FIFOCache(1000))[str(delivery.get("turn_id"))] = None
+            self._ended_turns(sid)[str(delivery.get("turn_id"))] = None
             return
         log.info("codex.interrupt", session_id=sid, turn_id=running.core_turn_id,
                  native_turn_id=running.native_turn_id, reason=delivery.get("reason"))
