@@ -5,21 +5,66 @@ the time — every other tenant's request waited behind the parses. A body over
 ``CHILD_PARSE_BYTES`` goes to a pool of ``CHILD_PARSERS`` processes (the same
 ``parse_json``, the same answers); the event loop only hands the bytes over and takes the
 parsed value back. Smaller bodies are parsed in the event loop (a process hop costs more than
-their parse)."""
+their parse).
+
+Everything a large parse costs runs at the image-check threads' lower CPU priority
+(``lower_priority``): the child process, and the pool's two helper threads in this process,
+which write the body into the child's pipe and read the parsed value back (8 MB each way per
+bomb request: their copies and context switches were a quarter of admission's CPU while one
+tenant sent bombs, at full priority beside the event loop). A thread inherits the nice value of
+the thread that starts it, so the pool's first task is submitted from a thread at the lower
+priority (``_start_lowered``). A child that dies (the OOM killer, a signal) breaks the pool:
+that request is answered 503 (nothing written, a retry is safe) and the next large body gets a
+fresh child.
+
+A tenant's large bodies are read and parsed one at a time per replica (``turn``): while one
+is being received and parsed, the tenant's next large request waits unread (uvicorn stops
+reading a connection whose body the app does not consume, so the client's send blocks), and
+takes no CPU. One tenant sending such bodies on many connections then costs the replica one
+body's work at a time, and another tenant's large body waits at most for the one the parser is
+on, not for a queue of the first tenant's (docs/decisions.md, "A tenant's large bodies take
+turns")."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
+import threading
+from collections.abc import AsyncIterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from services.admission.core import lower_priority
 from services.admission.domain.jsonbody import parse_json
+from shared.domain import errors
 from shared.domain.errors import ApiError
+from shared.logging import get_logger
+
+log = get_logger(__name__)
 
 CHILD_PARSE_BYTES = 1 << 20  # 1 MiB: ~4 ms of parsing in the event loop at most
 CHILD_PARSERS = 1  # one process: large bodies are parsed one at a time per replica
+
+
+def _start_lowered(pool: ProcessPoolExecutor) -> None:
+    """Start ``pool``'s child and helper threads at the lower priority: its first ``submit``
+    starts them from the calling thread, whose nice value they inherit."""
+    failure: list[BaseException] = []
+
+    def first() -> None:
+        lower_priority()
+        try:
+            pool.submit(parse_json, b"0").result()
+        except BaseException as exc:  # handed to the caller's thread
+            failure.append(exc)
+
+    starter = threading.Thread(target=first, name="body-parser-start")
+    starter.start()
+    starter.join()
+    if failure:
+        raise failure[0]
 
 
 class BodyParser:
@@ -27,22 +72,46 @@ class BodyParser:
         self.workers = workers
         self.threshold = threshold
         self.pool: ProcessPoolExecutor | None = None
+        self._creating = threading.Lock()  # one pool, whichever thread asks first
+        self.restarts = 0  # pools replaced after their child died
+        # per tenant: its lock (a large body being read and parsed) and how many hold or
+        # wait for it; a tenant with none has no entry
+        self.turns: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, tenant: str) -> AsyncIterator[None]:
+        """Until the tenant's large bodies before this one are read and parsed."""
+        lock, count = self.turns.setdefault(tenant, (asyncio.Lock(), [0]))
+        count[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            count[0] -= 1
+            if not count[0]:
+                del self.turns[tenant]
 
     def _pool(self) -> ProcessPoolExecutor:
-        if self.pool is None:
-            # spawn: a fresh interpreter (no fork of a process running threads and a loop)
-            # at the image-check threads' lower priority (a large parse is a tenant's CPU too)
-            self.pool = ProcessPoolExecutor(self.workers,
-                                            mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=lower_priority)
-        return self.pool
+        with self._creating:
+            return self.pool if self.pool is not None else self._new_pool()
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        # spawn: a fresh interpreter (no fork of a process running threads and a loop)
+        pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            _start_lowered(pool)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        self.pool = pool
+        return pool
 
     async def start(self) -> None:
         """Start the child now (a spawned interpreter takes ~0.5 s), not on the first large
         body. The pool's locks are POSIX semaphores: without a writable ``/dev/shm`` admission
         cannot isolate large parses and refuses to start, saying why."""
         try:
-            await self.parse(b"0" * (self.threshold + 1))
+            await asyncio.get_running_loop().run_in_executor(None, self._pool)
         except PermissionError as exc:
             raise RuntimeError(
                 "admission: cannot start the body-parser process (POSIX semaphores need a "
@@ -52,7 +121,19 @@ class BodyParser:
         if len(raw) <= self.threshold:
             return parse_json(raw)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool(), parse_json, raw)
+        pool = self.pool
+        if pool is None:  # not started, or its child died: a fresh one, off the loop
+            pool = await loop.run_in_executor(None, self._pool)
+        try:
+            return await loop.run_in_executor(pool, parse_json, raw)
+        except BrokenProcessPool:
+            if self.pool is pool:  # the first request to see it replaces the pool
+                self.pool = None
+                self.restarts += 1
+                pool.shutdown(wait=False, cancel_futures=True)
+            log.error("admission.body_parser_died", size=len(raw), restarts=self.restarts)
+            return errors.unavailable("the request body could not be parsed now (the parser "
+                                      "process stopped); nothing was written, retry later")
 
     def close(self) -> None:
         if self.pool is not None:

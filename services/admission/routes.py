@@ -6,6 +6,7 @@ app with the middleware, the exception handlers and the ``Wiring`` the dependenc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -210,29 +211,43 @@ def without_tenants(exposition: bytes) -> bytes:
 async def read_body(request: Request, wiring: Wiring) -> Any | errors.ApiError:
     """The JSON body, read within ``body_read_timeout_s``: a client that sends it too slowly
     (or never) gets a 400 and frees its tenant's in-flight slot; one that goes away
-    mid-upload is logged once at info (nobody reads the answer)."""
-    settings = wiring.settings
+    mid-upload is logged once at info (nobody reads the answer). A large body (over the
+    parser's threshold, by its ``Content-Length`` or once that much has arrived) is read and
+    parsed in its tenant's turn (``BodyParser.turn``); the wait for the turn does not count
+    against the read's time."""
+    settings, parser = wiring.settings, wiring.parser
     limit = settings.max_body_bytes
     length = request.headers.get("content-length")
     if length and length.isdigit() and int(length) > limit:
         return body_too_large(limit)
-    chunks, size = [], 0
-    try:
-        async with asyncio.timeout(settings.body_read_timeout_s):
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    return body_too_large(limit)
-                chunks.append(chunk)
-    except TimeoutError:
-        log.info("http.body_timeout", path=request.url.path, received=size,
-                 timeout_s=settings.body_read_timeout_s)
-        return errors.invalid(f"the request body was not received within "
-                              f"{settings.body_read_timeout_s:g} s", None)
-    except ClientDisconnect:
-        log.info("http.client_disconnected", path=request.url.path, received=size)
-        return errors.invalid("the client went away before its body was received", None)
-    return await wiring.parser.parse(b"".join(chunks))
+    tenant: str = request.state.tenant
+    large = bool(length and length.isdigit() and int(length) > parser.threshold)
+    loop = asyncio.get_running_loop()
+    async with contextlib.AsyncExitStack() as turn:
+        if large:
+            await turn.enter_async_context(parser.turn(tenant))
+        chunks, size = [], 0
+        try:
+            async with asyncio.timeout(settings.body_read_timeout_s) as deadline:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        return body_too_large(limit)
+                    chunks.append(chunk)
+                    if not large and size > parser.threshold:  # no Content-Length said so
+                        large, waited_from = True, loop.time()
+                        await turn.enter_async_context(parser.turn(tenant))
+                        deadline.reschedule((deadline.when() or loop.time())
+                                            + loop.time() - waited_from)
+        except TimeoutError:
+            log.info("http.body_timeout", path=request.url.path, received=size,
+                     timeout_s=settings.body_read_timeout_s)
+            return errors.invalid(f"the request body was not received within "
+                                  f"{settings.body_read_timeout_s:g} s", None)
+        except ClientDisconnect:
+            log.info("http.client_disconnected", path=request.url.path, received=size)
+            return errors.invalid("the client went away before its body was received", None)
+        return await parser.parse(b"".join(chunks))
 
 
 async def _admit(request: Request, wr: waiting.WaitRequest, adm: Admission,

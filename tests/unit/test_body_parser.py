@@ -4,9 +4,13 @@ same ``parse_json`` and the same answers; smaller ones in the event loop, with n
 from __future__ import annotations
 
 import os
+import signal
+import threading
 
+from services.admission.core import DECODE_NICE
 from services.admission.domain.jsonbody import parse_json
 from services.admission.parsing import CHILD_PARSE_BYTES, BodyParser
+from shared.domain.errors import ApiError
 
 PAD = "x" * CHILD_PARSE_BYTES
 
@@ -35,3 +39,49 @@ async def test_a_small_body_is_parsed_in_the_event_loop() -> None:
     parser = BodyParser()
     assert await parser.parse(b'{"input": "hi"}') == {"input": "hi"}
     assert parser.pool is None
+
+
+def _nice(native_id: int) -> int:
+    return os.getpriority(os.PRIO_PROCESS, native_id)
+
+
+async def test_the_child_and_the_pools_helper_threads_run_at_the_lower_priority() -> None:
+    """What a large parse costs runs below the event loop: the child, and in this process the
+    thread that writes the body into the child's pipe and the one that reads the value back."""
+    base = _nice(threading.get_native_id())
+    parser = BodyParser()
+    try:
+        await parser.start()
+        assert await parser.parse(f'{{"input": "{PAD}"}}'.encode()) == {"input": PAD}
+        pool = parser.pool
+        assert pool is not None
+        manager = pool._executor_manager_thread  # reads the parsed values back
+        feeder = pool._call_queue._thread  # writes the bodies into the child's pipe
+        assert manager is not None and manager.native_id is not None
+        assert feeder is not None and feeder.native_id is not None
+        assert _nice(manager.native_id) == base + DECODE_NICE
+        assert _nice(feeder.native_id) == base + DECODE_NICE
+        for pid in pool._processes:
+            assert os.getpriority(os.PRIO_PROCESS, pid) == base + DECODE_NICE
+        assert _nice(threading.get_native_id()) == base  # the event loop's thread unchanged
+    finally:
+        parser.close()
+
+
+async def test_a_dead_child_answers_503_once_and_the_next_large_body_gets_a_new_one() -> None:
+    parser = BodyParser()
+    raw = f'{{"input": "{PAD}"}}'.encode()
+    try:
+        await parser.start()
+        assert parser.pool is not None
+        (pid,) = parser.pool._processes
+        os.kill(pid, signal.SIGKILL)
+        got = await parser.parse(raw)
+        assert isinstance(got, ApiError) and got.type == "unavailable" and got.status == 503
+        assert parser.restarts == 1
+        assert await parser.parse(raw) == {"input": PAD}
+        assert parser.pool is not None
+        (new_pid,) = parser.pool._processes
+        assert new_pid != pid
+    finally:
+        parser.close()
