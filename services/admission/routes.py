@@ -218,10 +218,11 @@ async def read_body(request: Request, wiring: Wiring) -> Any | errors.ApiError:
     settings, parser = wiring.settings, wiring.parser
     limit = settings.max_body_bytes
     length = request.headers.get("content-length")
-    if length and length.isdigit() and int(length) > limit:
+    declared = int(length) if length and length.isdigit() else 0
+    if declared > limit:
         return body_too_large(limit)
     tenant: str = request.state.tenant
-    large = bool(length and length.isdigit() and int(length) > parser.threshold)
+    large = declared > parser.threshold
     loop = asyncio.get_running_loop()
     async with contextlib.AsyncExitStack() as turn:
         if large:
