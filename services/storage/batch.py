@@ -257,7 +257,9 @@ class BatchWriter:
         # idempotency, Sessions), which a retry's answer and the next batch read; then the
         # answers; then await every ack before the offsets are committed.
         assert self.order is not None
-        out.items = await self.order.complete(out.items, current, _committed(consumer))
+        ordered = frozenset(sid for sid, tp in sessions.items()
+                            if self.decided.publishes_in_order(sid, tp))
+        out.items = await self.order.complete(out.items, ordered, _committed(consumer))
         handing = asyncio.create_task(self._hand_over(out), name="storage-hand-over")
         try:
             await self.repo.apply_rest(out.rest, defer=True)
@@ -279,6 +281,10 @@ class BatchWriter:
                                          reply["request_id"], parent))
         await asyncio.gather(*sent)
         self.order.saw_acked(out.items)
+        heads: dict[str, int] = {}
+        for it in out.items:
+            heads[it["session_id"]] = max(heads.get(it["session_id"], 0), int(it["sequence"]))
+        self.decided.acked(heads)
         if inputs:
             log.debug("storage.batch", records=len(inputs), items=len(out.items))
         return back

@@ -34,6 +34,10 @@ no failed batch, and it had itself inherited the shard current) and said so in t
 handover mark, and since then this replica has dropped no Session write — and the Session is
 not **suspect**: a failed batch may have written Items of its Sessions without their
 documents, so those Sessions are probed until a probe has brought them up (``repaired``).
+A probe brings the document up, not the broker: the failed batch's Items may never have been
+acked, so until a later batch's Items of the Session are acked (``acked``) its first
+publications look for them (``publishes_in_order``, services/storage/publishorder.py), and a
+shard holding such a Session is not handed over clean.
 Before its first batch of a shard writes anything, a replica reads the mark and replaces it with
 ``held`` (``marks_to_take`` / ``marked``), so a replica that dies holding a shard leaves ``held``
 behind and its successor probes; it writes ``clean`` back only on a clean handover of a shard
@@ -92,6 +96,9 @@ class DecidedState:
         self.current: set[Shard] = set()
         self.writing: dict[str, Shard] = {}  # the Sessions of the batch being written
         self.suspect: dict[str, Shard] = {}  # Sessions a failed batch may have left behind
+        # Sessions a failed batch may have left with Items journaled and never acked: a probe
+        # brings the document up to them, but not the broker (``publishes_in_order``)
+        self.unacked: dict[str, Shard] = {}
 
     # ---- partitions ----------------------------------------------------------------
     def assigned(self, partitions: Iterable[Partition]) -> None:
@@ -163,6 +170,7 @@ class DecidedState:
         documents. Forget, and probe those Sessions until a probe has brought them up."""
         self.forget()
         self.suspect.update(self.writing)
+        self.unacked.update(self.writing)
 
     def writes_dropped(self) -> None:
         """Session documents this replica had to write will never be: no shard of it is
@@ -187,6 +195,22 @@ class DecidedState:
         it."""
         return shard(tp) in self.current and session_id not in self.suspect
 
+    def publishes_in_order(self, session_id: str, tp: Partition) -> bool:
+        """Whether the Session's next Items may be first published without looking for earlier
+        ones never acked (services/storage/publishorder.py): its document is current and no
+        failed batch of this replica wrote Items of it that no later batch saw acked."""
+        return self.trusts_document(session_id, tp) and session_id not in self.unacked
+
+    def acked(self, heads: dict[str, int]) -> None:
+        """A batch's Items were acked — per Session, the earlier ones never acked handed over
+        first — up to ``heads[sid]``. A Session whose Items are acked up to its last decided
+        one (as memory holds it) has none left unacked."""
+        for sid, head in heads.items():
+            if sid in self.unacked:
+                state = self.session(sid)
+                if state is not None and head >= state.last_sequence:
+                    del self.unacked[sid]
+
     def repaired(self, session_ids: Iterable[str]) -> None:
         """These Sessions were probed and brought up to their Items."""
         for sid in session_ids:
@@ -196,8 +220,10 @@ class DecidedState:
         """Of the shards given up, those this replica may mark ``clean`` (call after its Session
         writer drained); it holds none of them any more."""
         gone = set(shards)
-        clean = (gone & self.held & self.current) - set(self.suspect.values())
+        clean = ((gone & self.held & self.current) - set(self.suspect.values())
+                 - set(self.unacked.values()))
         self.suspect = {sid: s for sid, s in self.suspect.items() if s not in gone}
+        self.unacked = {sid: s for sid, s in self.unacked.items() if s not in gone}
         self.held -= gone
         self.current -= gone
         self.unmarked -= gone

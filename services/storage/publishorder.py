@@ -11,18 +11,21 @@ suite's ``kill -9 storage`` row: ``[…, 11, 13, 12, 14, …]``).
 
 So before a batch hands a Session's Items over, every earlier Item of it that may never have
 been acked is handed over first (again, perhaps: same ``id``), and the batch's own Items of a
-Session go in ``sequence`` order. An earlier Item may be unacked only if the record that decided
-it is at or past its partition's committed offset: storage commits a batch's offsets only
-after every record it published was acked, and batches are published one after another, so
-an Item decided by a committed record was acked, and so was every Item before it. Each
-journal entry holds its record's position (topic, partition, offset) for this walk; the walk
-goes down from the batch's first Item of the Session and stops at the first Item decided by a
-committed record (or without a position: written before positions were), or at the last Item
-this replica itself saw acked.
+Session go in ``sequence`` order, with any Item between two of them that the batch does not
+hold handed over in its place (``_gaps``: a fetch may return a partition in part).
+
+An earlier Item may be unacked only if the record that decided it is at or past its partition's
+committed offset: storage commits a batch's offsets only after every record it published was
+acked, and batches are published one after another, so an Item decided by a committed record
+was acked, and so was every Item before it. Each journal entry holds its record's position
+(topic, partition, offset) for this walk; the walk goes down from the batch's first Item of the
+Session and stops at the first Item decided by a committed record (or without a position:
+written before positions were), or at the last Item this replica itself saw acked.
 
 No walk where nothing can be missing: a Session's first Item; a Session whose Items up to the
-batch's were acked through this replica; a Session whose shard was handed over clean
-(``DecidedState.trusts_document``: the previous owner committed after its acks)."""
+batch's were acked through this replica; a Session whose shard was handed over clean and that
+no failed batch of this replica wrote since without its Items acked after
+(``DecidedState.publishes_in_order``: the previous owner committed after its acks)."""
 
 from __future__ import annotations
 
@@ -63,13 +66,33 @@ class PublishOrder:
         earlier: dict[str, list[Doc]] = {}
         if walk and committed is not None:
             earlier = await self._walk(walk, committed)
+        between = await self._gaps(by_sid)
         out: list[Doc] = []
         for sid, its in by_sid.items():
             before = earlier.get(sid, [])
             if before:
                 out.extend(await self.repo.rehydrate(before))
+            if sid in between:
+                its = sorted(its + between[sid], key=lambda it: int(it["sequence"]))
             out.extend(its)
         return out
+
+    async def _gaps(self, by_sid: dict[str, list[Doc]]) -> dict[str, list[Doc]]:
+        """Per Session, the Items between the batch's own that the batch does not hold: a
+        fetch may return a partition in part, so a batch can replay Items 1 and 2 and decide 4
+        from another topic while the record that decided 3 — journaled by a failed batch, never
+        acked — is still to come. Handed over in their place (again, perhaps)."""
+        keys = [item_key(sid, n) for sid, its in by_sid.items()
+                for n in sorted(set(range(int(its[0]["sequence"]), int(its[-1]["sequence"])))
+                                - {int(it["sequence"]) for it in its})]
+        if not keys:
+            return {}
+        docs = await find_by_ids(self.repo.db.items, keys)
+        found = await self.repo.rehydrate([item_from_doc(docs[k]) for k in keys if k in docs])
+        between: dict[str, list[Doc]] = {}
+        for it in found:
+            between.setdefault(it["session_id"], []).append(it)
+        return between
 
     def saw_acked(self, items: Iterable[Doc]) -> None:
         for it in items:

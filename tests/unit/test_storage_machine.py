@@ -228,16 +228,19 @@ class StorageMachine(RuleBasedStateMachine):
             {"kind": "agent_message", "turn_id": tid, "text": text, "phase": None}))
 
     # ---- the consumer ---------------------------------------------------------------------
-    async def _consume(self, p: int, topics: list[str], n: int, commit: bool) -> bool:
-        """The owner of partition ``p`` fetches at most ``n`` records (``n`` ≤ the batch limit)
-        and hands them to ``on_batch``. Afterwards the consumer commits its positions, as the
-        service does behind a batch (``OffsetCommits``), unless ``commit`` is False: the commit
-        lost or late (the process dies or the group rebalances before it) — the next batch's
-        commit covers both."""
+    async def _consume(self, p: int, topics: list[str], n: int, commit: bool,
+                       first: int | None = None) -> bool:
+        """The owner of partition ``p`` fetches at most ``n`` records (``n`` ≤ the batch limit),
+        at most ``first`` of them from the first topic (a fetch that returns a partition in
+        part: its fetch size reached), and hands them to ``on_batch``. Afterwards the consumer
+        commits its positions, as the service does behind a batch (``OffsetCommits``), unless
+        ``commit`` is False: the commit lost or late (the process dies or the group rebalances
+        before it) — the next batch's commit covers both."""
         r = self.replicas[self.owner[p]]
-        raws = tuple(rec for t in topics
+        caps = [n if first is None or i else first for i in range(len(topics))]
+        raws = tuple(rec for t, cap in zip(topics, caps, strict=True)
                      for rec in self.broker.fetch(TopicPartition(t, p),
-                                                  r.position[TopicPartition(t, p)], n))[:n]
+                                                  r.position[TopicPartition(t, p)], cap))[:n]
         if not raws:
             return True
         try:
@@ -256,9 +259,11 @@ class StorageMachine(RuleBasedStateMachine):
                                           [self.t.session_admitted, self.t.core_facts]]))
 
     @rule(data=st.data(), p=st.sampled_from(PARTITIONS),
-          n=st.integers(1, SETTINGS.storage_batch_max), commit=st.booleans())
-    def consume(self, data: st.DataObject, p: int, n: int, commit: bool) -> None:
-        self.run(self._consume(p, self._topics(data), n, commit))
+          n=st.integers(1, SETTINGS.storage_batch_max), commit=st.booleans(),
+          first=st.none() | st.integers(1, SETTINGS.storage_batch_max - 1))
+    def consume(self, data: st.DataObject, p: int, n: int, commit: bool,
+                first: int | None) -> None:
+        self.run(self._consume(p, self._topics(data), n, commit, first))
 
     @rule(data=st.data(), p=st.sampled_from(PARTITIONS),
           n=st.integers(1, SETTINGS.storage_batch_max), writes=st.integers(0, 12))
@@ -460,6 +465,56 @@ def test_a_held_agent_message_survives_a_kill_before_its_session_was_written() -
         m.message("session_0")  # a steer, read first
         assert m.run(m._consume(0, admitted, 1, True))
         m.teardown()  # the Turn ends: the message is its answer, once
+
+
+@pytest.mark.parametrize("handed_over", [False, True])
+def test_a_probe_brings_the_document_up_not_the_broker(handed_over: bool) -> None:
+    """CI's run of the machine at the full budget: a batch (a Session created, a message) died
+    after its Items and journal were written, before anything was published. The next batch
+    replayed the creation alone — its probe brought the Session's document up to the message's
+    Item 3 — and the one after decided a function call at 4 from the other topic. The document
+    was current, so 4 went out with no look for earlier Items never acked: ``[1, 2, 4]``. The
+    same when the shard is handed over before the call: its mark said clean. Killed after each
+    write in turn."""
+    for writes in range(10):
+        m = StorageMachine()
+        admitted, facts = [m.t.session_admitted], [m.t.core_facts]
+        m.create_session()  # session_0, partition 0, owned by replica "a"
+        m.message("session_0")
+        m.db.kill_after(writes)
+        try:
+            m.run(m._consume(0, admitted, 2, True))
+        finally:
+            m.db.revive()
+        assert m.run(m._consume(0, admitted, 1, True))
+        if handed_over:  # the shard's mark must not say clean: the successor looks too
+            m.rebalance(("b", "b"))
+        m.call("session_0")
+        assert m.run(m._consume(0, facts, 1, True))
+        m.first_publications_come_in_sequence_order()
+        m.published_items_are_the_stored_ones()
+        m.teardown()
+
+
+def test_a_gap_between_a_batchs_own_items_is_filled() -> None:
+    """As above, but the replayed creation and the function call come in one batch (the fetch
+    returned the admitted partition in part): the batch's own Items of the Session are 1, 2 and
+    4 — the message's Item 3, never acked, goes out between them."""
+    for writes in range(10):
+        m = StorageMachine()
+        both = [m.t.session_admitted, m.t.core_facts]
+        m.create_session()  # session_0, partition 0, owned by replica "a"
+        m.message("session_0")
+        m.db.kill_after(writes)
+        try:
+            m.run(m._consume(0, [m.t.session_admitted], 2, True))
+        finally:
+            m.db.revive()
+        m.call("session_0")
+        assert m.run(m._consume(0, both, 2, True, first=1))
+        m.first_publications_come_in_sequence_order()
+        m.published_items_are_the_stored_ones()
+        m.teardown()
 
 
 StorageMachine.TestCase.settings = settings(
