@@ -9,8 +9,8 @@ zeros, 311 KB each, 320 MB of scanlines each. Figures:
 * ``6_bombs_b_get_p99``: B's GET p99 under the bombs against B's GET p99 alone; target ≤ 2.0
   (the issue's bound). ``failed`` counts B's GETs that were not 200 and A's requests that were
   not 413.
-* ``6_bombs_rss_peak``: the product process's peak RSS (``VmHWM``) against the chart's
-  admission memory limit (512 MiB); target ≤ 1.0.
+* ``6_bombs_rss_peak``: the peak RSS (``VmHWM``) of the product process and its children (the
+  body parser) summed, against the chart's admission memory limit (512 MiB); target ≤ 1.0.
 """
 
 from __future__ import annotations
@@ -120,11 +120,19 @@ async def _sender(base: str, key: str, body: bytes) -> None:
     print(json.dumps(statuses), flush=True)
 
 
-def _peak_rss(pid: int) -> int:
+def _hwm(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def _peak_rss(pid: int) -> int:
+    """The peak RSS (``VmHWM``) of the product process and of its children (admission's body
+    parser) summed: an upper bound of the container's peak, the peaks need not coincide."""
+    children = [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+                for c in (task / "children").read_text().split()]
+    return _hwm(pid) + sum(_hwm(c) for c in children)
 
 
 async def _run(infra: Infra, quick: bool, profile: bool) -> tuple[
@@ -186,8 +194,8 @@ def run(run_: Run, infra: Infra, quick: bool = False, profile: bool = False) -> 
               f"{GET_RATE:g}/s; p50 {percentile(under, 50) * 1000:.1f} / "
               f"{percentile(idle, 50) * 1000:.1f} ms"))
     run_.add(Result("6_bombs_rss_peak", rss / 2**20, CHART_MEMORY_LIMIT / 2**20, "<= 1.0", "MiB",
-                    notes="the product process's VmHWM after the bombs vs the chart's admission "
-                          "memory limit"))
+                    notes="the VmHWM of the product process and its children, summed, after "
+                          "the bombs vs the chart's admission memory limit"))
     progress(f"  case 6 took {time.monotonic() - t0:.0f}s"
              + (f"; profile in {LOGS}/product-profile.txt" if profile else ""))
 

@@ -5,9 +5,6 @@ admitted input to storage over ``session.admitted`` (acks=all) and wait for the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +19,8 @@ from pymongo.asynchronous.database import AsyncDatabase
 from services.admission.domain import validation as rules
 from services.admission.domain.validation.limits import IMAGE_DECODE_WORKERS
 from services.admission.domain.waiting import TurnWatch
+from services.admission.parsing import BodyCheck
+from services.admission.priority import lower_priority
 from services.admission.tails import ItemTail, ReplyTail
 from shared import itemstore
 from shared.domain import errors, idempotency
@@ -71,18 +70,6 @@ def body_too_large(limit: int) -> ApiError:
     """413 for a body over ``max_body_bytes`` — one wording for HTTP and ``session.input`` (where
     the limit applies to the record value), so both entry points answer identically."""
     return errors.too_large(f"the request body exceeds the limit of {limit} bytes", None)
-
-
-DECODE_NICE = 10  # added to the nice value of the image-check threads and the body parser
-
-
-def lower_priority() -> None:
-    """Lower the calling thread's CPU priority by ``DECODE_NICE`` (Linux: per thread; a
-    process's only thread: the process). Lowering needs no privilege; where it is refused
-    anyway, the thread runs as before."""
-    with contextlib.suppress(OSError, AttributeError):
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + DECODE_NICE)
 
 
 class ImageWorkers:
@@ -187,16 +174,24 @@ class Admission:
         self.profiles: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
 
     # ---- writes --------------------------------------------------------------------
-    async def create_session(self, body: Any, *, tenant: str) -> Answer:
+    async def create_session(self, body: Any, *, tenant: str, checked: Any = None) -> Answer:
+        """``checked``: ``validate_create``'s verdict on ``body`` if it was validated already
+        (a large body, in the body parser's child: ``create_check``)."""
         with Stopwatch(ADMISSION_SECONDS.labels("create_session")):
-            return await self._create_session(body, tenant)
+            return await self._create_session(body, tenant, checked)
+
+    def create_check(self) -> BodyCheck:
+        """A large create body's validation, run in the body parser's child after its parse
+        (services/admission/parsing.py): the same ``validate_create``, the same limits."""
+        return BodyCheck(rules.validate_create, (self.limits,), self.images.pool)
 
     async def add_event(self, session_id: str, body: Any, *, tenant: str) -> Answer:
         with Stopwatch(ADMISSION_SECONDS.labels("add_event")):
             return await self._add_event(session_id, body, tenant)
 
-    async def _create_session(self, body: Any, tenant: str) -> Answer:
-        admitted = await self.images.run(body, rules.validate_create, body, self.limits)
+    async def _create_session(self, body: Any, tenant: str, checked: Any) -> Answer:
+        admitted = checked if checked is not None else await self.images.run(
+            body, rules.validate_create, body, self.limits)
         if isinstance(admitted, ApiError):
             return Answer.error(admitted)
         fp = idempotency.request_fingerprint(body, "create")

@@ -17,6 +17,16 @@ priority (``_start_lowered``). A child that dies (the OOM killer, a signal) brea
 that request is answered 503 (nothing written, a retry is safe) and the next large body gets a
 fresh child.
 
+A large create body is validated in the child too, right after its parse (``BodyCheck``: the
+same ``validate_create``, the same limits): what comes back is the body with the verdict, and a
+refused body's verdict is a small error — the tenant sending bombs no longer has the event
+loop's process unpickle its 8 MB parsed value, base64-decode its 20 images and read their
+headers, all while holding the GIL (a thread at the lower priority that holds the GIL and is
+descheduled keeps the event loop waiting). An image-check thread waits on the child meanwhile,
+so the replica still holds at most ``IMAGE_DECODE_WORKERS`` decodes at once. An event's
+validation needs its Session's harness, read after the body: a large event body is parsed here
+and validated on an image-check thread as before.
+
 A tenant's large bodies are read and parsed one at a time per replica (``turn``): while one
 is being received and parsed, the tenant's next large request waits unread (uvicorn stops
 reading a connection whose body the app does not consume, so the client's send blocks), and
@@ -31,13 +41,14 @@ import asyncio
 import contextlib
 import multiprocessing
 import threading
-from collections.abc import AsyncIterator
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from typing import Any
 
-from services.admission.core import lower_priority
 from services.admission.domain.jsonbody import parse_json
+from services.admission.priority import lower_priority
 from shared.domain import errors
 from shared.domain.errors import ApiError
 from shared.logging import get_logger
@@ -65,6 +76,45 @@ def _start_lowered(pool: ProcessPoolExecutor) -> None:
     starter.join()
     if failure:
         raise failure[0]
+
+
+@dataclass(frozen=True)
+class BodyCheck:
+    """The validation to run on a large body in the child, after its parse: ``fn(body,
+    *args)`` (module-level, picklable, pure). Its verdict comes back with the body
+    (``Checked``): a refused body's answer is a small error, not the whole parsed value, and
+    its images were decoded — or refused from their headers — in the child, at the lower
+    priority, never in this process. A thread of ``slots`` (the image-check pool) waits on the
+    child meanwhile, so the replica's decodes at once stay within that pool's size
+    (services/admission/domain/validation/limits.py)."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    slots: Executor
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A large body parsed in the child and ``BodyCheck.fn``'s verdict on it (one pickle: the
+    verdict's strings are the body's, sent once)."""
+
+    body: Any
+    verdict: Any
+
+
+def parse_and_check(raw: bytes, fn: Callable[..., Any], args: tuple[Any, ...]
+                    ) -> Checked | ApiError:
+    """In the child: the body parsed, then checked."""
+    body = parse_json(raw)
+    if isinstance(body, ApiError):
+        return body
+    return Checked(body, fn(body, *args))
+
+
+def _in_child(pool: ProcessPoolExecutor, raw: bytes, fn: Callable[..., Any],
+              args: tuple[Any, ...]) -> Checked | ApiError:
+    result: Checked | ApiError = pool.submit(parse_and_check, raw, fn, args).result()
+    return result
 
 
 class BodyParser:
@@ -117,7 +167,11 @@ class BodyParser:
                 "admission: cannot start the body-parser process (POSIX semaphores need a "
                 f"writable /dev/shm, as every container runtime mounts it): {exc}") from exc
 
-    async def parse(self, raw: bytes) -> Any | ApiError:
+    async def parse(self, raw: bytes, check: Callable[[], BodyCheck] | None = None
+                    ) -> Any | ApiError:
+        """The body parsed, or its 400. With ``check`` (made only for a large body), a large
+        body comes back as ``Checked``: parsed and checked in the child, on a thread of the
+        check's ``slots`` waiting for it."""
         if len(raw) <= self.threshold:
             return parse_json(raw)
         loop = asyncio.get_running_loop()
@@ -125,7 +179,10 @@ class BodyParser:
         if pool is None:  # not started, or its child died: a fresh one, off the loop
             pool = await loop.run_in_executor(None, self._pool)
         try:
-            return await loop.run_in_executor(pool, parse_json, raw)
+            if check is None:
+                return await loop.run_in_executor(pool, parse_json, raw)
+            c = check()
+            return await loop.run_in_executor(c.slots, _in_child, pool, raw, c.fn, c.args)
         except BrokenProcessPool:
             if self.pool is pool:  # the first request to see it replaces the pool
                 self.pool = None

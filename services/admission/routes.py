@@ -19,7 +19,7 @@ from starlette.requests import ClientDisconnect
 
 from services.admission.core import Admission, Answer, body_too_large
 from services.admission.domain import waiting
-from services.admission.parsing import BodyParser
+from services.admission.parsing import BodyCheck, BodyParser, Checked
 from shared.domain import errors
 from shared.logging import get_logger
 from shared.settings import Settings
@@ -67,10 +67,12 @@ def _json(answer: Answer) -> JSONResponse:
 
 @dataclass(frozen=True)
 class Write:
-    """A write's ``wait`` query and JSON body."""
+    """A write's ``wait`` query and JSON body; for a large create body, its validation's
+    verdict too (``checked``: validated in the body parser's child, parsing.py)."""
 
     wait: waiting.WaitRequest
     body: Any
+    checked: Any = None
 
 
 @dataclass(frozen=True)
@@ -104,12 +106,24 @@ async def _tenant(request: Request) -> str:
 
 async def _write(request: Request, wiring: Wired) -> Write:
     """A write's ``wait`` query and JSON body, or ``Refused`` with the error of either."""
+    return await _write_checked(request, wiring, None)
+
+
+async def _create_write(request: Request, wiring: Wired) -> Write:
+    """A create's: a large body validated in the body parser's child as it is parsed."""
+    return await _write_checked(request, wiring, lambda: wiring.get_admission().create_check())
+
+
+async def _write_checked(request: Request, wiring: Wiring,
+                         check: Callable[[], BodyCheck] | None) -> Write:
     wr = waiting.parse_wait(request.query_params)
     if isinstance(wr, errors.ApiError):
         raise Refused(wr)
-    body = await read_body(request, wiring)
+    body = await read_body(request, wiring, check)
     if isinstance(body, errors.ApiError):
         raise Refused(body)
+    if isinstance(body, Checked):
+        return Write(wr, body.body, body.verdict)
     return Write(wr, body)
 
 
@@ -141,19 +155,22 @@ Wired = Annotated[Wiring, Depends(_wiring)]
 Adm = Annotated[Admission, Depends(_admission)]
 Tenant = Annotated[str, Depends(_tenant)]
 Written = Annotated[Write, Depends(_write)]
+CreateWritten = Annotated[Write, Depends(_create_write)]
 Items = Annotated[ItemsQuery, Depends(_items_query)]
 
 
 # -- routes (the order is the OpenAPI document's) -------------------------------------------
 
 @router.post("/v1/sessions", status_code=201)
-async def create_session(request: Request, write: Written, adm: Adm, tenant: Tenant) -> Response:
+async def create_session(request: Request, write: CreateWritten, adm: Adm,
+                         tenant: Tenant) -> Response:
     if isinstance(write.body, dict) and write.body.get("stream") is True:
         if write.wait.wait:
             return error_answer(errors.invalid("stream and wait cannot be combined", "wait"))
-        return await _stream_create(adm, write.body, tenant)
+        return await _stream_create(adm, write, tenant)
     return await _admit(request, write.wait, adm,
-                        lambda: adm.create_session(write.body, tenant=tenant), None)
+                        lambda: adm.create_session(write.body, tenant=tenant,
+                                                   checked=write.checked), None)
 
 
 @router.post("/v1/sessions/{session_id}/events", status_code=202)
@@ -208,13 +225,15 @@ def without_tenants(exposition: bytes) -> bytes:
     return b"\n".join(line for line in exposition.split(b"\n") if b'tenant="' not in line)
 
 
-async def read_body(request: Request, wiring: Wiring) -> Any | errors.ApiError:
+async def read_body(request: Request, wiring: Wiring,
+                    check: Callable[[], BodyCheck] | None = None) -> Any | errors.ApiError:
     """The JSON body, read within ``body_read_timeout_s``: a client that sends it too slowly
     (or never) gets a 400 and frees its tenant's in-flight slot; one that goes away
     mid-upload is logged once at info (nobody reads the answer). A large body (over the
     parser's threshold, by its ``Content-Length`` or once that much has arrived) is read and
     parsed in its tenant's turn (``BodyParser.turn``); the wait for the turn does not count
-    against the read's time."""
+    against the read's time. With ``check``, a large body comes back ``Checked``
+    (``BodyParser.parse``)."""
     settings, parser = wiring.settings, wiring.parser
     limit = settings.max_body_bytes
     length = request.headers.get("content-length")
@@ -248,7 +267,7 @@ async def read_body(request: Request, wiring: Wiring) -> Any | errors.ApiError:
         except ClientDisconnect:
             log.info("http.client_disconnected", path=request.url.path, received=size)
             return errors.invalid("the client went away before its body was received", None)
-        return await parser.parse(b"".join(chunks))
+        return await parser.parse(b"".join(chunks), check)
 
 
 async def _admit(request: Request, wr: waiting.WaitRequest, adm: Admission,
@@ -306,9 +325,9 @@ async def _wait_turn(request: Request, adm: Admission, answer: Answer, session_i
                         headers=answer.headers)
 
 
-async def _stream_create(adm: Admission, body: dict[str, Any], tenant: str) -> Response:
+async def _stream_create(adm: Admission, write: Write, tenant: str) -> Response:
     # Validate and store first: an admission error is a plain JSON answer, never a stream.
-    answer = await adm.create_session(body, tenant=tenant)
+    answer = await adm.create_session(write.body, tenant=tenant, checked=write.checked)
     if answer.status >= 300 or answer.session_id is None:
         return _json(answer)
     sid = answer.session_id

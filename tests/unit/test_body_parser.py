@@ -3,14 +3,18 @@ same ``parse_json`` and the same answers; smaller ones in the event loop, with n
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
-from services.admission.core import DECODE_NICE
 from services.admission.domain.jsonbody import parse_json
-from services.admission.parsing import CHILD_PARSE_BYTES, BodyParser
+from services.admission.domain.validation import Limits, validate_create
+from services.admission.parsing import CHILD_PARSE_BYTES, BodyCheck, BodyParser, Checked
+from services.admission.priority import DECODE_NICE
 from shared.domain.errors import ApiError
+from tests.support.builders import data_uri, png_bytes, png_with_header
 
 PAD = "x" * CHILD_PARSE_BYTES
 
@@ -85,3 +89,63 @@ async def test_a_dead_child_answers_503_once_and_the_next_large_body_gets_a_new_
         assert new_pid != pid
     finally:
         parser.close()
+
+
+def _where(body: object) -> int:
+    """A check that says which process ran it."""
+    return os.getpid()
+
+
+async def test_a_large_create_body_is_validated_in_the_child_with_the_in_process_verdict(
+) -> None:
+    """``BodyCheck``: a large body's ``validate_create`` runs in the child after the parse;
+    the verdict that comes back is the one the event loop's process would have reached —
+    admitted, refused by the content model, or an image refused from its header (a bomb)."""
+    parser = BodyParser()
+    slots = ThreadPoolExecutor(1)
+    limits = Limits()
+    check = BodyCheck(validate_create, (limits,), slots)
+    bomb = data_uri(png_with_header(6324, 6324))
+    image = data_uri(png_bytes(64, 64, noise=True))
+    def with_image(url: str) -> dict[str, object]:
+        return {"harness": "codex", "placement": "none", "input": [{"role": "user", "content": [
+            {"type": "input_text", "text": PAD}, {"type": "input_image", "image_url": url}]}]}
+
+    cases = [
+        {"harness": "codex", "placement": "none", "input": PAD},
+        with_image(image),
+        with_image(bomb),
+        {"harness": "nobody", "placement": "none", "input": PAD},
+        {"harness": "codex", "placement": "none", "input": PAD, "metadata": 7},
+    ]
+    try:
+        for body in cases:
+            raw = json.dumps(body).encode()
+            assert len(raw) > CHILD_PARSE_BYTES
+            got = await parser.parse(raw, lambda: check)
+            assert isinstance(got, Checked) and got.body == body
+            assert got.verdict == validate_create(body, limits)
+        verdicts = [type((await parser.parse(json.dumps(b).encode(), lambda: check)).verdict)
+                    for b in cases]
+        assert verdicts.count(ApiError) == 3  # a bomb, a harness, a metadata refused
+        bad = f'{{"input": "{PAD}", "a": 1, "a": 2}}'.encode()
+        assert await parser.parse(bad, lambda: check) == parse_json(bad)  # the parse's own 400
+        got = await parser.parse(raw, lambda: BodyCheck(_where, (), slots))
+        assert isinstance(got, Checked) and got.verdict != os.getpid()
+        assert parser.pool is not None and got.verdict in parser.pool._processes
+    finally:
+        parser.close()
+        slots.shutdown()
+
+
+async def test_a_small_body_is_not_checked_in_the_child() -> None:
+    parser = BodyParser()
+    slots = ThreadPoolExecutor(1)
+    try:
+        made = []
+        assert await parser.parse(b'{"input": "hi"}', lambda: made.append(1) or BodyCheck(
+            _where, (), slots)) == {"input": "hi"}
+        assert parser.pool is None and not made
+        assert parser.pool is None
+    finally:
+        slots.shutdown()

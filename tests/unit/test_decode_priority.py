@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import threading
 
-from services.admission.core import DECODE_NICE, ImageWorkers, lower_priority
+from services.admission.core import ImageWorkers
+from services.admission.priority import DECODE_NICE, lower_priority
 
 
 def nice_of_a_thread(run_first: bool) -> tuple[int, int]:

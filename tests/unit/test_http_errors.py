@@ -55,7 +55,7 @@ class _StoreAway:
     def __init__(self, exc: Exception) -> None:
         self.exc = exc
 
-    async def create_session(self, body: object, *, tenant: str) -> None:
+    async def create_session(self, body: object, *, tenant: str, checked: object = None) -> None:
         raise self.exc
 
     async def add_event(self, session_id: str, body: object, *, tenant: str) -> None:

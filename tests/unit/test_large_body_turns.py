@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from services.admission.domain.validation import Limits, validate_create
 from services.admission.http import build_http_app
-from services.admission.parsing import CHILD_PARSE_BYTES, BodyParser
+from services.admission.parsing import CHILD_PARSE_BYTES, BodyCheck, BodyParser
 from shared.settings import Settings
 
 
@@ -69,7 +71,13 @@ async def test_a_tenants_second_large_body_is_not_read_until_the_first_is_parsed
     """Over HTTP, one tenant (auth disabled: ``default``): the second request, large by its
     Content-Length, and the third, large only once its first chunk arrived (no
     Content-Length), read nothing more until the first request's body is parsed."""
-    app = build_http_app(Settings(auth_disabled=True), lambda: None,  # type: ignore[arg-type,return-value]
+    slots = ThreadPoolExecutor(1)
+
+    class Checks:  # the one use of the Admission before a create's body is parsed
+        def create_check(self) -> BodyCheck:
+            return BodyCheck(validate_create, (Limits(),), slots)
+
+    app = build_http_app(Settings(auth_disabled=True), Checks,  # type: ignore[arg-type]
                          _ready)
     half = b"x" * CHILD_PARSE_BYTES  # two of them: a large body (and not JSON: a 400)
     first_sent, go = asyncio.Event(), asyncio.Event()
@@ -108,6 +116,7 @@ async def test_a_tenants_second_large_body_is_not_read_until_the_first_is_parsed
         assert app.state.wiring.parser.turns == {}
     finally:
         app.state.wiring.parser.close()
+        slots.shutdown()
 
 
 async def _ready() -> bool:

@@ -51,7 +51,7 @@ class FakeAdmission:
         self.store.append(it)  # storage writes the store, then publishes
         self.items.publish(it)
 
-    async def create_session(self, body: Json, *, tenant: str) -> Answer:
+    async def create_session(self, body: Json, *, tenant: str, checked: object = None) -> Answer:
         first = [item(1), item(2, "turn", state="started")]
         self.store += first
         # The race: after storage replied, before the stream attaches, the Runtime is quick.

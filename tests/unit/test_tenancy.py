@@ -179,7 +179,7 @@ class FakeAdmission:
         self.calls.append(("get_tool_result", tenant))
         return Answer(200, {})
 
-    async def create_session(self, body: Any, *, tenant: str) -> Answer:
+    async def create_session(self, body: Any, *, tenant: str, checked: Any = None) -> Answer:
         self.calls.append(("create_session", tenant))
         return Answer(201, {})
 
