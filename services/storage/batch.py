@@ -281,10 +281,12 @@ class BatchWriter:
                                          reply["request_id"], parent))
         await asyncio.gather(*sent)
         self.order.saw_acked(out.items)
-        heads: dict[str, int] = {}
-        for it in out.items:
-            heads[it["session_id"]] = max(heads.get(it["session_id"], 0), int(it["sequence"]))
-        self.decided.acked(heads)
+        if self.decided.unacked:  # only after a failed batch
+            heads: dict[str, int] = {}
+            for it in out.items:
+                sid = it["session_id"]
+                heads[sid] = max(heads.get(sid, 0), int(it["sequence"]))
+            self.decided.acked(heads)
         if inputs:
             log.debug("storage.batch", records=len(inputs), items=len(out.items))
         return back
