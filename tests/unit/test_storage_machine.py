@@ -268,9 +268,13 @@ class StorageMachine(RuleBasedStateMachine):
     @rule(data=st.data(), p=st.sampled_from(PARTITIONS),
           n=st.integers(1, SETTINGS.storage_batch_max), writes=st.integers(0, 12))
     def store_killed_mid_batch(self, data: st.DataObject, p: int, n: int, writes: int) -> None:
+        self.killed_after(writes, p, self._topics(data), n, True)
+
+    def killed_after(self, writes: int, p: int, topics: list[str], n: int, commit: bool) -> bool:
+        """``_consume`` with the store killed after ``writes`` writes (revived afterwards)."""
         self.db.kill_after(writes)
         try:
-            self.run(self._consume(p, self._topics(data), n, True))
+            return bool(self.run(self._consume(p, topics, n, commit)))
         finally:
             self.db.revive()
 
@@ -456,11 +460,7 @@ def test_a_held_agent_message_survives_a_kill_before_its_session_was_written() -
         m.create_session()  # session_0, partition 0, owned by replica "a"; its Turn started
         assert m.run(m._consume(0, admitted, 1, True))
         m.say("session_0")
-        m.db.kill_after(writes)
-        try:
-            m.run(m._consume(0, facts, 1, False))
-        finally:
-            m.db.revive()
+        m.killed_after(writes, 0, facts, 1, False)
         m.replica_killed("a")
         m.message("session_0")  # a steer, read first
         assert m.run(m._consume(0, admitted, 1, True))
@@ -481,11 +481,7 @@ def test_a_probe_brings_the_document_up_not_the_broker(handed_over: bool) -> Non
         admitted, facts = [m.t.session_admitted], [m.t.core_facts]
         m.create_session()  # session_0, partition 0, owned by replica "a"
         m.message("session_0")
-        m.db.kill_after(writes)
-        try:
-            m.run(m._consume(0, admitted, 2, True))
-        finally:
-            m.db.revive()
+        m.killed_after(writes, 0, admitted, 2, True)
         assert m.run(m._consume(0, admitted, 1, True))
         if handed_over:  # the shard's mark must not say clean: the successor looks too
             m.rebalance(("b", "b"))
@@ -505,11 +501,7 @@ def test_a_gap_between_a_batchs_own_items_is_filled() -> None:
         both = [m.t.session_admitted, m.t.core_facts]
         m.create_session()  # session_0, partition 0, owned by replica "a"
         m.message("session_0")
-        m.db.kill_after(writes)
-        try:
-            m.run(m._consume(0, [m.t.session_admitted], 2, True))
-        finally:
-            m.db.revive()
+        m.killed_after(writes, 0, [m.t.session_admitted], 2, True)
         m.call("session_0")
         assert m.run(m._consume(0, both, 2, True, first=1))
         m.first_publications_come_in_sequence_order()
